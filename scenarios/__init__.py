@@ -1,0 +1,6 @@
+"""Dec-POMDP scenarios executed from LangGraph graphs."""
+
+from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.engine import decide
+
+__all__ = ["Outcome", "Scenario", "ScenarioError", "decide"]

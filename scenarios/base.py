@@ -1,0 +1,114 @@
+"""The scenario contract: a Dec-POMDP defined as a LangGraph graph plus a verifier.
+
+A scenario builds a LangGraph ``StateGraph`` whose agent nodes ask for their decision with
+:func:`scenarios.engine.decide`. :class:`scenarios.engine.GraphEnv` executes that graph; the
+scenario never sees RLlib or PettingZoo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+from langgraph.graph import StateGraph
+
+from topologies import Topology
+
+AbsentPolicy = Literal["skip", "placeholder", "default"]
+
+
+class ScenarioError(ValueError):
+    """Bad scenario arguments or a topology the scenario cannot run on."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the verifier says about a finished episode.
+
+    Attributes:
+        reward: the terminal team reward (what every agent that acted receives).
+        success: whether the task was solved.
+        local: optional per-agent rewards (for ``credit="local"``); agent id → reward.
+        metrics: named numbers for reports (``latency``, ``calls``, checklist criteria, ...).
+    """
+
+    reward: float
+    success: bool = False
+    local: dict[str, float] = dataclasses.field(default_factory=dict)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class Scenario(ABC):
+    """Base class of every scenario.
+
+    Subclasses set the class attributes, validate their keyword arguments in ``__init__``
+    (raising :class:`ScenarioError` naming the argument and the fix) and implement the abstract
+    methods. ``absent`` declares what an agent outside a counterfactual coalition does:
+    ``"skip"`` (its node writes nothing), ``"placeholder"`` (:meth:`placeholder_action`) or
+    ``"default"`` (:meth:`default_action`).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[int] = 0
+    summary: ClassVar[str] = ""
+    #: topology kinds this scenario runs on (``"single"``, ``"chain"``, ``"star"``, ``"tree"``,
+    #: ``"mesh"``, ``"graph"`` for a user's LangGraph graph).
+    topologies: ClassVar[tuple[str, ...]] = ()
+    default_topology: ClassVar[str] = "single"
+    absent: ClassVar[AbsentPolicy] = "default"
+    #: reward given for an action outside the agent's action space; ``None`` raises ValueError.
+    invalid_action_penalty: ClassVar[float | None] = None
+    #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it).
+    max_supersteps: ClassVar[int] = 64
+
+    topology: Topology
+
+    @classmethod
+    def id(cls) -> str:
+        return f"{cls.name}-v{cls.version}"
+
+    # ----- the Dec-POMDP -------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def possible_agents(self) -> list[str]:
+        """Fixed list of agent ids."""
+
+    @abstractmethod
+    def observation_space(self, agent: str) -> gym.Space:
+        """Observation space of ``agent`` (its own partial view)."""
+
+    @abstractmethod
+    def action_space(self, agent: str) -> gym.Space:
+        """Action space of ``agent``."""
+
+    @abstractmethod
+    def build_graph(self) -> StateGraph:
+        """The (uncompiled) LangGraph builder; agent nodes call ``decide(agent_id, obs)``."""
+
+    @abstractmethod
+    def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
+        """The graph's input for one episode; all randomness comes from ``rng``."""
+
+    @abstractmethod
+    def score(self, state: dict[str, Any]) -> Outcome:
+        """Verify the final graph state into an :class:`Outcome` (deterministic)."""
+
+    # ----- optional hooks ------------------------------------------------------------------
+    def default_action(self, agent: str) -> Any:
+        """The action an absent agent takes under ``absent="default"``."""
+        return self.action_space(agent).sample() * 0
+
+    def placeholder_action(self, agent: str) -> Any:
+        """The action an absent agent takes under ``absent="placeholder"``."""
+        return self.default_action(agent)
+
+    def oracle_value(self, rng: np.random.Generator) -> float | None:
+        """Expected reward of the best policy on this episode's task, where computable."""
+        return None
+
+    def failure_state(self, state: dict[str, Any] | None) -> Outcome:
+        """Outcome of an episode that failed (a node raised): zero reward by default."""
+        return Outcome(reward=0.0, success=False)
