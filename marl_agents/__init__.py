@@ -1,0 +1,1 @@
+"""Policies: torch RLModules, scripted and frozen agents, LLM backends, agent pools."""

@@ -1,0 +1,1 @@
+"""Training: experiment configs to RLlib, credit assignment, sweeps, evaluation."""
