@@ -37,12 +37,29 @@ def decide(agent: str, observation: Any) -> Any:
     return bridge.decide(agent, observation)
 
 
+def emit_reward(value: float, agents: list[str] | None = None) -> None:
+    """Give a reward now (a per-step reward, as in MPE): to ``agents``, or to the team when None.
+
+    An episode's team return is the sum of emitted team rewards plus ``Outcome.reward``.
+    """
+    try:
+        bridge = get_config()["configurable"][BRIDGE_KEY]
+    except (RuntimeError, KeyError) as exc:
+        raise RuntimeError("emit_reward() was called outside a marl-orchestra run") from exc
+    bridge.emit_reward(float(value), agents)
+
+
 class InlineBridge:
     """Answers ``decide()`` by calling a policy directly (no environment in between)."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.decisions = 0
+        self.team_reward = 0.0
+
+    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
+        if agents is None:
+            self.team_reward += value
 
     def decide(self, agent: str, observation: Any) -> Any:
         self.decisions += 1
@@ -54,7 +71,8 @@ def run_inline(
 ) -> tuple[dict[str, Any], Outcome, int]:
     """Run one episode with ``policy`` answering every decision inline.
 
-    Returns the final state, the verifier's outcome and the number of decisions.
+    Returns the final state, the verifier's outcome (``reward`` includes emitted team rewards)
+    and the number of decisions.
     (Fan-out instance ids are not expanded here: ``policy`` sees the name given to ``decide``.)
     """
     graph = scenario.build_graph().compile()
@@ -63,4 +81,6 @@ def run_inline(
         scenario.initial_state(np.random.default_rng(seed)),
         config={"configurable": {BRIDGE_KEY: bridge}, "recursion_limit": scenario.max_supersteps},
     )
-    return state, scenario.score(state), bridge.decisions
+    outcome = scenario.score(state)
+    outcome.reward += bridge.team_reward
+    return state, outcome, bridge.decisions
