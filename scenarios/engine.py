@@ -1,40 +1,48 @@
-"""Executing a scenario's LangGraph graph: ``decide()`` and the inline runner.
+"""Executing a scenario's LangGraph graph as a Dec-POMDP: ``decide()``, ``GraphEnv``, replays.
 
-(GraphEnv, the bridge that turns each ``decide()`` into a PettingZoo step, lands here next.)
+Every agent node asks for its decision with :func:`decide`. :class:`GraphEnv` (a PettingZoo
+``ParallelEnv``) runs the graph through :class:`scenarios.bridge.GraphRun` and turns every
+superstep's pending decisions into one parallel step; :func:`run_inline` runs the same graph with
+a policy answering in place (the baseline the bridge is measured against).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.config import get_config
+from pettingzoo import ParallelEnv
 
-from scenarios.base import Outcome, Scenario
-
-BRIDGE_KEY = "__marl_bridge__"
+from scenarios.base import AbsentPolicy, Outcome, Scenario
+from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode
 
 Policy = Callable[[str, Any], Any]
+
+
+def _bridge(what: str) -> Any:
+    try:
+        return get_config()["configurable"][BRIDGE_KEY]
+    except (RuntimeError, KeyError) as exc:
+        raise RuntimeError(
+            f"{what} was called outside a marl-orchestra run: execute the graph with "
+            "scenarios.GraphEnv or scenarios.engine.run_inline"
+        ) from exc
 
 
 def decide(agent: str, observation: Any) -> Any:
     """Ask the environment for ``agent``'s action on ``observation``; call it inside a node.
 
-    ``agent`` is the node's agent id; for a ``Send`` fan-out target with ``max_instances > 1``
-    pass the node name and the bridge assigns ``<node>_<i>`` in order of the calls in a superstep.
-
-    Raises:
-        RuntimeError: when called outside a graph run by :class:`GraphEnv` or :func:`run_inline`.
+    ``agent`` is the node's name; for a ``Send`` fan-out target with ``max_instances > 1`` the
+    environment assigns ``<node>_<i>`` in the order LangGraph scheduled the node's tasks.
     """
-    try:
-        bridge = get_config()["configurable"][BRIDGE_KEY]
-    except (RuntimeError, KeyError) as exc:
-        raise RuntimeError(
-            f"decide({agent!r}, ...) was called outside a marl-orchestra run: execute the graph "
-            "with scenarios.GraphEnv or scenarios.engine.run_inline"
-        ) from exc
-    return bridge.decide(agent, observation)
+    return _bridge(f"decide({agent!r}, ...)").decide(agent, observation)
 
 
 def emit_reward(value: float, agents: list[str] | None = None) -> None:
@@ -42,11 +50,321 @@ def emit_reward(value: float, agents: list[str] | None = None) -> None:
 
     An episode's team return is the sum of emitted team rewards plus ``Outcome.reward``.
     """
-    try:
-        bridge = get_config()["configurable"][BRIDGE_KEY]
-    except (RuntimeError, KeyError) as exc:
-        raise RuntimeError("emit_reward() was called outside a marl-orchestra run") from exc
-    bridge.emit_reward(float(value), agents)
+    _bridge("emit_reward()").emit_reward(float(value), agents)
+
+
+def zero_action(space: gym.Space) -> Any:
+    """The all-zeros element of a Discrete / MultiDiscrete / MultiBinary / Box space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.start)
+    return np.zeros(space.shape, dtype=space.dtype)
+
+
+def compile_for_env(builder: Any, agent_nodes: Iterable[str]) -> Any:
+    """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update"."""
+    builder = copy.copy(builder)
+    builder.nodes = dict(builder.nodes)
+    for name in agent_nodes:
+        spec = builder.nodes[name]
+        builder.nodes[name] = dataclasses.replace(spec, runnable=_skippable(name, spec.runnable))
+    return builder.compile()
+
+
+def _skippable(name: str, runnable: Any) -> RunnableCallable:
+    def node(state: Any, config: RunnableConfig) -> Any:
+        try:
+            return runnable.invoke(state, config)
+        except SkipNode:
+            return None
+
+    return RunnableCallable(node, name=name, trace=False)
+
+
+@dataclasses.dataclass
+class TraceStep:
+    """One decision: who acted, in which superstep, on what observation, with what action."""
+
+    step: int
+    superstep: int
+    agent: str
+    observation: Any
+    action: Any
+
+
+class GraphEnv(ParallelEnv):
+    """A scenario's LangGraph graph as a PettingZoo ``ParallelEnv``.
+
+    ``agents`` holds every agent that has been asked for a decision in this episode and has not
+    finished; each step's observations cover them all, but only the agents pending in the
+    current superstep act (``infos[agent]["acting"]``); other agents' actions are ignored and
+    they see their last observation again. Rewards emitted during the run go to their agents
+    (team rewards to every agent that has acted); the verifier's terminal team reward reaches
+    every agent that acted. A node that raises ends the episode truncated, with the error in
+    ``infos[agent]["error"]``; the trace and outcome are kept.
+
+    Args:
+        scenario: the scenario to run.
+        max_steps: truncate an episode after this many env steps (default: the scenario's
+            ``max_supersteps``).
+    """
+
+    metadata = {"name": "graph_env", "is_parallelizable": True, "render_modes": []}
+
+    def __init__(self, scenario: Scenario, max_steps: int | None = None) -> None:
+        self.scenario = scenario
+        self.metadata = {**GraphEnv.metadata, "name": scenario.id()}
+        self.possible_agents = list(scenario.possible_agents)
+        self.agents: list[str] = []
+        self.max_steps = max_steps or scenario.max_supersteps
+        topo = scenario.topology
+        self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
+        self._graph = compile_for_env(scenario.build_graph(), self.agent_nodes)
+        self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
+        self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
+        self._np_random = np.random.default_rng()
+        self._run: GraphRun | None = None
+        self._replays: dict[tuple[Any, ...], Outcome] = {}
+        self.trace: list[TraceStep] = []
+        self.outcome: Outcome | None = None
+        self.seed_used: int | None = None
+
+    # ----- PettingZoo API ------------------------------------------------------------------
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._act_spaces[agent]
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        if seed is not None:
+            self._np_random = np.random.default_rng(seed)
+        self.seed_used = int(self._np_random.integers(2**31)) if seed is None else int(seed)
+        if self._run is not None and not self._run.finished:
+            self._run.abort()
+        self._run = self._new_run(self.seed_used)
+        self.trace, self.outcome, self._steps = [], None, 0
+        self._last_obs: dict[str, Any] = {}
+        self._acted: list[str] = []
+        self._paid = {"team": 0.0}
+        self._acc = dict.fromkeys(self.possible_agents, 0.0)
+        pending = self._run.start()
+        self._absorb(pending)
+        if self._run.finished:  # a graph that asked nobody: an empty episode
+            self._finish()
+        return self._observe()
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+        run = self._run
+        if run is None:
+            raise RuntimeError("call reset() before step()")
+        if run.finished:
+            self.agents = []
+            return {}, {}, {}, {}, {}
+        chosen: dict[str, Any] = {}
+        for agent in run.pending:
+            if agent not in actions:
+                raise ValueError(
+                    f"no action for agent {agent!r}: it is pending in this step (see "
+                    "infos[agent]['acting']); pass an action for every agent in env.agents"
+                )
+            chosen[agent] = self._check_action(agent, actions[agent])
+        for agent, action in chosen.items():
+            self.trace.append(
+                TraceStep(
+                    self._steps,
+                    run.pending[agent].superstep,
+                    agent,
+                    run.pending[agent].observation,
+                    action,
+                )
+            )
+        self._steps += 1
+        pending = run.resume(chosen)
+        self._absorb(pending)
+        if run.finished:
+            self._finish()
+        elif self._steps >= self.max_steps:
+            run.abort()
+            self._finish(truncated=True, error=f"step limit {self.max_steps} reached")
+        obs, infos = self._observe()
+        rewards = self._rewards()
+        done = self._run.finished
+        terms = dict.fromkeys(self.agents, done and not self._truncated)
+        truncs = dict.fromkeys(self.agents, done and self._truncated)
+        if done:
+            self.agents = []
+        return obs, rewards, terms, truncs, infos
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self._run is not None and not self._run.finished:
+            self._run.abort()
+
+    def state(self) -> np.ndarray:
+        raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
+
+    # ----- internals -----------------------------------------------------------------------
+    def _new_run(self, seed: int) -> GraphRun:
+        inputs = self.scenario.initial_state(np.random.default_rng(seed))
+        return GraphRun(
+            self._graph,
+            inputs,
+            self.agent_nodes,
+            {"recursion_limit": self.scenario.max_supersteps + 1},
+        )
+
+    def _absorb(self, pending: Mapping[str, Any]) -> None:
+        for agent, req in pending.items():
+            if agent not in self._obs_spaces:
+                raise ValueError(
+                    f"graph asked agent {agent!r} for a decision but the scenario declares "
+                    f"agents {self.possible_agents}: fix possible_agents or max_instances"
+                )
+            self._last_obs[agent] = req.observation
+            if agent not in self._acted:
+                self._acted.append(agent)
+        self.agents = [a for a in self.possible_agents if a in self._acted]
+
+    def _check_action(self, agent: str, action: Any) -> Any:
+        space = self._act_spaces[agent]
+        if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
+            action = action.item() if action.size == 1 else action
+        try:
+            ok = space.contains(action)
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            return action
+        penalty = self.scenario.invalid_action_penalty
+        if penalty is None:
+            raise ValueError(f"invalid action {action!r} for agent {agent!r}: not in {space}")
+        self._acc[agent] += penalty
+        return self.scenario.default_action(agent)
+
+    def _finish(self, truncated: bool = False, error: str | None = None) -> None:
+        run = self._run
+        assert run is not None
+        self._truncated = truncated or run.error is not None
+        self._error = error or (f"{type(run.error).__name__}: {run.error}" if run.error else None)
+        if run.error is not None or truncated:
+            self.outcome = self.scenario.failure_state(run.result)
+        else:
+            self.outcome = self.scenario.score(run.result)
+        self.outcome.reward += run.team_reward
+
+    def _observe(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        run = self._run
+        assert run is not None
+        obs = {a: self._last_obs[a] for a in self.agents}
+        infos: dict[str, dict[str, Any]] = {
+            a: {"acting": a in run.pending, "superstep": run.superstep} for a in self.agents
+        }
+        if run.finished and self.outcome is not None:
+            for a in self.agents:
+                infos[a].update(outcome=self.outcome, error=self._error)
+        return obs, infos
+
+    def _rewards(self) -> dict[str, float]:
+        run = self._run
+        assert run is not None
+        team = run.team_reward - self._paid["team"]
+        self._paid["team"] = run.team_reward
+        out = {}
+        for a in self.agents:
+            r = team + run.agent_rewards.get(a, 0.0) - self._paid.get(a, 0.0) + self._acc[a]
+            self._paid[a] = run.agent_rewards.get(a, 0.0)
+            self._acc[a] = 0.0
+            if run.finished and self.outcome is not None:
+                r += self.outcome.reward - run.team_reward
+            out[a] = float(r)
+        return out
+
+    # ----- counterfactual replay -----------------------------------------------------------
+    def value(
+        self,
+        seed: int,
+        coalition: Iterable[str],
+        actions: Mapping[str, list[Any]] | Policy,
+        absent: AbsentPolicy | None = None,
+    ) -> float:
+        """Team return of a replay of episode ``seed`` with only ``coalition`` present.
+
+        Agents in the coalition act as given: ``actions`` maps each agent to the actions it took
+        (its k-th decision replays its k-th action; decisions past the recorded ones use the
+        scenario's default action) or is a policy ``(agent, obs) -> action``. Agents outside act
+        under ``absent`` (default: the scenario's declared policy). Replays are deterministic
+        (same seed, same task and random draws) and cached per (seed, coalition, actions).
+        """
+        members = frozenset(coalition)
+        unknown = members - set(self.possible_agents)
+        if unknown:
+            raise ValueError(
+                f"unknown agents {sorted(unknown)} in coalition: use env.possible_agents"
+            )
+        mode = absent or self.scenario.absent
+        key = None
+        if not callable(actions):
+            key = (seed, members, mode, _freeze(actions))
+            if key in self._replays:
+                return self._replays[key].reward
+        outcome = self._replay(seed, members, actions, mode)
+        if key is not None:
+            self._replays[key] = outcome
+        return outcome.reward
+
+    def _replay(
+        self, seed: int, members: frozenset[str], actions: Any, mode: AbsentPolicy
+    ) -> Outcome:
+        run = self._new_run(seed)
+        counts: dict[str, int] = {}
+
+        def act(agent: str, obs: Any) -> Any:
+            if agent not in members:
+                if mode == "skip":
+                    return SkipNode
+                if mode == "placeholder":
+                    return self.scenario.placeholder_action(agent)
+                return self.scenario.default_action(agent)
+            if callable(actions):
+                return actions(agent, obs)
+            k = counts.get(agent, 0)
+            counts[agent] = k + 1
+            seq = actions.get(agent, [])
+            return seq[k] if k < len(seq) else self.scenario.default_action(agent)
+
+        pending = run.start()
+        for _ in range(self.max_steps):
+            if run.finished:
+                break
+            pending = run.resume({a: act(a, r.observation) for a, r in pending.items()})
+        if not run.finished:
+            run.abort()
+            return self.scenario.failure_state(None)
+        outcome = (
+            self.scenario.failure_state(run.result)
+            if run.error
+            else self.scenario.score(run.result)
+        )
+        outcome.reward += run.team_reward
+        return outcome
+
+    def episode_actions(self) -> dict[str, list[Any]]:
+        """The actions each agent took in the current episode, in order (for :meth:`value`)."""
+        out: dict[str, list[Any]] = {}
+        for t in self.trace:
+            out.setdefault(t.agent, []).append(t.action)
+        return out
+
+
+def _freeze(actions: Mapping[str, list[Any]]) -> tuple[Any, ...]:
+    def f(x: Any) -> Any:
+        return tuple(np.asarray(x).ravel().tolist()) if isinstance(x, np.ndarray) else x
+
+    return tuple(sorted((a, tuple(f(x) for x in seq)) for a, seq in actions.items()))
 
 
 class InlineBridge:
@@ -57,29 +375,32 @@ class InlineBridge:
         self.decisions = 0
         self.team_reward = 0.0
 
-    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
-        if agents is None:
-            self.team_reward += value
-
     def decide(self, agent: str, observation: Any) -> Any:
         self.decisions += 1
         return self.policy(agent, observation)
 
+    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
+        if agents is None:
+            self.team_reward += value
+
 
 def run_inline(
-    scenario: Scenario, policy: Policy, seed: int
+    scenario: Scenario, policy: Policy, seed: int, graph: Any = None
 ) -> tuple[dict[str, Any], Outcome, int]:
     """Run one episode with ``policy`` answering every decision inline.
 
     Returns the final state, the verifier's outcome (``reward`` includes emitted team rewards)
-    and the number of decisions.
+    and the number of decisions. ``graph`` is a compiled graph to reuse across episodes.
     (Fan-out instance ids are not expanded here: ``policy`` sees the name given to ``decide``.)
     """
-    graph = scenario.build_graph().compile()
+    graph = graph if graph is not None else scenario.build_graph().compile()
     bridge = InlineBridge(policy)
     state = graph.invoke(
         scenario.initial_state(np.random.default_rng(seed)),
-        config={"configurable": {BRIDGE_KEY: bridge}, "recursion_limit": scenario.max_supersteps},
+        config={
+            "configurable": {BRIDGE_KEY: bridge},
+            "recursion_limit": scenario.max_supersteps + 1,
+        },
     )
     outcome = scenario.score(state)
     outcome.reward += bridge.team_reward

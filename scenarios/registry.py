@@ -43,3 +43,14 @@ def list_scenarios() -> list[type[Scenario]]:
     """Registered scenario classes, one per versioned id, sorted by id."""
     _load_builtins()
     return [REGISTRY[k] for k in sorted(k for k in REGISTRY if "-v" in k)]
+
+
+def make(name: str, topology: Any = None, max_steps: int | None = None, **kwargs: Any) -> Any:
+    """Build the :class:`~scenarios.engine.GraphEnv` of a registered scenario.
+
+    Example:
+        >>> env = make("delegate", topology="star:3")  # doctest: +SKIP
+    """
+    from scenarios.engine import GraphEnv
+
+    return GraphEnv(build(name, topology, **kwargs), max_steps=max_steps)

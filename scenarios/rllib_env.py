@@ -1,0 +1,87 @@
+"""RLlib's view of a :class:`~scenarios.engine.GraphEnv`: only acting agents appear.
+
+Each observation dict holds exactly the agents pending in the current superstep, so RLlib records
+one step per real decision. Rewards earned while an agent waits are held back and paid with its
+next observation; at the end every agent that acted gets its last observation, its held rewards
+and the terminal team reward, and is terminated (or truncated when a node failed or the step
+limit was hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+from scenarios.engine import GraphEnv
+
+
+class RLlibGraphEnv(MultiAgentEnv):
+    """A :class:`GraphEnv` as an RLlib ``MultiAgentEnv``.
+
+    Args:
+        config: either ``{"env": GraphEnv}`` or the arguments of :func:`scenarios.make`:
+            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        config = dict(config or {})
+        if "env" in config:
+            env: GraphEnv = config["env"]
+        else:
+            from scenarios.registry import make
+
+            if "scenario" not in config:
+                raise ValueError(
+                    "RLlibGraphEnv needs env_config={'scenario': NAME, 'topology': SPEC, "
+                    "'kwargs': {...}} or {'env': GraphEnv(...)}"
+                )
+            env = make(
+                config["scenario"], topology=config.get("topology"), **config.get("kwargs", {})
+            )
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        self.agents = []
+        self.observation_spaces = {a: env.observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
+        self._held: dict[str, float] = {}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self._held = dict.fromkeys(self.possible_agents, 0.0)
+        acting = [a for a in obs if infos[a]["acting"]]
+        self.agents = list(self.env.agents)
+        return {a: obs[a] for a in acting}, {a: infos[a] for a in acting}
+
+    def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+        live = list(self.env.agents)
+        obs, rewards, terms, truncs, infos = self.env.step(action_dict)
+        for a, r in rewards.items():
+            self._held[a] += r
+        done = not self.env.agents
+        if done:
+            out = list(live)
+            terminated = not any(truncs.values())
+            out_obs = {a: obs[a] for a in out}
+            out_rew = {a: self._held[a] for a in out}
+            out_inf = {a: infos[a] for a in out}
+            terms_out = {**dict.fromkeys(out, terminated), "__all__": terminated}
+            truncs_out = {**dict.fromkeys(out, not terminated), "__all__": not terminated}
+            self.agents = []
+            return out_obs, out_rew, terms_out, truncs_out, out_inf
+        acting = [a for a in obs if infos[a]["acting"]]
+        out_rew = {a: self._held[a] for a in acting}
+        for a in acting:
+            self._held[a] = 0.0
+        self.agents = list(self.env.agents)
+        return (
+            {a: obs[a] for a in acting},
+            out_rew,
+            {"__all__": False},
+            {"__all__": False},
+            {a: infos[a] for a in acting},
+        )
