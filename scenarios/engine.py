@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -108,7 +108,11 @@ class GraphEnv(ParallelEnv):
             ``max_supersteps``).
     """
 
-    metadata = {"name": "graph_env", "is_parallelizable": True, "render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "graph_env",
+        "is_parallelizable": True,
+        "render_modes": [],
+    }
 
     def __init__(self, scenario: Scenario, max_steps: int | None = None) -> None:
         self.scenario = scenario

@@ -59,7 +59,7 @@ class RLlibGraphEnv(MultiAgentEnv):
 
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         live = list(self.env.agents)
-        obs, rewards, terms, truncs, infos = self.env.step(action_dict)
+        obs, rewards, _, truncs, infos = self.env.step(action_dict)
         for a, r in rewards.items():
             self._held[a] += r
         done = not self.env.agents

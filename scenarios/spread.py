@@ -20,12 +20,14 @@ always agents ⇄ world. Absent agents (counterfactuals) take the no-op action 0
 
 Rewards: mpe2 gives agent i at step t ``r_i = (1 - local_ratio) * G + local_ratio * L_i``, where
 ``G = -Σ_landmarks min_agents distance`` and ``L_i = -(number of other agents colliding with i)``.
-With ``emit="both"`` (default) the world node emits ``r_i`` to agent i (``emit_reward(r_i,
-agents=[i])``: exactly mpe2's per-agent rewards) and the team reward ``mean_i r_i = (1 -
-local_ratio) * G + local_ratio * mean_i L_i`` to the team (``emit_reward(mean)``; with
-``local_ratio=0`` it equals every agent's reward). ``emit="agent"`` / ``"team"`` emit one stream
-only. ``Outcome.reward`` is 0: everything was emitted per step, so the team return is
-``Σ_t mean_i r_i``; codebases that sum over agents report N times that.
+The engine adds the team stream and an agent's own stream, so with ``reward="mpe2"`` (default)
+the world node emits the team reward ``mean_i r_i = (1 - local_ratio) * G + local_ratio *
+mean_i L_i`` (``emit_reward(mean)``) and to each agent its deviation ``r_i - mean_i r_i``
+(``emit_reward(dev, agents=[i])``, skipped when 0): every agent receives mpe2's ``r_i`` (to float
+rounding) and the team value used for credit is the agents' mean reward, collisions included.
+With ``local_ratio=0`` all ``r_i`` equal ``G``. ``reward="team"`` emits the mean only (a common
+reward). ``Outcome.reward`` is 0: everything was emitted per step, so the team return is
+``Σ_t mean_i r_i``; codebases that sum rewards over agents report N times that.
 
 Metrics: ``return`` (episode sum of the team reward), ``<agent>/return`` (mpe2 per-agent return),
 ``collisions`` (colliding agent pairs summed over steps), ``min_dist`` (per-step Σ over landmarks
@@ -56,7 +58,7 @@ from topologies.generators import merge_routes
 
 WORLD = "world"
 ACCEPTED = "mesh:N, single, star:N"
-EMIT = ("both", "team", "agent")
+REWARDS = ("mpe2", "team")
 #: mpe2's own "landmark occupied" distance (``Scenario.CAPTURE_RADIUS``).
 CAPTURE_RADIUS = 0.1
 
@@ -109,7 +111,8 @@ class Spread(Scenario):
             or a :class:`Topology` of one of those kinds.
         max_cycles: env steps an episode lasts (mpe2's ``max_cycles``), ≥ 1.
         local_ratio: mpe2's weight of the local (collision) reward, in [0, 1].
-        emit: which per-step rewards to emit: ``"both"``, ``"team"`` or ``"agent"``.
+        reward: ``"mpe2"`` (each agent receives mpe2's own reward) or ``"team"`` (each receives
+            the mean over agents).
 
     Raises:
         ScenarioError: unknown arguments, bad values, or an unsupported topology.
@@ -134,7 +137,7 @@ class Spread(Scenario):
         *,
         max_cycles: int = 25,
         local_ratio: float = 0.5,
-        emit: str = "both",
+        reward: str = "mpe2",
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -145,7 +148,7 @@ class Spread(Scenario):
             )
             raise ScenarioError(
                 f"spread got unknown argument(s) {sorted(unknown)}{hint}: it accepts topology, "
-                "max_cycles, local_ratio, emit"
+                "max_cycles, local_ratio, reward"
             )
         if isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1:
             raise ScenarioError(f"max_cycles={max_cycles!r}: give an integer ≥ 1 (mpe2 uses 25)")
@@ -155,12 +158,12 @@ class Spread(Scenario):
             or not (0.0 <= local_ratio <= 1.0)
         ):
             raise ScenarioError(f"local_ratio={local_ratio!r}: give a number in [0, 1]")
-        if emit not in EMIT:
-            raise ScenarioError(f"emit={emit!r}: use one of {', '.join(EMIT)}")
+        if reward not in REWARDS:
+            raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")
         src = self._source(topology)
         #: topology agent id → mpe2 agent name.
         self.mpe_ids = {aid: f"agent_{i}" for i, aid in enumerate(src.agent_ids)}
-        self.max_cycles, self.local_ratio, self.emit = max_cycles, float(local_ratio), emit
+        self.max_cycles, self.local_ratio, self.reward = max_cycles, float(local_ratio), reward
         #: the exact keyword arguments given to ``simple_spread_v3.parallel_env``.
         self.env_kwargs = {
             "N": len(self.mpe_ids),
@@ -274,11 +277,11 @@ class Spread(Scenario):
         obs, rewards, terms, truncs, _ = env.step(joint)
         r = {aid: float(rewards[mpe]) for aid, mpe in self.mpe_ids.items()}
         team = sum(r.values()) / len(r)
-        if self.emit != "agent":
-            emit_reward(team)
-        if self.emit != "team":
+        emit_reward(team)
+        if self.reward == "mpe2":
             for aid, value in r.items():
-                emit_reward(value, agents=[aid])
+                if value != team:
+                    emit_reward(value - team, agents=[aid])
         pairs, dist, covered = world_stats(env)
         t = state["t"] + 1
         done = t >= self.max_cycles or all(terms[m] or truncs[m] for m in self.mpe_ids.values())
