@@ -265,7 +265,8 @@ class GraphEnv(ParallelEnv):
         assert run is not None
         obs = {a: self._last_obs[a] for a in self.agents}
         infos: dict[str, dict[str, Any]] = {
-            a: {"acting": a in run.pending, "superstep": run.superstep} for a in self.agents
+            a: {"acting": a in run.pending, "superstep": run.superstep, "seed": self.seed_used}
+            for a in self.agents
         }
         if run.finished and self.outcome is not None:
             for a in self.agents:

@@ -141,22 +141,14 @@ class Spread(Scenario):
         **unknown: Any,
     ) -> None:
         if unknown:
-            hint = (
-                " (the number of agents comes from the topology: mesh:N)"
-                if ({"N", "n"} & set(unknown))
-                else ""
-            )
+            hint = " (N comes from the topology: mesh:N)" if {"N", "n"} & set(unknown) else ""
             raise ScenarioError(
                 f"spread got unknown argument(s) {sorted(unknown)}{hint}: it accepts topology, "
                 "max_cycles, local_ratio, reward"
             )
         if isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1:
             raise ScenarioError(f"max_cycles={max_cycles!r}: give an integer ≥ 1 (mpe2 uses 25)")
-        if (
-            isinstance(local_ratio, bool)
-            or not isinstance(local_ratio, (int, float))
-            or not (0.0 <= local_ratio <= 1.0)
-        ):
+        if not isinstance(local_ratio, (int, float)) or not 0 <= local_ratio <= 1:
             raise ScenarioError(f"local_ratio={local_ratio!r}: give a number in [0, 1]")
         if reward not in REWARDS:
             raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")

@@ -12,6 +12,7 @@ from scenarios import ScenarioError, engine
 from scenarios.engine import run_inline
 from scenarios.registry import build, list_scenarios
 from scenarios.spread import WORLD, Spread, env_seed
+from topologies import Topology
 
 
 class RecordingBridge(engine.InlineBridge):
@@ -274,3 +275,19 @@ def _replayer(actions: dict[str, list[int]]) -> Any:
         return actions[agent][counts[agent] - 1]
 
     return policy
+
+
+@pytest.mark.parametrize("topology", ["mesh:3", "single", "star:2"])
+def test_graph_round_trips_through_from_langgraph(topology: str) -> None:
+    scenario = Spread(topology)
+    try:
+        imported = Topology.from_langgraph(scenario.build_graph())
+    except (ImportError, AttributeError):
+        pytest.skip("Topology.from_langgraph has not landed yet")
+
+    def shape(t: Topology) -> tuple[Any, ...]:
+        nodes = sorted((n, d["kind"], d["role"]) for n, d in t.graph.nodes(data=True))
+        return nodes, sorted((u, v, d["kind"]) for u, v, d in t.graph.edges(data=True))
+
+    assert shape(imported) == shape(scenario.topology)
+    assert imported.agent_ids == scenario.possible_agents

@@ -3,11 +3,15 @@ runnable LangGraph skeleton every topology can produce.
 
 Routing convention of the skeleton: a node with conditional out-edges writes
 ``{"route": {node: [targets]}}``; its router sends the run to those targets in parallel
-(``Send`` targets get the state as payload) and to END when the list is empty.
+(``Send`` targets get the state as payload) and to END when the list is empty. Targets reached
+by a ``Command`` channel are sent with ``Command(goto=...)`` instead.
+
+Every generator validates its topology (``Topology.validate``).
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from collections.abc import Callable
@@ -16,7 +20,9 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END as LG_END
 from langgraph.graph import START as LG_START
 from langgraph.graph import StateGraph
-from langgraph.types import Send
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._runnable import coerce_to_runnable
+from langgraph.types import Command, Send
 
 from topologies.topology import END, START, Topology, TopologyError
 
@@ -48,9 +54,10 @@ def chain(n: int) -> Topology:
     t = Topology.empty(f"chain:{n}", spec=f"chain:{n}")
     names = [f"agent_{i}" for i in range(n)]
     for i, name in enumerate(names):
-        t.add_agent(name, "aggregator" if i == n - 1 and n > 1 else ("agent" if n == 1 else "worker"))
+        role = "agent" if n == 1 else ("aggregator" if i == n - 1 else "worker")
+        t.add_agent(name, role)
     t.add_channel(START, names[0])
-    for a, b in zip(names, names[1:]):
+    for a, b in itertools.pairwise(names):
         t.add_channel(a, b)
     t.add_channel(names[-1], END)
     return t
@@ -133,18 +140,16 @@ def from_spec(spec: str) -> Topology:
     kind, args = m["kind"], m["args"]
     fn, form = GENERATORS[kind]
     try:
-        if kind == "single":
-            if args:
-                raise ValueError
-            return fn()
-        nums = [int(a) for a in (args or "").split("x")]
-        if len(nums) != form.count(":") + form.count("x") or min(nums) < 1:
+        if kind == "single" and args:
+            raise ValueError
+        nums = [int(a) for a in args.split("x")] if args else []
+        if len(nums) != form.count(":") + form.count("x") or min(nums, default=1) < 1:
             raise ValueError
     except ValueError:
         raise TopologyError(
             f"bad topology spec {spec!r}: write {form} with positive integers"
         ) from None
-    return fn(*nums)
+    return fn(*nums).validate()
 
 
 def to_langgraph(
@@ -154,53 +159,108 @@ def to_langgraph(
 ) -> StateGraph:
     """Build a runnable ``StateGraph`` skeleton of ``topology``.
 
+    Static channels become ``add_edge``; join channels ``add_edge([sources], target)`` (one join
+    per target and label); conditional and ``Send`` channels one router per node, whose path map
+    keys are the channel labels (target names when labels are missing or repeat); ``Command``
+    channels become the node's ``destinations`` and the node's ``route`` to them is returned as
+    ``Command(goto=...)``. Node metadata carries ``role``, ``pool``, ``trainable``,
+    ``max_instances`` (plus ``agent: False`` for plain nodes, ``fanout`` for ``Send`` sources and
+    ``subgraph`` when set), so ``Topology.from_langgraph`` of the skeleton gives the topology back.
+
     Args:
+        topology: the topology to build.
         node_fn: ``node_fn(node_id)`` returns the LangGraph node callable for that node.
         state_schema: the state ``TypedDict``; it needs a ``route`` key reduced by
-            :func:`merge_routes` when the topology has conditional or ``Send`` edges.
+            :func:`merge_routes` when the topology has conditional, ``Send`` or ``Command`` edges.
+
+    Returns:
+        The uncompiled builder.
     """
     builder = StateGraph(state_schema)
     lg = {START: LG_START, END: LG_END}
     for node in topology.nodes:
         d = topology.graph.nodes[node]
-        builder.add_node(
-            node,
-            node_fn(node),
-            metadata={"role": d["role"], "pool": d["pool"], "trainable": d["trainable"],
-                      "max_instances": d["max_instances"]},
-        )
-    joins: dict[str, list[str]] = {}
+        out = topology.graph.out_edges(node, data=True)
+        commands = {v: e["label"] for _, v, e in out if e["kind"] == "command"}
+        fanout = [v for _, v, e in out if e["kind"] == "send"]
+        meta = {k: d[k] for k in ("role", "pool", "trainable", "max_instances")}
+        meta.update({"agent": False} if d["kind"] == "node" else {})
+        meta.update({"fanout": fanout} if fanout else {})
+        meta.update({"subgraph": d["subgraph"]} if d.get("subgraph") else {})
+        fn = node_fn(node)
+        if commands:
+            fn = _commanding(node, fn, set(commands))
+        builder.add_node(node, fn, metadata=meta, destinations=_destinations(commands, lg))
+    joins: dict[tuple[str, str | None], list[str]] = {}
     for u, v, d in topology.edges():
         if d["kind"] == "static":
             builder.add_edge(lg.get(u, u), lg.get(v, v))
         elif d["kind"] == "join":
-            joins.setdefault(v, []).append(u)
-    for v, sources in joins.items():
+            joins.setdefault((v, d["label"]), []).append(u)
+    for (v, _), sources in joins.items():
         builder.add_edge(sources, lg.get(v, v))
     for node in [START, *topology.nodes]:
-        routed = [(v, d["kind"]) for _, v, d in topology.graph.out_edges(node, data=True)
-                  if d["kind"] in ("conditional", "send")]
+        out = topology.graph.out_edges(node, data=True)
+        routed = [
+            (v, d["kind"], d["label"]) for _, v, d in out if d["kind"] in ("conditional", "send")
+        ]
         if routed:
+            keys = [label if label is not None else v for v, _, label in routed]
+            if len(set(keys)) < len(keys):
+                keys = [v for v, _, _ in routed]
+            commands = {v for _, v, d in out if d["kind"] == "command"}
             builder.add_conditional_edges(
-                lg.get(node, node), _router(node, routed), [lg.get(v, v) for v, _ in routed]
+                lg.get(node, node),
+                _router(node, routed, keys, commands),
+                {k: lg.get(v, v) for k, (v, _, _) in zip(keys, routed, strict=True)},
             )
     return builder
 
 
-def _router(node: str, routed: list[tuple[str, str]]) -> Callable[[dict[str, Any]], Any]:
-    kinds = dict(routed)
+def _destinations(commands: dict[str, str | None], lg: dict[str, str]) -> Any:
+    if not commands:
+        return None
+    if all(label is None for label in commands.values()):
+        return tuple(lg.get(v, v) for v in commands)
+    return {lg.get(v, v): label if label is not None else v for v, label in commands.items()}
+
+
+def _router(
+    node: str, routed: list[tuple[str, str, str | None]], keys: list[str], commands: set[str]
+) -> Callable[[dict[str, Any]], Any]:
+    kinds = {v: kind for v, kind, _ in routed}
+    key_of = {v: k for (v, _, _), k in zip(routed, keys, strict=True)}
     allowed = set(kinds)
 
     def route(state: dict[str, Any]) -> Any:
-        targets = (state.get("route") or {}).get(node) or []
-        bad = [t for t in targets if t not in allowed]
+        chosen = (state.get("route") or {}).get(node) or []
+        bad = [t for t in chosen if t not in allowed and t not in commands]
         if bad:
-            raise TopologyError(f"node {node!r} routed to {bad}: its channels go to {sorted(allowed)}")
-        if not targets:
+            raise TopologyError(
+                f"node {node!r} routed to {bad}: its channels go to {sorted(allowed | commands)}"
+            )
+        targets = [t for t in chosen if t in allowed]
+        if not chosen:
             if END not in allowed:
                 raise TopologyError(f"node {node!r} chose no target and has no channel to END")
-            return LG_END
-        return [Send(t, state) if kinds[t] == "send" else (LG_END if t == END else t) for t in targets]
+            return key_of[END]
+        return [Send(t, state) if kinds[t] == "send" else key_of[t] for t in targets]
 
     route.__name__ = f"route_{node}"
     return route
+
+
+def _commanding(node: str, fn: Callable[..., Any], commands: set[str]) -> Callable[..., Any]:
+    """Wrap a node so the targets of its ``route`` reached by ``Command`` go into ``goto``."""
+    runnable = coerce_to_runnable(fn)
+
+    def command_node(state: Any, config: RunnableConfig) -> Any:
+        update = runnable.invoke(state, config)
+        chosen = (
+            ((update or {}).get("route") or {}).get(node) or [] if isinstance(update, dict) else []
+        )
+        goto = [LG_END if t == END else t for t in chosen if t in commands]
+        return Command(update=update, goto=goto) if goto else update
+
+    command_node.__name__ = node
+    return command_node

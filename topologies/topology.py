@@ -82,7 +82,9 @@ class Topology:
             subgraph=subgraph,
         )
 
-    def add_channel(self, src: str, dst: str, kind: str = "static", label: str | None = None) -> None:
+    def add_channel(
+        self, src: str, dst: str, kind: str = "static", label: str | None = None
+    ) -> None:
         """Add a channel ``src → dst`` of ``kind`` (see ``EDGE_KINDS``)."""
         self.graph.add_edge(src, dst, kind=kind, label=label)
 
