@@ -17,11 +17,11 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._runnable import coerce_to_runnable
 from langgraph.graph import END as LG_END
 from langgraph.graph import START as LG_START
 from langgraph.graph import StateGraph
-from langchain_core.runnables import RunnableConfig
-from langgraph._internal._runnable import coerce_to_runnable
 from langgraph.types import Command, Send
 
 from topologies.topology import END, START, Topology, TopologyError

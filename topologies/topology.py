@@ -157,7 +157,10 @@ class Topology:
         return self
 
     def to_langgraph(self, node_fn: Any, state_schema: type | None = None) -> Any:
-        """A runnable LangGraph ``StateGraph`` skeleton; see :func:`topologies.generators.to_langgraph`."""
+        """A runnable LangGraph ``StateGraph`` skeleton.
+
+        See :func:`topologies.generators.to_langgraph`.
+        """
         from topologies.generators import TeamState, to_langgraph
 
         return to_langgraph(self, node_fn, state_schema or TeamState)
@@ -179,7 +182,7 @@ class Topology:
         return [n for n, d in self.graph.nodes(data=True) if d["kind"] == "agent"]
 
     def instances(self, node: str) -> list[str]:
-        """The agent ids of agent node ``node``: ``[node]``, or ``<node>_<i>`` for a fan-out node."""
+        """The agent ids of ``node``: ``[node]``, or ``<node>_<i>`` for a fan-out node."""
         k = self.graph.nodes[node]["max_instances"]
         return [node] if k == 1 else [f"{node}_{i}" for i in range(k)]
 
@@ -306,4 +309,5 @@ class Topology:
 
     def __repr__(self) -> str:
         label = self.spec or self.name
-        return f"Topology({label!r}, agents={len(self.agent_ids)}, edges={self.graph.number_of_edges()})"
+        edges = self.graph.number_of_edges()
+        return f"Topology({label!r}, agents={len(self.agent_ids)}, edges={edges})"
