@@ -1,0 +1,84 @@
+"""Argument validation of the ``delegate`` scenario: each error names the argument and the fix."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from scenarios.base import ScenarioError
+from topologies import Topology, TopologyError
+
+VALID_KWARGS = (
+    "parts",
+    "types",
+    "skills_seed",
+    "skills",
+    "parallel",
+    "max_rounds",
+    "latency_cost",
+    "call_cost",
+)
+
+
+def check_unknown(unknown: dict[str, Any]) -> None:
+    """Reject keyword arguments ``delegate`` does not know."""
+    if unknown:
+        raise ScenarioError(
+            f"delegate got unknown argument(s) {sorted(unknown)}: "
+            f"valid are {', '.join(VALID_KWARGS)}"
+        )
+
+
+def check_parallel(value: Any) -> bool:
+    """``parallel`` must be a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ScenarioError(f"parallel must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_topology(topology: str | Topology) -> Topology:
+    """Accept ``single`` and ``star:N`` (a spec string or a generated :class:`Topology`)."""
+    fix = "pass topology='star:N' (N ≥ 1) or topology='single'"
+    try:
+        topo = Topology.from_spec(topology)
+    except TopologyError as exc:
+        raise ScenarioError(f"delegate: bad topology {topology!r} ({exc}); {fix}") from None
+    if topo.kind not in ("single", "star") or topo.spec is None:
+        raise ScenarioError(
+            f"delegate runs on single or star:N, not {topo.spec or topo.name!r}: {fix}"
+        )
+    return topo
+
+
+def int_arg(name: str, value: Any, low: int, high: int | None) -> int:
+    """An integer in ``[low, high]`` (no upper bound when ``high`` is None); bools rejected."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        valid = f"an integer in [{low}, {high}]" if high is not None else f"an integer ≥ {low}"
+        raise ScenarioError(f"{name} must be {valid}, got {value!r}")
+    return int(value)
+
+
+def cost_arg(name: str, value: Any) -> float:
+    """A finite, non-negative cost coefficient."""
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        raise ScenarioError(f"{name} must be a finite number ≥ 0, got {value!r}")
+    return float(value)
+
+
+def check_skills(skills: Any, rows: int, types: int, any_rows: bool) -> np.ndarray:
+    """An explicit ``(rows, types)`` matrix of probabilities (any row count when ``any_rows``)."""
+    want = f"(N, {types}) with N ≥ 1" if any_rows else f"({rows}, {types}) = (workers, types)"
+    try:
+        arr = np.array(skills, dtype=float)
+    except (TypeError, ValueError):
+        raise ScenarioError(f"skills must be a numeric matrix of shape {want}") from None
+    bad_shape = arr.ndim != 2 or arr.shape[1] != types or arr.shape[0] < 1
+    if bad_shape or (not any_rows and arr.shape[0] != rows):
+        raise ScenarioError(f"skills must have shape {want}, got {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
+        raise ScenarioError("skills must be success probabilities in [0, 1]")
+    return arr
