@@ -222,7 +222,7 @@ def _as_finite(raw: object, coalition: frozenset[str], repeat: int | None = None
     return value
 
 
-# ----- input checks and the per-call evaluator ------------------------------------------------
+# ----- input checks and the per-call evaluator ----------------------------------------------------
 def _check_agents(agents: Sequence[str]) -> tuple[str, ...]:
     if isinstance(agents, str | bytes):
         raise TypeError(
