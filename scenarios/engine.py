@@ -20,7 +20,7 @@ from langgraph._internal._runnable import RunnableCallable
 from langgraph.config import get_config
 from pettingzoo import ParallelEnv
 
-from scenarios.base import AbsentPolicy, Outcome, Scenario
+from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode
 
 Policy = Callable[[str, Any], Any]
@@ -121,6 +121,13 @@ class GraphEnv(ParallelEnv):
         self.agents: list[str] = []
         self.max_steps = max_steps or scenario.max_supersteps
         topo = scenario.topology
+        nested = [n for n in topo.agents if topo.attr(n, "subgraph")]
+        if nested:
+            raise ScenarioError(
+                f"agent nodes inside subgraphs ({nested[:3]}) cannot be stepped by GraphEnv yet: "
+                "set metadata={'flatten': False} on the subgraph node to make it one agent, or "
+                "mark its inner nodes agent=False"
+            )
         self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
         self._graph = compile_for_env(scenario.build_graph(), self.agent_nodes)
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
@@ -195,8 +202,8 @@ class GraphEnv(ParallelEnv):
         obs, infos = self._observe()
         rewards = self._rewards()
         done = self._run.finished
-        terms = dict.fromkeys(self.agents, done and not self._truncated)
-        truncs = dict.fromkeys(self.agents, done and self._truncated)
+        terms = dict.fromkeys(self.agents, done and not self.truncated)
+        truncs = dict.fromkeys(self.agents, done and self.truncated)
         if done:
             self.agents = []
         return obs, rewards, terms, truncs, infos
@@ -252,8 +259,8 @@ class GraphEnv(ParallelEnv):
     def _finish(self, truncated: bool = False, error: str | None = None) -> None:
         run = self._run
         assert run is not None
-        self._truncated = truncated or run.error is not None
-        self._error = error or (f"{type(run.error).__name__}: {run.error}" if run.error else None)
+        self.truncated = truncated or run.error is not None
+        self.error = error or (f"{type(run.error).__name__}: {run.error}" if run.error else None)
         if run.error is not None or truncated:
             self.outcome = self.scenario.failure_state(run.result)
         else:
@@ -270,7 +277,7 @@ class GraphEnv(ParallelEnv):
         }
         if run.finished and self.outcome is not None:
             for a in self.agents:
-                infos[a].update(outcome=self.outcome, error=self._error)
+                infos[a].update(outcome=self.outcome, error=self.error)
         return obs, infos
 
     def _rewards(self) -> dict[str, float]:

@@ -71,7 +71,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             out_inf = {a: infos[a] for a in out}
             terms_out = {**dict.fromkeys(out, terminated), "__all__": terminated}
             truncs_out = {**dict.fromkeys(out, not terminated), "__all__": not terminated}
-            self.agents = []
+            self.agents = out  # the agents receiving their final observation
             return out_obs, out_rew, terms_out, truncs_out, out_inf
         acting = [a for a in obs if infos[a]["acting"]]
         out_rew = {a: self._held[a] for a in acting}

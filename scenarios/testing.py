@@ -1,0 +1,74 @@
+"""Conformance checks for scenarios: run them on your own scenario or topology with one call.
+
+Example:
+    >>> from scenarios.testing import check_scenario
+    >>> check_scenario(lambda: scenarios.build("delegate", topology="star:3"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+from scenarios.base import Scenario
+from scenarios.engine import GraphEnv
+
+
+def random_episode(env: GraphEnv, seed: int) -> float:
+    """Play one episode with uniformly random actions (seeded); return the team outcome reward."""
+    obs, _ = env.reset(seed=seed)
+    for a in env.possible_agents:
+        env.action_space(a).seed(seed)
+    while env.agents:
+        for a in env.agents:
+            space = env.observation_space(a)
+            if not space.contains(obs[a]):
+                raise AssertionError(f"observation of {a!r} is outside its space {space}")
+        obs, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
+    assert env.outcome is not None
+    return env.outcome.reward
+
+
+def check_replay(env: GraphEnv, seed: int) -> None:
+    """A replay of an episode with every agent present reproduces its outcome exactly."""
+    reward = random_episode(env, seed)
+    if env.outcome is not None and env.truncated:
+        return  # a failed episode has nothing to reproduce
+    replayed = env.value(seed, env.possible_agents, env.episode_actions())
+    if not np.isclose(replayed, reward):
+        raise AssertionError(f"replay of seed {seed} gave {replayed}, the episode gave {reward}")
+
+
+def check_rllib(env: GraphEnv) -> None:
+    """The RLlib view passes RLlib's own multi-agent env checker."""
+    from ray.rllib.utils.pre_checks.env import check_multiagent_environments
+
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    check_multiagent_environments(RLlibGraphEnv({"env": env}))
+
+
+def check_scenario(
+    factory: Callable[[], Scenario], cycles: int = 200, seeds: int = 3, rllib: bool = True
+) -> None:
+    """Run every conformance check on a scenario factory.
+
+    Checks PettingZoo's ``parallel_api_test`` and ``parallel_seed_test``, observations inside
+    their spaces, exact replays (determinism and common random numbers) and, with ``rllib``,
+    RLlib's env checker on the RLlib view.
+
+    Raises:
+        AssertionError: naming the check that failed.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallel_api_test(GraphEnv(factory()), num_cycles=cycles)
+        parallel_seed_test(lambda: GraphEnv(factory()), num_cycles=cycles)
+    env = GraphEnv(factory())
+    for seed in range(seeds):
+        check_replay(env, seed)
+    if rllib:
+        check_rllib(GraphEnv(factory()))
