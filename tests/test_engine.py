@@ -1,4 +1,4 @@
-"""GraphEnv executes real LangGraph graphs: supersteps, fan-out, joins, handoffs, faults, replays."""
+"""GraphEnv runs real LangGraph graphs: supersteps, fan-out, joins, handoffs, faults, replays."""
 
 from __future__ import annotations
 
