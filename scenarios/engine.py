@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from langchain_core.runnables import RunnableConfig
-from langgraph._internal._runnable import RunnableCallable
 from langgraph.config import get_config
 from pettingzoo import ParallelEnv
 
@@ -60,24 +59,31 @@ def zero_action(space: gym.Space) -> Any:
     return np.zeros(space.shape, dtype=space.dtype)
 
 
-def compile_for_env(builder: Any, agent_nodes: Iterable[str]) -> Any:
-    """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update"."""
+def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
+    """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update".
+
+    Used only for counterfactual replays under ``absent="skip"``; the node functions are wrapped
+    in place, so LangGraph's argument injection (config, runtime, ...) is unchanged.
+    """
     builder = copy.copy(builder)
     builder.nodes = dict(builder.nodes)
     for name in agent_nodes:
         spec = builder.nodes[name]
-        builder.nodes[name] = dataclasses.replace(spec, runnable=_skippable(name, spec.runnable))
+        runnable = copy.copy(spec.runnable)
+        runnable.func = _skippable(runnable.func)
+        builder.nodes[name] = dataclasses.replace(spec, runnable=runnable)
     return builder.compile()
 
 
-def _skippable(name: str, runnable: Any) -> RunnableCallable:
-    def node(state: Any, config: RunnableConfig) -> Any:
+def _skippable(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def node(*args: Any, **kwargs: Any) -> Any:
         try:
-            return runnable.invoke(state, config)
+            return func(*args, **kwargs)
         except SkipNode:
             return None
 
-    return RunnableCallable(node, name=name, trace=False)
+    return node
 
 
 @dataclasses.dataclass
@@ -129,7 +135,8 @@ class GraphEnv(ParallelEnv):
                 "mark its inner nodes agent=False"
             )
         self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
-        self._graph = compile_for_env(scenario.build_graph(), self.agent_nodes)
+        self._graph = scenario.build_graph().compile()
+        self._skip_graph: Any = None  # compiled on the first replay under absent="skip"
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
@@ -219,10 +226,15 @@ class GraphEnv(ParallelEnv):
         raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
 
     # ----- internals -----------------------------------------------------------------------
-    def _new_run(self, seed: int) -> GraphRun:
+    def _new_run(self, seed: int, skip: bool = False) -> GraphRun:
         inputs = self.scenario.initial_state(np.random.default_rng(seed))
+        graph = self._graph
+        if skip:
+            if self._skip_graph is None:
+                self._skip_graph = compile_skippable(self.scenario.build_graph(), self.agent_nodes)
+            graph = self._skip_graph
         return GraphRun(
-            self._graph,
+            graph,
             inputs,
             self.agent_nodes,
             {"recursion_limit": self.scenario.max_supersteps + 1},
@@ -331,7 +343,7 @@ class GraphEnv(ParallelEnv):
     def _replay(
         self, seed: int, members: frozenset[str], actions: Any, mode: AbsentPolicy
     ) -> Outcome:
-        run = self._new_run(seed)
+        run = self._new_run(seed, skip=mode == "skip")
         counts: dict[str, int] = {}
 
         def act(agent: str, obs: Any) -> Any:
