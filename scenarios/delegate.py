@@ -28,6 +28,14 @@ dispatch rounds (critical-path worker supersteps: a parallel fan-out round costs
 many workers it calls; ``single`` costs one) and ``calls`` is the number of parts handed to
 workers (``single``: 0). Skill draws use common random numbers,
 ``default_rng([task_seed, round, part, worker]).random() < skill``, so replays are exact.
+Metrics: ``latency``, ``calls``, ``solved_fraction`` and ``rounds`` (orchestrator decisions,
+counting a final "assign nothing"). ``Outcome.local`` gives each worker the parts it solved
+over ``K`` minus ``μ`` per part it was handed. Absent agents (counterfactual replays) take the
+all-zeros action: an absent orchestrator assigns nothing, an absent worker passes.
+
+Frozen policies: :meth:`Delegate.scripted_worker` (matching method) and
+:meth:`Delegate.oracle_policy` (the skill-aware optimal orchestrator, exact dynamic programming,
+see :mod:`scenarios.delegate_oracle`); :meth:`Delegate.oracle_value` is its expected reward.
 """
 
 from __future__ import annotations

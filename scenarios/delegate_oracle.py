@@ -12,6 +12,10 @@ highest skill for its type: the cost of a round (``λ`` plus ``μ`` per part) do
 which workers are called, and a higher success probability can only help because the value is
 monotone in the set of solved parts. With ``parallel=False`` one worker handles every part
 dispatched in a round, so the recursion maximises over that worker too.
+
+Cost: at most ``4^K`` (dispatch, outcome) pairs per round, times ``N`` with ``parallel=False``,
+memoised across tasks of one instance. The default (K = T = 3) solves in milliseconds; the
+largest allowed size (K = T = N = 8, 16 rounds) takes seconds parallel and ~30 s sequential.
 """
 
 from __future__ import annotations
