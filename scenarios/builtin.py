@@ -1,8 +1,6 @@
 """Imports the built-in scenarios so that they register themselves."""
 
-import contextlib
-
-for _module in ("delegate", "relay", "toolchain", "spread"):
-    # a built-in that has not landed yet is simply absent from the registry
-    with contextlib.suppress(ModuleNotFoundError):
-        __import__(f"scenarios.{_module}")
+import scenarios.delegate
+import scenarios.relay
+import scenarios.spread
+import scenarios.toolchain  # noqa: F401
