@@ -33,12 +33,15 @@ class Outcome:
         success: whether the task was solved.
         local: optional per-agent rewards (for ``credit="local"``); agent id → reward.
         metrics: named numbers for reports (``latency``, ``calls``, checklist criteria, ...).
+        truncated: the episode ended on a time limit rather than a terminal state (as MPE's
+            ``max_cycles``): agents are truncated, so learners bootstrap the last value.
     """
 
     reward: float
     success: bool = False
     local: dict[str, float] = dataclasses.field(default_factory=dict)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    truncated: bool = False
 
 
 class Scenario(ABC):
@@ -61,8 +64,9 @@ class Scenario(ABC):
     absent: ClassVar[AbsentPolicy] = "default"
     #: reward given for an action outside the agent's action space; ``None`` raises ValueError.
     invalid_action_penalty: ClassVar[float | None] = None
-    #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it).
-    max_supersteps: ClassVar[int] = 64
+    #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it);
+    #: a scenario may set it per instance.
+    max_supersteps: int = 64
 
     topology: Topology
 

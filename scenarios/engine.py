@@ -277,6 +277,7 @@ class GraphEnv(ParallelEnv):
             self.outcome = self.scenario.failure_state(run.result)
         else:
             self.outcome = self.scenario.score(run.result)
+            self.truncated = self.outcome.truncated
         self.outcome.reward += run.team_reward
 
     def _observe(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

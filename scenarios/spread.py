@@ -303,4 +303,5 @@ class Spread(Scenario):
         for aid, value in (state.get("agent_returns") or {}).items():
             metrics[f"{aid}/return"] = float(value)
         success = steps > 0 and int(state.get("covered", 0)) == len(self.mpe_ids)
-        return Outcome(reward=0.0, success=success, metrics=metrics)
+        # mpe2 ends every episode on its max_cycles time limit: a truncation, not a terminal state
+        return Outcome(reward=0.0, success=success, metrics=metrics, truncated=True)
