@@ -1,18 +1,61 @@
-"""Experiment configuration: small dataclasses per axis, with an exact YAML round trip."""
+"""Experiment configuration: small dataclasses per axis, with an exact YAML round trip.
+
+An experiment is scenario × topology × pools × credit × algorithm × run settings (budget, seed,
+resources, logging, output). Every axis is a small dataclass; :class:`ExperimentConfig` holds
+them and converts to and from plain dicts and YAML exactly
+(``ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg``). Field-level checks live in
+:meth:`ExperimentConfig.check`; checks that need the scenario (agents, pools, credit support)
+happen in :func:`trainers.algo.resolve`, still before Ray starts.
+
+Example:
+    >>> cfg = ExperimentConfig(scenario="delegate", topology="star:3", train=["orchestrator"])
+    >>> ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
+    True
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import dataclasses
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from marl_agents.pools import SHARING, ModelConfig, PoolConfig
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
 CreditEstimator = Literal["auto", "exact", "permutation", "antithetic", "kernel"]
 
 CREDIT_METHODS: tuple[str, ...] = ("team", "local", "loo", "shapley")
 CREDIT_ESTIMATORS: tuple[str, ...] = ("auto", "exact", "permutation", "antithetic", "kernel")
+ALGORITHMS: tuple[str, ...] = ("PPO", "APPO", "IMPALA")
+WANDB_MODES: tuple[str, ...] = ("offline", "online", "disabled")
+
+__all__ = [
+    "ALGORITHMS",
+    "CREDIT_ESTIMATORS",
+    "CREDIT_METHODS",
+    "AlgoConfig",
+    "BudgetConfig",
+    "ConfigError",
+    "CreditConfig",
+    "ExperimentConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "OutputConfig",
+    "PoolConfig",
+    "ResourcesConfig",
+]
 
 
-@dataclass
+class ConfigError(ValueError):
+    """An experiment config that cannot run; the message names the field and the fix."""
+
+
+@dataclasses.dataclass
 class CreditConfig:
     """How the team's reward is split between agents before advantages are computed.
 
@@ -35,3 +78,425 @@ class CreditConfig:
     repeats: int = 1
     exact_max: int = 8
     normalize: bool = False
+
+    def check(self) -> None:
+        """Field-level validation (what the scenario supports is checked in ``resolve``)."""
+        if self.method not in CREDIT_METHODS:
+            raise ConfigError(
+                f"credit.method={self.method!r} is unknown: use one of {', '.join(CREDIT_METHODS)}"
+            )
+        if self.estimator not in CREDIT_ESTIMATORS:
+            raise ConfigError(
+                f"credit.estimator={self.estimator!r} is unknown: use one of "
+                f"{', '.join(CREDIT_ESTIMATORS)}"
+            )
+        if self.budget is not None and self.budget < 1:
+            raise ConfigError(f"credit.budget must be ≥ 1 or null, got {self.budget}")
+        if self.repeats < 1:
+            raise ConfigError(f"credit.repeats must be ≥ 1, got {self.repeats}")
+        if not 0 <= self.exact_max <= 16:
+            raise ConfigError(f"credit.exact_max must be in 0…16, got {self.exact_max}")
+
+
+@dataclasses.dataclass
+class AlgoConfig:
+    """The RL algorithm and its main hyperparameters (RLlib new API stack).
+
+    Attributes:
+        name: ``"PPO"`` (default), ``"APPO"`` or ``"IMPALA"``.
+        lr: learning rate.
+        gamma: discount.
+        gae_lambda: GAE λ (PPO, APPO).
+        train_batch_size: env steps per learner update (``train_batch_size_per_learner``).
+        minibatch_size: SGD minibatch size.
+        num_epochs: passes over each train batch.
+        entropy_coeff: entropy bonus.
+        clip_param: PPO / APPO surrogate clip.
+        vf_loss_coeff: value loss weight.
+        grad_clip: gradient norm clip (``None``: off).
+        extra: more keyword arguments for ``AlgorithmConfig.training`` (named as RLlib names
+            them), e.g. ``{"kl_coeff": 0.0}``.
+    """
+
+    name: str = "PPO"
+    lr: float = 0.001
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    train_batch_size: int = 1000
+    minibatch_size: int = 250
+    num_epochs: int = 6
+    entropy_coeff: float = 0.0
+    clip_param: float = 0.2
+    vf_loss_coeff: float = 0.5
+    grad_clip: float | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def check(self) -> None:
+        """Field-level validation."""
+        if self.name not in ALGORITHMS:
+            raise ConfigError(
+                f"algorithm.name={self.name!r} is not supported: use one of {', '.join(ALGORITHMS)}"
+            )
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"algorithm.lr must be a positive number, got {self.lr}")
+        if not 0 <= self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ConfigError("algorithm.gamma and algorithm.gae_lambda must be in [0, 1]")
+        if self.train_batch_size < 1 or self.minibatch_size < 1 or self.num_epochs < 1:
+            raise ConfigError(
+                "algorithm.train_batch_size, minibatch_size and num_epochs must be ≥ 1"
+            )
+        if self.minibatch_size > self.train_batch_size:
+            raise ConfigError(
+                f"algorithm.minibatch_size={self.minibatch_size} exceeds train_batch_size="
+                f"{self.train_batch_size}: lower it or raise the batch"
+            )
+
+
+@dataclasses.dataclass
+class BudgetConfig:
+    """When training stops: the first of the limits that are set.
+
+    Attributes:
+        iterations: training iterations (one train batch each).
+        env_steps: environment steps sampled.
+        time_s: wall-clock seconds.
+    """
+
+    iterations: int | None = 60
+    env_steps: int | None = None
+    time_s: float | None = None
+
+    def check(self) -> None:
+        """At least one limit, every set limit positive."""
+        limits = {"iterations": self.iterations, "env_steps": self.env_steps, "time_s": self.time_s}
+        if all(v is None for v in limits.values()):
+            raise ConfigError(
+                "budget has no limit: set budget.iterations, budget.env_steps or budget.time_s"
+            )
+        for name, value in limits.items():
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ConfigError(
+                    f"budget.{name} must be positive (or null to disable it), got {value!r}"
+                )
+
+
+@dataclasses.dataclass
+class ResourcesConfig:
+    """Where the work runs (defaults: everything in one process, tuned for a small CPU box).
+
+    Attributes:
+        num_env_runners: remote env-runner processes (0: sample in the driver; on 2 cores a
+            second process buys almost nothing).
+        num_envs_per_env_runner: environments stepped together per runner (batched inference).
+        num_learners: remote learner processes (0: learn in the driver).
+        num_gpus_per_learner: GPUs per learner (needs a GPU on the machine or cluster).
+        num_cpus: CPUs Ray may use (``None``: all of this machine's).
+    """
+
+    num_env_runners: int = 0
+    num_envs_per_env_runner: int = 8
+    num_learners: int = 0
+    num_gpus_per_learner: float = 0
+    num_cpus: int | None = None
+
+    def check(self) -> None:
+        """Non-negative counts."""
+        if self.num_env_runners < 0 or self.num_learners < 0 or self.num_gpus_per_learner < 0:
+            raise ConfigError("resources: counts must be ≥ 0")
+        if self.num_envs_per_env_runner < 1:
+            raise ConfigError("resources.num_envs_per_env_runner must be ≥ 1")
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ConfigError("resources.num_cpus must be ≥ 1 or null")
+
+
+@dataclasses.dataclass
+class LoggingConfig:
+    """Experiment tracking.
+
+    Attributes:
+        wandb: ``"offline"`` (default: files under the run dir, no account), ``"online"`` or
+            ``"disabled"``.
+        project: wandb project.
+        entity: wandb entity (team or user), online only.
+        progress: show a progress bar and summary tables.
+    """
+
+    wandb: str = "offline"
+    project: str = "marl-orchestra"
+    entity: str | None = None
+    progress: bool = True
+
+    def check(self) -> None:
+        """Known wandb mode."""
+        if self.wandb not in WANDB_MODES:
+            raise ConfigError(
+                f"logging.wandb={self.wandb!r} is unknown: use one of {', '.join(WANDB_MODES)}"
+            )
+
+
+@dataclasses.dataclass
+class OutputConfig:
+    """Where results go.
+
+    Attributes:
+        dir: parent directory of run directories.
+        name: run directory name (default ``{scenario}__{algo}__{seed}__{time}``).
+        checkpoint_every: save a checkpoint every this many iterations (0: only at the end).
+        plot: write a learning-curve PNG at the end.
+    """
+
+    dir: str = "runs"
+    name: str | None = None
+    checkpoint_every: int = 10
+    plot: bool = True
+
+    def check(self) -> None:
+        """Non-negative checkpoint interval."""
+        if self.checkpoint_every < 0:
+            raise ConfigError("output.checkpoint_every must be ≥ 0 (0: only at the end)")
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+    """One experiment: scenario × topology × pools × credit × algorithm × run settings.
+
+    Attributes:
+        scenario: registered scenario name (``marl scenarios`` lists them).
+        scenario_kwargs: keyword arguments of the scenario.
+        topology: topology spec (``"star:3"``), a ``Topology.to_dict()`` mapping, or ``None``
+            for the scenario's default.
+        sharing: how agents not listed in ``pools`` are pooled: ``"role"`` (parameter sharing
+            by role, default), ``"agent"`` (no sharing), ``"team"`` (one module) or
+            ``"explicit"`` (only the listed pools).
+        pools: pool id → :class:`PoolConfig` (its model; optionally the agents it serves).
+        train: agent or pool ids that learn (``None``: all learnable pools).
+            ``["orchestrator"]`` trains the orchestrator against frozen subagents: frozen pools
+            with no configured model get the scenario's registered scripted policy for their
+            role (e.g. ``delegate.scripted_worker``).
+        credit: credit assignment.
+        algorithm: algorithm and hyperparameters.
+        budget: when to stop.
+        seed: experiment seed (also set ``PYTHONHASHSEED`` for bit-identical reruns; the CLI
+            does).
+        resources: processes, environments, GPUs.
+        logging: wandb and progress display.
+        output: run directory, checkpoints, plots.
+    """
+
+    scenario: str = "delegate"
+    scenario_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    topology: str | dict[str, Any] | None = None
+    sharing: str = "role"
+    pools: dict[str, PoolConfig] = dataclasses.field(default_factory=dict)
+    train: list[str] | None = None
+    credit: CreditConfig = dataclasses.field(default_factory=CreditConfig)
+    algorithm: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
+    budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
+    seed: int = 0
+    resources: ResourcesConfig = dataclasses.field(default_factory=ResourcesConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
+
+    # ----- validation ----------------------------------------------------------------------
+    def check(self) -> ExperimentConfig:
+        """Field-level validation (no scenario built); returns ``self``.
+
+        Raises:
+            ConfigError: the first bad field, named with the fix.
+        """
+        if not isinstance(self.scenario, str) or not self.scenario:
+            raise ConfigError("scenario must be a registered scenario name, e.g. 'delegate'")
+        if self.sharing not in SHARING:
+            raise ConfigError(
+                f"sharing={self.sharing!r} is unknown: use one of {', '.join(SHARING)}"
+            )
+        if self.train is not None and (
+            isinstance(self.train, str) or not all(isinstance(t, str) for t in self.train)
+        ):
+            raise ConfigError(f"train must be a list of agent or pool ids, got {self.train!r}")
+        if self.train is not None and not self.train:
+            raise ConfigError("train is empty: list agent or pool ids, or null to train all")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer ≥ 0, got {self.seed!r}")
+        for part in (
+            self.credit,
+            self.algorithm,
+            self.budget,
+            self.resources,
+            self.logging,
+            self.output,
+        ):
+            part.check()
+        return self
+
+    # ----- conversions ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, YAML-safe dict (nested dataclasses become dicts)."""
+        return _to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
+        """Build from :meth:`to_dict` output or hand-written YAML.
+
+        Shorthands: ``algorithm: PPO`` and ``credit: shapley`` set just the name / method;
+        a pool given as a string is its model type (``worker: scripted`` is rejected without a
+        policy, so ``worker: {model: {type: scripted, policy: ...}}``).
+
+        Raises:
+            ConfigError: an unknown key (the message lists the valid ones) or a wrong type.
+        """
+        data = dict(data or {})
+        if isinstance(data.get("algorithm"), str):
+            data["algorithm"] = {"name": data["algorithm"]}
+        if isinstance(data.get("credit"), str):
+            data["credit"] = {"method": data["credit"]}
+        return _from_plain(cls, data, "config")
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        """YAML text of :meth:`to_dict` (field order kept); also written to ``path`` if given."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> ExperimentConfig:
+        """Load from YAML text or a ``.yaml``/``.yml`` file path."""
+        text = str(source)
+        if isinstance(source, Path) or (
+            "\n" not in text and text.endswith((".yaml", ".yml")) and Path(text).exists()
+        ):
+            text = Path(source).read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config is not valid YAML: {exc}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError("a config YAML must be a mapping of fields (scenario: ..., ...)")
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> ExperimentConfig:
+        """A copy with dotted-path changes, e.g. ``replace(**{"algorithm.lr": 1e-3})``."""
+        data = self.to_dict()
+        for key, value in changes.items():
+            set_path(data, key, value)
+        return ExperimentConfig.from_dict(data)
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        """The :class:`scenarios.rllib_env.RLlibGraphEnv` config of this experiment."""
+        return {
+            "scenario": self.scenario,
+            "topology": self.topology,
+            "kwargs": dict(self.scenario_kwargs),
+        }
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data["a"]["b"] = value`` for ``dotted="a.b"``, creating mappings on the way."""
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {key!r} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+# ----- generic dataclass <-> plain conversion -----------------------------------------------
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _from_plain(cls: type, data: Any, where: str) -> Any:
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping, got {data!r}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; valid fields are {names}")
+    hints = _hints(cls)
+    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: bad value {value!r}")
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            choices = ", ".join(map(repr, typing.get_args(tp)))
+            raise ConfigError(f"{where}={value!r} is not one of {choices}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if tp is PoolConfig and isinstance(value, str):
+            value = {"model": {"type": value}}
+        return _from_plain(tp, value, where)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        _, item = typing.get_args(tp)
+        return {str(k): _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where} must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value

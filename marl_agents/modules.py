@@ -1,0 +1,302 @@
+"""Torch RLModules for pools and the one function that turns a pool into an ``RLModuleSpec``.
+
+* ``mlp`` pools use the algorithm's own default module (RLlib's ``DefaultPPOTorchRLModule`` for
+  PPO/IMPALA, the APPO variant for APPO) with ``fcnet_hiddens`` = the pool's sizes: the fastest
+  path and exactly what a hand-written RLlib config would build.
+* ``gru`` pools use :class:`GRUModule` (recurrent actor-critic for partial observability).
+* ``mpnn`` pools use :class:`MessagePassingModule`: one round of message passing over the
+  topology's channels, applied to the agent's own observation (see its docstring).
+* ``scripted`` pools use :class:`marl_agents.scripted.ScriptedModule`.
+* ``checkpoint`` pools rebuild the module class stored in an earlier run's checkpoint and load
+  its weights at build time (``load_state_path``) on the learner and every env runner.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchMultiCategorical,
+)
+from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from torch import nn
+from typing_extensions import override
+
+from marl_agents.pools import AgentPool, PoolError
+from marl_agents.scripted import ScriptedModule
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "elu": nn.ELU,
+    "linear": nn.Identity,
+}
+
+
+def mlp(inputs: int, sizes: list[int], activation: str) -> tuple[nn.Sequential, int]:
+    """A plain MLP ``inputs → sizes…`` with ``activation`` after each layer; returns its width."""
+    layers: list[nn.Module] = []
+    width = inputs
+    for size in sizes:
+        layers += [nn.Linear(width, size), _ACTIVATIONS[activation]()]
+        width = size
+    return nn.Sequential(*layers), width
+
+
+def action_head(space: gym.Space) -> tuple[int, Any]:
+    """Logit width and RLlib distribution class for an action space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n), TorchCategorical
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        lens = [int(n) for n in space.nvec.ravel()]
+        return sum(lens), TorchMultiCategorical.get_partial_dist_cls(input_lens=lens)
+    if isinstance(space, gym.spaces.Box):
+        return 2 * int(gym.spaces.flatdim(space)), TorchDiagGaussian
+    raise PoolError(
+        f"action space {space} is not supported by marl_agents modules: use Discrete, "
+        "MultiDiscrete or Box"
+    )
+
+
+def obs_dim(space: gym.Space) -> int:
+    """Flat size of a ``Box`` observation space."""
+    if not isinstance(space, gym.spaces.Box):
+        raise PoolError(f"observation space {space} is not supported: use a Box")
+    return int(gym.spaces.flatdim(space))
+
+
+class GRUModule(TorchRLModule, ValueFunctionAPI):
+    """Recurrent actor-critic: MLP encoder → GRU → policy and value heads.
+
+    ``model_config``: ``hidden`` (encoder sizes), ``activation``, ``gru_size``,
+    ``max_seq_len`` (read by RLlib's time-dimension connector). RLlib adds the time axis, so
+    ``obs`` is ``[B, T, D]`` and the state ``h`` is ``[B, gru_size]``.
+    """
+
+    @override
+    def setup(self) -> None:
+        cfg = self.model_config
+        self.encoder, width = mlp(
+            obs_dim(self.observation_space), list(cfg["hidden"]), cfg["activation"]
+        )
+        self.gru = nn.GRU(width, int(cfg["gru_size"]), batch_first=True)
+        logits, self.action_dist_cls = action_head(self.action_space)
+        self.pi = nn.Linear(int(cfg["gru_size"]), logits)
+        self.vf = nn.Linear(int(cfg["gru_size"]), 1)
+
+    @override
+    def get_initial_state(self) -> dict[str, torch.Tensor]:
+        return {"h": torch.zeros(int(self.model_config["gru_size"]))}
+
+    def _core(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = self.encoder(batch[Columns.OBS].float())
+        out, h = self.gru(x, batch[Columns.STATE_IN]["h"].unsqueeze(0))
+        return out, {"h": h.squeeze(0)}
+
+    @override
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        emb, state = self._core(batch)
+        return {Columns.ACTION_DIST_INPUTS: self.pi(emb), Columns.STATE_OUT: state}
+
+    @override
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        emb, state = self._core(batch)
+        return {
+            Columns.ACTION_DIST_INPUTS: self.pi(emb),
+            Columns.STATE_OUT: state,
+            Columns.EMBEDDINGS: emb,
+        }
+
+    @override
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if embeddings is None:
+            embeddings, _ = self._core(batch)
+        return self.vf(embeddings).squeeze(-1)
+
+
+class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
+    """Actor-critic with one round of message passing over the agent's neighbourhood.
+
+    The observation is split into ``slots`` equal segments, one per neighbour channel (e.g.
+    ``relay``'s inbox slots, after the agent's own features given by ``own``); each segment is
+    embedded by a shared message MLP, messages are summed (permutation invariant, any number of
+    neighbours), concatenated with the embedded own features and fed to the policy and value
+    heads. ``model_config``: ``hidden``, ``activation``, ``own`` (leading own-feature width)
+    and ``slots`` (number of neighbour segments; 0 = plain MLP).
+    """
+
+    @override
+    def setup(self) -> None:
+        cfg = self.model_config
+        total = obs_dim(self.observation_space)
+        self.own, self.slots = int(cfg.get("own", total)), int(cfg.get("slots", 0))
+        rest = total - self.own
+        if self.slots and rest % self.slots:
+            raise PoolError(
+                f"mpnn: the {rest} non-own observation features do not split into "
+                f"{self.slots} equal neighbour slots: fix model own/slots"
+            )
+        hidden, act = list(cfg["hidden"]), cfg["activation"]
+        self.own_net, width = mlp(self.own, hidden, act)
+        if self.slots:
+            self.msg_net, msg_width = mlp(rest // self.slots, hidden, act)
+            width += msg_width
+        logits, self.action_dist_cls = action_head(self.action_space)
+        self.pi = nn.Linear(width, logits)
+        self.vf = nn.Linear(width, 1)
+
+    def _embed(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        obs = batch[Columns.OBS].float()
+        emb = self.own_net(obs[..., : self.own])
+        if self.slots:
+            msgs = obs[..., self.own :].reshape(*obs.shape[:-1], self.slots, -1)
+            emb = torch.cat([emb, self.msg_net(msgs).sum(dim=-2)], dim=-1)
+        return emb
+
+    @override
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {Columns.ACTION_DIST_INPUTS: self.pi(self._embed(batch))}
+
+    @override
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        emb = self._embed(batch)
+        return {Columns.ACTION_DIST_INPUTS: self.pi(emb), Columns.EMBEDDINGS: emb}
+
+    @override
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if embeddings is None:
+            embeddings = self._embed(batch)
+        return self.vf(embeddings).squeeze(-1)
+
+
+def checkpoint_module_dir(path: str | Path, module: str) -> Path:
+    """The directory of module ``module`` inside an algorithm checkpoint or a run directory.
+
+    Accepts a run directory (uses its ``checkpoint``), an algorithm checkpoint, or the module
+    directory itself.
+
+    Raises:
+        PoolError: nothing found; the message lists the modules that exist.
+    """
+    root = Path(path).expanduser()
+    candidates = [root, root / "checkpoint"]
+    for base in candidates:
+        modules = base / "learner_group" / "learner" / "rl_module"
+        if modules.is_dir():
+            found = modules / module
+            if found.is_dir():
+                return found
+            have = sorted(p.name for p in modules.iterdir() if p.is_dir())
+            raise PoolError(
+                f"checkpoint {base} has no module {module!r}: it holds {have}; set model.module"
+            )
+    if (root / "class_and_ctor_args.pkl").exists():
+        return root
+    raise PoolError(
+        f"no algorithm checkpoint at {root}: pass a run directory, its checkpoint folder or a "
+        "checkpoints/<iter> folder"
+    )
+
+
+def _checkpoint_spec(pool: AgentPool) -> RLModuleSpec:
+    model = pool.model
+    assert model.path is not None
+    path = checkpoint_module_dir(model.path, model.module or pool.id)
+    with open(path / "class_and_ctor_args.pkl", "rb") as f:
+        ctor = pickle.load(f)
+    kwargs = dict(ctor["ctor_args_and_kwargs"][1])
+    saved_obs, saved_act = kwargs.get("observation_space"), kwargs.get("action_space")
+    if saved_obs != pool.observation_space or saved_act != pool.action_space:
+        raise PoolError(
+            f"pool {pool.id!r}: checkpoint module at {path} was trained on spaces "
+            f"({saved_obs}, {saved_act}), but the pool's agents have "
+            f"({pool.observation_space}, {pool.action_space}): use a checkpoint from the same "
+            "scenario settings"
+        )
+    return RLModuleSpec(
+        module_class=ctor["class"],
+        observation_space=pool.observation_space,
+        action_space=pool.action_space,
+        model_config=kwargs.get("model_config"),
+        catalog_class=kwargs.get("catalog_class"),
+        load_state_path=str(path),
+    )
+
+
+def module_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    """The ``RLModuleSpec`` serving ``pool``.
+
+    Args:
+        pool: the resolved pool (its model and spaces).
+        env_config: the environment config (scripted policies build the scenario from it).
+    """
+    m = pool.model
+    spaces = {"observation_space": pool.observation_space, "action_space": pool.action_space}
+    if m.type == "mlp":
+        cfg = DefaultModelConfig(
+            fcnet_hiddens=list(m.hidden),
+            fcnet_activation=m.activation,
+            head_fcnet_hiddens=[],
+            vf_share_layers=False,
+        )
+        return RLModuleSpec(model_config=cfg, **spaces)
+    if m.type == "gru":
+        return RLModuleSpec(
+            module_class=GRUModule,
+            model_config={
+                "hidden": list(m.hidden),
+                "activation": m.activation,
+                "gru_size": m.gru_size,
+                "max_seq_len": m.max_seq_len,
+            },
+            **spaces,
+        )
+    if m.type == "mpnn":
+        return RLModuleSpec(
+            module_class=MessagePassingModule,
+            model_config={
+                "hidden": list(m.hidden),
+                "activation": m.activation,
+                **_mpnn_layout(pool, env_config),
+            },
+            **spaces,
+        )
+    if m.type == "scripted":
+        return RLModuleSpec(
+            module_class=ScriptedModule,
+            model_config={
+                "policy": m.policy,
+                "agent": pool.agents[0],
+                "env_config": dict(env_config),
+            },
+            **spaces,
+        )
+    return _checkpoint_spec(pool)
+
+
+def _mpnn_layout(pool: AgentPool, env_config: Mapping[str, Any]) -> dict[str, int]:
+    """Own-feature width and neighbour slots, from the scenario when it declares them."""
+    from scenarios.registry import build
+
+    env = env_config
+    scenario = build(env["scenario"], env.get("topology"), **env.get("kwargs", {}))
+    layout = getattr(scenario, "message_layout", None)
+    if callable(layout):
+        own, slots = layout(pool.agents[0])
+        return {"own": int(own), "slots": int(slots)}
+    own, slots = getattr(scenario, "bits", None), getattr(scenario, "slots", None)
+    if isinstance(own, int) and isinstance(slots, int):  # relay's documented layout
+        return {"own": own, "slots": slots}
+    return {"own": obs_dim(pool.observation_space), "slots": 0}

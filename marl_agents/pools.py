@@ -1,0 +1,301 @@
+"""Agent pools: which module serves which agents, and what kind of model each module is.
+
+A *pool* is one RLlib module (one set of weights) serving one or more agents. By default the
+agents of a topology are pooled by role (parameter sharing by role); ``sharing="agent"`` gives
+every agent its own module, ``sharing="team"`` one module for everyone and
+``sharing="explicit"`` only what the pools list. :func:`resolve_pools` turns a pool
+specification into concrete :class:`AgentPool` objects and rejects every inconsistency with an
+error that names the pool or agent and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+
+ModelType = Literal["mlp", "gru", "mpnn", "scripted", "checkpoint"]
+Sharing = Literal["role", "agent", "team", "explicit"]
+
+MODEL_TYPES: tuple[str, ...] = ("mlp", "gru", "mpnn", "scripted", "checkpoint")
+#: model types whose weights never change (never in ``policies_to_train``).
+FROZEN_TYPES: tuple[str, ...] = ("scripted", "checkpoint")
+SHARING: tuple[str, ...] = ("role", "agent", "team", "explicit")
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "silu", "elu", "linear")
+
+
+class PoolError(ValueError):
+    """A pool specification that cannot be built; the message names the pool/agent and the fix."""
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """The model of one pool.
+
+    Attributes:
+        type: ``"mlp"`` (feed-forward actor-critic), ``"gru"`` (recurrent, for partial
+            observability), ``"mpnn"`` (message passing over the topology's channels),
+            ``"scripted"`` (a registered python policy, frozen by construction) or
+            ``"checkpoint"`` (a module loaded from an earlier run, frozen).
+        hidden: hidden layer sizes (``mlp``: the trunk; ``gru``/``mpnn``: the encoder before
+            the recurrent / message layer).
+        activation: hidden activation: ``tanh``, ``relu``, ``silu``, ``elu`` or ``linear``.
+        gru_size: hidden state size of the ``gru`` model.
+        max_seq_len: sequence length the ``gru`` model trains on.
+        policy: name of the scripted policy (``type="scripted"``), e.g.
+            ``"delegate.scripted_worker"``; see :func:`marl_agents.scripted.list_scripted`.
+        path: checkpoint directory of an earlier run (``type="checkpoint"``): a run directory,
+            its ``checkpoint`` folder or any algorithm checkpoint.
+        module: the module id inside that checkpoint (default: this pool's id).
+    """
+
+    type: ModelType = "mlp"
+    hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    gru_size: int = 64
+    max_seq_len: int = 16
+    policy: str | None = None
+    path: str | None = None
+    module: str | None = None
+
+    @property
+    def frozen(self) -> bool:
+        """Whether this model can never learn (scripted or loaded from a checkpoint)."""
+        return self.type in FROZEN_TYPES
+
+    def check(self, where: str) -> None:
+        """Validate the fields; ``where`` names the pool in error messages."""
+        if self.type not in MODEL_TYPES:
+            raise PoolError(
+                f"{where}: unknown model type {self.type!r}; use one of {', '.join(MODEL_TYPES)}"
+            )
+        sizes_ok = isinstance(self.hidden, list) and all(
+            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden
+        )
+        if not sizes_ok:
+            raise PoolError(
+                f"{where}: model.hidden must be a list of positive layer sizes, e.g. [64, 64]; "
+                f"got {self.hidden!r}"
+            )
+        if self.activation not in ACTIVATIONS:
+            raise PoolError(
+                f"{where}: unknown activation {self.activation!r}; use one of "
+                f"{', '.join(ACTIVATIONS)}"
+            )
+        if self.type == "gru" and (self.gru_size < 1 or self.max_seq_len < 1):
+            raise PoolError(f"{where}: gru_size and max_seq_len must be ≥ 1")
+        if self.type == "scripted" and not self.policy:
+            raise PoolError(
+                f"{where}: a scripted model needs model.policy, e.g. 'delegate.scripted_worker' "
+                "(see marl_agents.scripted.list_scripted())"
+            )
+        if self.type == "checkpoint" and not self.path:
+            raise PoolError(
+                f"{where}: a checkpoint model needs model.path (a run directory or checkpoint)"
+            )
+
+
+@dataclasses.dataclass
+class PoolConfig:
+    """One pool in an experiment config.
+
+    Attributes:
+        agents: agent ids this pool serves; ``None`` keeps the default assignment (the agents
+            of the role with the same name under ``sharing="role"``).
+        model: the pool's model.
+    """
+
+    agents: list[str] | None = None
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+
+
+@dataclasses.dataclass
+class AgentPool:
+    """A resolved pool: one module, its agents, its spaces and whether it learns."""
+
+    id: str
+    agents: list[str]
+    model: ModelConfig
+    observation_space: gym.Space
+    action_space: gym.Space
+    trainable: bool
+    #: the role its agents share (``None`` when they mix roles).
+    role: str | None = None
+
+
+def default_assignment(
+    agents: Sequence[str], roles: Mapping[str, str], pools: Mapping[str, str], sharing: str
+) -> dict[str, str]:
+    """Agent id → pool id before explicit pool lists are applied.
+
+    Args:
+        agents: the team's agent ids.
+        roles: agent id → role.
+        pools: agent id → the topology's pool (the role unless the topology says otherwise).
+        sharing: ``role`` (the topology's pools), ``agent`` (one pool per agent), ``team`` (one
+            pool ``"team"``) or ``explicit`` (nothing: every agent must be listed).
+    """
+    if sharing not in SHARING:
+        raise PoolError(f"unknown sharing {sharing!r}; use one of {', '.join(SHARING)}")
+    if sharing == "role":
+        return {a: pools.get(a) or roles[a] for a in agents}
+    if sharing == "agent":
+        return {a: a for a in agents}
+    if sharing == "team":
+        return dict.fromkeys(agents, "team")
+    return {}
+
+
+def resolve_pools(
+    agents: Sequence[str],
+    roles: Mapping[str, str],
+    topology_pools: Mapping[str, str],
+    spaces: Mapping[str, tuple[gym.Space, gym.Space]],
+    pools: Mapping[str, PoolConfig],
+    sharing: str = "role",
+    train: Sequence[str] | None = None,
+    frozen_defaults: Mapping[str, ModelConfig] | None = None,
+) -> dict[str, AgentPool]:
+    """Resolve a pool specification into concrete pools (pure python; no Ray, no torch).
+
+    Args:
+        agents: the team's agent ids, in order.
+        roles: agent id → role.
+        topology_pools: agent id → the topology's pool attribute.
+        spaces: agent id → ``(observation_space, action_space)``.
+        pools: pool id → :class:`PoolConfig` (models, and agents that move into the pool).
+        sharing: how agents not listed in ``pools`` are pooled (see :func:`default_assignment`).
+        train: agent ids or pool ids that learn; ``None``: every pool that can learn.
+        frozen_defaults: role → model given to a frozen pool of that role whose model is not
+            configured (e.g. the scenario's scripted worker), instead of a frozen random MLP.
+
+    Returns:
+        Pool id → :class:`AgentPool`, in order of the pool's first agent.
+
+    Raises:
+        PoolError: unknown agent or pool, an agent in two pools, a pool with no agents, an
+            agent in no pool, a pool mixing spaces, a frozen pool asked to train, nothing to
+            train.
+    """
+    known = list(agents)
+    assignment = default_assignment(known, roles, topology_pools, sharing)
+    listed: dict[str, str] = {}
+    for pid, pool in pools.items():
+        if not isinstance(pool, PoolConfig):
+            raise PoolError(f"pool {pid!r}: expected a PoolConfig, got {type(pool).__name__}")
+        pool.model.check(f"pool {pid!r}")
+        for agent in pool.agents or []:
+            if agent not in known:
+                raise PoolError(
+                    f"pool {pid!r} lists unknown agent {agent!r}: the agents of this topology "
+                    f"are {known}"
+                )
+            if agent in listed and listed[agent] != pid:
+                raise PoolError(
+                    f"agent {agent!r} is listed in pools {listed[agent]!r} and {pid!r}: list it "
+                    "in exactly one pool"
+                )
+            listed[agent] = pid
+    assignment.update(listed)
+    missing = [a for a in known if a not in assignment]
+    if missing:
+        raise PoolError(
+            f"agents {missing} are in no pool: list them under pools.<id>.agents, or use "
+            "sharing='role' (pool by role), 'agent' or 'team'"
+        )
+    members: dict[str, list[str]] = {}
+    for agent in known:
+        members.setdefault(assignment[agent], []).append(agent)
+    for pid in pools:
+        if pid not in members:
+            raise PoolError(
+                f"pool {pid!r} has no agents: list them with pools.{pid}.agents=[...] or remove "
+                f"the pool (pools by default: {sorted(members)})"
+            )
+    trained = _trained_pools(members, pools, train, assignment)
+    out: dict[str, AgentPool] = {}
+    for pid, ids in members.items():
+        obs, act = spaces[ids[0]]
+        for other in ids[1:]:
+            o2, a2 = spaces[other]
+            if o2 != obs or a2 != act:
+                raise PoolError(
+                    f"pool {pid!r} shares one module between {ids[0]!r} and {other!r}, whose "
+                    f"spaces differ ({obs}, {act} vs {o2}, {a2}): give them separate pools "
+                    "(e.g. sharing='role' or 'agent')"
+                )
+        role_set = {roles[a] for a in ids}
+        role = role_set.pop() if len(role_set) == 1 else None
+        if pid in pools:
+            model = pools[pid].model
+        elif pid not in trained and frozen_defaults and role in frozen_defaults:
+            model = frozen_defaults[role]
+        else:
+            model = ModelConfig()
+        out[pid] = AgentPool(pid, ids, model, obs, act, pid in trained, role)
+    return out
+
+
+def _trained_pools(
+    members: Mapping[str, list[str]],
+    pools: Mapping[str, PoolConfig],
+    train: Sequence[str] | None,
+    assignment: Mapping[str, str],
+) -> set[str]:
+    def frozen(pid: str) -> bool:
+        return pid in pools and pools[pid].model.frozen
+
+    if train is None:
+        trained = {pid for pid in members if not frozen(pid)}
+    else:
+        if isinstance(train, str) or not all(isinstance(t, str) for t in train):
+            raise PoolError(f"train must be a list of agent or pool ids, got {train!r}")
+        trained = set()
+        for name in train:
+            if name in members:
+                pid = name
+            elif name in assignment:
+                pid = assignment[name]
+                shared = [a for a in members[pid] if a not in train]
+                if shared:
+                    raise PoolError(
+                        f"train lists agent {name!r}, whose pool {pid!r} also serves {shared}: "
+                        f"train the pool {pid!r}, or give {name!r} its own pool "
+                        f"(pools.{name}.agents=[{name}] or sharing='agent')"
+                    )
+            else:
+                raise PoolError(
+                    f"train lists {name!r}, which is neither an agent nor a pool: agents are "
+                    f"{list(assignment)}, pools are {list(members)}"
+                )
+            if frozen(pid):
+                raise PoolError(
+                    f"train lists {name!r}, but pool {pid!r} is {pools[pid].model.type} "
+                    "(frozen by construction): use model.type 'mlp', 'gru' or 'mpnn' to train it"
+                )
+            trained.add(pid)
+    if not trained:
+        raise PoolError(
+            "nothing to train: every pool is frozen; list trainable pools in train or give a "
+            "pool a learnable model (mlp, gru, mpnn)"
+        )
+    return trained
+
+
+def describe(pools: Mapping[str, AgentPool]) -> list[dict[str, Any]]:
+    """One row per pool for summaries: id, agents, model, trained."""
+    rows = []
+    for p in pools.values():
+        m = p.model
+        if m.type == "scripted":
+            model = f"scripted {m.policy}"
+        elif m.type == "checkpoint":
+            model = f"checkpoint {m.path}"
+        elif m.type == "gru":
+            model = f"gru {m.hidden}+{m.gru_size}"
+        else:
+            model = f"{m.type} {m.hidden}"
+        rows.append({"pool": p.id, "agents": p.agents, "model": model, "trained": p.trainable})
+    return rows
