@@ -74,7 +74,7 @@ def show(
                 raise LoadError(
                     f"cannot write {str(png)!r} ({exc.strerror or exc}): pick a writable path"
                 ) from None
-            console.print(f"drew {out}", markup=False)
+            console.print(f"drew {out}", markup=False, soft_wrap=True)
     except (LoadError, TopologyError) as exc:
         message = " ".join(str(exc).split())
         typer.echo(f"error: {message}", err=True)
@@ -165,7 +165,8 @@ def summarize(topology: Topology, console: Console) -> None:
     label = topology.spec or topology.name
     console.print(
         f"[bold]{label}[/bold]: {len(topology.agent_ids)} agent(s) on {len(topology.agents)} "
-        f"agent node(s), {len(topology.nodes) - len(topology.agents)} plain node(s)"
+        f"agent node(s), {len(topology.nodes) - len(topology.agents)} plain node(s)",
+        soft_wrap=True,
     )
     table = Table(title="nodes", title_justify="left")
     plain = len(topology.nodes) > len(topology.agents)
@@ -184,7 +185,7 @@ def summarize(topology: Topology, console: Console) -> None:
             "role": str(d["role"]),
             "pool": d["pool"] or "-",
             "trainable": "yes" if d["trainable"] else "no",
-            "agent ids": ", ".join(ids) if len(ids) <= 3 else f"{ids[0]} … {ids[-1]}",
+            "agent ids": ", ".join(ids) if len(ids) <= 3 else f"{n}_{{0..{len(ids) - 1}}}",
             "subgraph": d["subgraph"] or "-",
         }
         table.add_row(*(cells[c] for c in columns))
@@ -199,4 +200,5 @@ def summarize(topology: Topology, console: Console) -> None:
     console.print(
         f"critical path: {topology.critical_path_length()} superstep(s) ({' → '.join(path)})",
         markup=False,
+        soft_wrap=True,
     )

@@ -252,7 +252,7 @@ def _router(
 
 def _commanding(node: str, fn: Callable[..., Any], commands: set[str]) -> Callable[..., Any]:
     """Wrap a node so the targets of its ``route`` reached by ``Command`` go into ``goto``."""
-    runnable = coerce_to_runnable(fn)
+    runnable = coerce_to_runnable(fn, name=node, trace=False)
 
     def command_node(state: Any, config: RunnableConfig) -> Any:
         update = runnable.invoke(state, config)

@@ -135,7 +135,12 @@ def from_yaml(source: str | Path) -> Topology:
     try:
         data = yaml.safe_load(source)
     except yaml.YAMLError as exc:
-        raise TopologyError(f"topology YAML does not parse ({exc}): fix the syntax") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise TopologyError(
+            f"topology YAML does not parse ({where}{problem}): fix the syntax"
+        ) from None
     return from_dict(data)
 
 

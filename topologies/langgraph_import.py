@@ -28,8 +28,10 @@ What is captured from a ``StateGraph`` builder (or a compiled graph's ``.builder
   parent node go to the subgraph's entry nodes and channels out of it leave from its exit
   nodes, keeping the outer channel's kind unless it is static. Inner nodes inherit the parent
   node's ``role``, ``pool``, ``trainable``, ``max_instances`` and ``agent`` metadata (their own
-  keys win). ``Command(graph=Command.PARENT)`` destinations resolve in the enclosing graph.
-  Metadata ``flatten: False`` on the parent keeps the subgraph as one opaque node.
+  keys win). ``Command`` destinations declared on the parent node (how handoffs with
+  ``Command(graph=Command.PARENT)`` are made visible, e.g. by ``langgraph-swarm``) leave from
+  the subgraph's exit nodes. Metadata ``flatten: False`` on the parent keeps the subgraph as one
+  opaque node.
 
 Every branch must be visible: a conditional edge or ``Send`` router with neither a path map nor
 a ``Literal`` return annotation is rejected (see :func:`topologies.validate.check_builder`).
@@ -241,15 +243,13 @@ class _Scope:
             return self.subs[u].exits
         return [(self.prefix + u, None, None)]
 
-    def targets(self, v: str, src: str, command: bool) -> list[Endpoint]:
+    def targets(self, v: str, src: str) -> list[Endpoint]:
         if v == END:
             return [(_OUT, None, None)]
         if v in self.subs:
             return self.subs[v].entries
         if v in self.builder.nodes:
             return [(self.prefix + v, None, None)]
-        if command and self.parent is not None:  # Command(graph=Command.PARENT)
-            return self.parent.targets(v, src, command)
         raise TopologyError(
             f"node {self.prefix + src!r} routes to unknown node {v!r}: add_node({v!r}, ...) "
             "or fix the destination name"
@@ -261,7 +261,7 @@ class _Scope:
             if only_start and u != START:
                 continue
             for s, sk, sl in self.sources(u):
-                for d, dk, dl in self.targets(v, u, kind == "command"):
+                for d, dk, dl in self.targets(v, u):
                     if s == _IN and d == _OUT and self.parent is not None:
                         continue  # a subgraph that may pass straight through: nothing to add
                     out.append((s, d, *_pick((kind, label), (sk, sl), (dk, dl))))

@@ -152,11 +152,14 @@ def check_builder(builder: Any, prefix: str = "") -> None:
         for name, spec in branches.items():
             if spec.ends is None:
                 where = "START" if src == START else repr(prefix + src)
+                func = getattr(spec.path, "func", None) or getattr(spec.path, "afunc", None)
+                shown = getattr(func, "__name__", name)
+                ref = shown if shown.isidentifier() else "router"
                 raise TopologyError(
-                    f"node {where}: its conditional edge / Send router {name!r} declares no "
+                    f"node {where}: its conditional edge / Send router {shown!r} declares no "
                     "targets, so LangGraph cannot see where it goes; pass them as a path map, "
-                    f"builder.add_conditional_edges({src!r}, {name}, ['target', ...]), or "
-                    f"annotate {name}'s return type with Literal['target', ...]"
+                    f"builder.add_conditional_edges({src!r}, {ref}, ['target', ...]), or "
+                    f"annotate the router's return type with Literal['target', ...]"
                 )
     routed = {u for u, _ in builder.edges} | set(builder.branches)
     routed |= {s for sources, _ in builder.waiting_edges for s in sources}
