@@ -9,14 +9,15 @@ graph's own run time here, so the bridge runs everything in the caller's thread 
 * the tasks of a parallel superstep are started by our own ``submit`` (LangGraph's runner hook),
   each in a greenlet; a task that calls ``decide()`` switches back to the graph greenlet, which
   starts the next task;
-* LangGraph announces every superstep's tasks before it runs them (its ``tasks`` stream); once
-  every announced agent task has started, the superstep's pending agents are exactly the ones
-  waiting, and control goes to the environment as one parallel step.
+* the first ``submit`` of a superstep reads the superstep's task list from LangGraph's scheduler
+  (``PregelRunner.tick``); once every agent task in it has started, the superstep's pending
+  agents are exactly the ones waiting, and control goes to the environment as one parallel step.
 
 LangGraph's own semantics (reducers, conditional edges, ``Send``, joins, ``Command``) are
 untouched: the bridge only decides when a task runs, never what it does. It relies on two
-LangGraph-internal hooks (the runner's submit function and the task stream in the run config),
-which is why ``langgraph`` is pinned to a minor version.
+LangGraph internals (the runner's submit hook in the run config, and the ``tasks`` local of
+``PregelRunner.tick``), which is why ``langgraph`` is pinned to a minor version and
+``tests/test_engine.py`` exercises every scheduling pattern.
 """
 
 from __future__ import annotations
@@ -25,19 +26,17 @@ import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import greenlet
-from langgraph._internal._constants import (
-    CONFIG_KEY_RUNNER_SUBMIT,
-    CONFIG_KEY_RUNTIME,
-    CONFIG_KEY_STREAM,
-    CONFIG_KEY_TASK_ID,
-)
+from langgraph._internal._constants import CONFIG_KEY_RUNNER_SUBMIT, CONFIG_KEY_TASK_ID
 from langgraph.config import get_config
-from langgraph.pregel.protocol import StreamProtocol
-from langgraph.runtime import DEFAULT_RUNTIME
+from langgraph.pregel._runner import PregelRunner
+
+#: the code of LangGraph's superstep scheduler, whose frame lists the superstep's tasks
+_TICK_CODE = PregelRunner.tick.__code__
 
 BRIDGE_KEY = "__marl_bridge__"
 
@@ -92,9 +91,9 @@ class GraphRun:
         self.superstep = 0
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
-        self._unstarted: set[str] = set()  # announced agent tasks not yet started
+        self._unstarted: set[str] = set()  # agent tasks of this superstep not yet started
         self._instance: dict[str, str] = {}  # task id → agent id
-        self._counts: dict[str, int] = {}  # fan-out instances announced per node this superstep
+        self._step_tasks: tuple[Any, ...] | None = None  # tasks of the current parallel superstep
         self._waiting: dict[str, greenlet.greenlet] = {}  # agent → its suspended task greenlet
         self._env_glet: greenlet.greenlet | None = None
         self._graph_glet: greenlet.greenlet | None = None
@@ -137,8 +136,6 @@ class GraphRun:
             **self.config.get("configurable", {}),
             BRIDGE_KEY: self,
             CONFIG_KEY_RUNNER_SUBMIT: lambda: self._submit,
-            CONFIG_KEY_STREAM: StreamProtocol(self._on_stream, {"tasks"}),
-            CONFIG_KEY_RUNTIME: DEFAULT_RUNTIME,
         }
         try:
             self.result = self.graph.invoke(
@@ -150,22 +147,6 @@ class GraphRun:
             self.error = exc
         self.finished = True
 
-    def _on_stream(self, chunk: tuple[tuple[str, ...], str, Any]) -> None:
-        ns, _mode, payload = chunk
-        if ns or payload.get("name") not in self.agent_nodes:
-            return  # only the root graph's agent tasks matter
-        if "input" not in payload:  # a task's result: it may have finished without deciding
-            self._unstarted.discard(payload["id"])
-            return
-        node = payload["name"]
-        if not self._unstarted and not self._waiting:  # first announcement of a superstep
-            self.superstep += 1
-            self._counts.clear()
-        self._unstarted.add(payload["id"])
-        i = self._counts.get(node, 0)
-        self._counts[node] = i + 1
-        self._instance[payload["id"]] = f"{node}_{i}" if self.agent_nodes[node] > 1 else node
-
     def _submit(
         self,
         fn: Callable[..., Any],
@@ -176,6 +157,10 @@ class GraphRun:
         __next_tick__: bool = False,
         **kwargs: Any,
     ) -> concurrent.futures.Future[Any]:
+        caller = sys._getframe(1)
+        if caller.f_code is _TICK_CODE and caller.f_locals.get("tasks") is not self._step_tasks:
+            self._new_superstep(caller.f_locals["tasks"])
+        task_id = getattr(args[0], "id", None) if args else None
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def body() -> None:
@@ -185,6 +170,7 @@ class GraphRun:
                 raise
             except BaseException as exc:
                 fut.set_exception(exc)
+            self._unstarted.discard(task_id)  # it may have finished without deciding
 
         task_glet = greenlet.greenlet(body, parent=greenlet.getcurrent())
         task_glet.gr_context = contextvars.copy_context()
@@ -192,6 +178,16 @@ class GraphRun:
         if not self._unstarted:
             self._drain()
         return fut
+
+    def _new_superstep(self, tasks: tuple[Any, ...]) -> None:
+        """Name the agent tasks of a parallel superstep; all must start before it is handed over."""
+        self._step_tasks = tasks
+        counts: dict[str, int] = {}
+        for t in tasks:
+            if t.name in self.agent_nodes:
+                i = counts[t.name] = counts.get(t.name, -1) + 1
+                self._instance[t.id] = f"{t.name}_{i}" if self.agent_nodes[t.name] > 1 else t.name
+                self._unstarted.add(t.id)
 
     def _drain(self) -> None:
         """Hand the superstep's pending agents to the environment until none is left."""
@@ -203,9 +199,13 @@ class GraphRun:
 
     def decide(self, node: str, observation: Any) -> Any:
         """Called by ``scenarios.decide`` inside an agent node."""
-        task_id = get_config()["configurable"].get(CONFIG_KEY_TASK_ID)
-        agent = self._instance.get(task_id, node)
+        config = get_config()
+        task_id = config["configurable"].get(CONFIG_KEY_TASK_ID)
+        agent = self._instance.get(task_id) or (
+            f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
+        )
         self._unstarted.discard(task_id)
+        self.superstep = config["metadata"].get("langgraph_step", self.superstep)
         me = greenlet.getcurrent()
         self.pending[agent] = Request(agent, node, observation, self.superstep)
         if me is self._graph_glet:  # a lone task runs inline in the graph greenlet
