@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from typing import Any
 
 import pytest
@@ -280,3 +282,12 @@ def test_star_100_builds_validates_draws(tmp_path: Any) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Topology.from_yaml(t.to_yaml()).to_dict() == t.to_dict()
     assert t.to_mermaid().count("-.->") == 101
+
+
+# ----- docstring examples ---------------------------------------------------------------
+@pytest.mark.parametrize("module", ["topology", "io", "langgraph_import"])
+def test_docstring_examples_run(module: str) -> None:
+    mod = importlib.import_module(f"topologies.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0

@@ -234,6 +234,71 @@ def test_nested_subgraph_and_opaque_subgraph() -> None:
     assert t.attr("solo", "subgraph") is None
 
 
+def react_agent() -> Any:
+    """LangGraph's prebuilt ReAct agent on a fake chat model (no network)."""
+    prebuilt = pytest.importorskip("langgraph.prebuilt")
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    class FakeModel(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> FakeModel:
+            return self
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    return prebuilt.create_react_agent(FakeModel(messages=iter([AIMessage("hi")])), [add])
+
+
+def test_prebuilt_react_agent_subgraph() -> None:
+    b = StateGraph(State)
+    b.add_node("boss", noop, metadata={"role": "orchestrator"})
+    b.add_node(
+        "researcher",
+        react_agent(),
+        metadata={"role": "worker", "inner": {"tools": {"role": "tool"}}},
+    )
+    b.add_edge(START, "boss")
+    b.add_conditional_edges("boss", lambda s: END, {"research": "researcher", "done": END})
+    b.add_edge("researcher", "boss")
+    t = Topology.from_langgraph(b)
+    assert t.nodes == ["boss", "researcher/agent", "researcher/tools"]
+    assert t.agents == ["boss", "researcher/agent"]  # the tools node is plain
+    assert ("researcher/agent", "researcher/tools", "send", "tools") in edges(t)
+    assert ("researcher/agent", "boss", "conditional", "__end__") in edges(t)
+    assert ("researcher/tools", "researcher/agent", "static", None) in edges(t)
+    assert ("boss", "researcher/agent", "conditional", "research") in edges(t)
+    assert t.critical_path_length() == 5  # boss, agent, tools, agent, boss
+
+
+def test_command_destinations_on_a_subgraph_node_leave_from_its_exits() -> None:
+    b = StateGraph(State)
+    b.add_node("team", team_subgraph(), destinations=("solo", END))
+    b.add_node("solo", noop)
+    b.add_edge(START, "team")
+    t = Topology.from_langgraph(b)
+    assert ("team/edit", "solo", "command", None) in edges(t)
+    assert ("team/edit", "__end__", "command", None) in edges(t)
+
+
+@pytest.mark.parametrize(
+    ("inner", "match"),
+    [
+        ({"nope": {"agent": False}}, r"metadata 'inner' of node 'team' names \['nope'\]"),
+        ({"draft": False}, r"node 'team' has metadata inner=\{'draft': False\}: map inner"),
+    ],
+)
+def test_bad_inner_metadata(inner: dict[str, Any], match: str) -> None:
+    b = StateGraph(State)
+    b.add_node("team", team_subgraph(), metadata={"inner": inner})
+    b.add_edge(START, "team")
+    with pytest.raises(TopologyError, match=match):
+        Topology.from_langgraph(b)
+
+
 def test_subgraph_called_inside_a_function_node_is_flattened() -> None:
     sub = team_subgraph()
 

@@ -6,8 +6,8 @@ What is captured from a ``StateGraph`` builder (or a compiled graph's ``.builder
   ``ROLES``, default ``"agent"``), ``pool`` (default: the role), ``trainable`` (default
   ``True``), ``max_instances`` (default 1; > 1 for a ``Send`` target whose parallel instances
   are separate agents ``<node>_<i>``), ``agent`` (bool), ``fanout`` (list of targets this
-  node's routers reach with ``Send``), ``subgraph`` (a group label) and ``flatten`` (bool, on a
-  subgraph node). Other keys are ignored.
+  node's routers reach with ``Send``), ``subgraph`` (a group label), and on a subgraph node
+  ``flatten`` (bool) and ``inner`` (inner node → metadata). Other keys are ignored.
 * **Agent detection**: every node is an agent, except a node with metadata ``agent: False`` or
   with role ``"tool"`` (and no ``agent: True``); those become plain nodes (``kind="node"``:
   tools, routers, reducers), never trainable and without a pool. LangGraph's generated error
@@ -28,10 +28,11 @@ What is captured from a ``StateGraph`` builder (or a compiled graph's ``.builder
   parent node go to the subgraph's entry nodes and channels out of it leave from its exit
   nodes, keeping the outer channel's kind unless it is static. Inner nodes inherit the parent
   node's ``role``, ``pool``, ``trainable``, ``max_instances`` and ``agent`` metadata (their own
-  keys win). ``Command`` destinations declared on the parent node (how handoffs with
-  ``Command(graph=Command.PARENT)`` are made visible, e.g. by ``langgraph-swarm``) leave from
-  the subgraph's exit nodes. Metadata ``flatten: False`` on the parent keeps the subgraph as one
-  opaque node.
+  keys win); metadata ``inner: {"tools": {"agent": False}}`` on the parent sets metadata of
+  inner nodes you cannot annotate (a prebuilt agent's ``tools`` node). ``Command``
+  destinations declared on the parent node (how handoffs with ``Command(graph=Command.PARENT)``
+  are made visible, e.g. by ``langgraph-swarm``) leave from the subgraph's exit nodes.
+  Metadata ``flatten: False`` on the parent keeps the subgraph as one opaque node.
 
 Every branch must be visible: a conditional edge or ``Send`` router with neither a path map nor
 a ``Literal`` return annotation is rejected (see :func:`topologies.validate.check_builder`).
@@ -182,6 +183,7 @@ class _Scope:
         prefix: str,
         parent: _Scope | None,
         inherited: dict[str, Any],
+        overrides: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         from topologies.validate import check_builder
 
@@ -190,16 +192,24 @@ class _Scope:
         self.names = [n for n, spec in builder.nodes.items() if not spec.is_error_handler]
         self.subs: dict[str, _Scope] = {}
         self.fanout: dict[str, set[str]] = {}
+        overrides = overrides or {}
+        unknown = sorted(set(overrides) - set(self.names))
+        if unknown:
+            raise TopologyError(
+                f"metadata 'inner' of node {prefix[:-1]!r} names {unknown}, which its subgraph "
+                f"lacks: use its nodes {self.names}"
+            )
         for name in self.names:
             spec = builder.nodes[name]
-            meta = {**inherited, **(spec.metadata or {})}
+            meta = {**inherited, **(spec.metadata or {}), **overrides.get(name, {})}
             node_id = prefix + name
             _check_keys(node_id, meta)
             self.fanout[name] = set(meta.get("fanout") or ())
             sub = subgraph_of(spec.runnable)
             if sub is not None and meta.get("flatten", True):
                 inner = {k: meta[k] for k in INHERITED if k in meta}
-                self.subs[name] = _Scope(topology, sub.builder, f"{node_id}/", self, inner)
+                scope = _Scope(topology, sub.builder, f"{node_id}/", self, inner, meta.get("inner"))
+                self.subs[name] = scope
             else:
                 _add_node(topology, node_id, meta, prefix[:-1] or None)
         self._check_fanout()
@@ -310,6 +320,14 @@ def _check_keys(node: str, meta: dict[str, Any]) -> None:
         raise TopologyError(
             f"node {node!r} has metadata fanout={fan!r}: use a list of the node names it "
             "reaches with Send"
+        )
+    inner = meta.get("inner")
+    if inner is not None and (
+        not isinstance(inner, dict) or not all(isinstance(v, dict) for v in inner.values())
+    ):
+        raise TopologyError(
+            f"node {node!r} has metadata inner={inner!r}: map inner node names to metadata "
+            "dicts, e.g. {'tools': {'agent': False}}"
         )
     if "subgraph" in meta and not isinstance(meta["subgraph"], str | None):
         raise TopologyError(
