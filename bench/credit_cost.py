@@ -2,11 +2,11 @@
 
 Part 1 (:func:`estimator_table`): for teams of ``n = 2 … 10`` agents on random seeded games with
 pairwise and three-way interactions, the RMSE of each sampled Shapley estimator against the
-exact values and the coalition evaluations it spends per episode (one game = one episode) at a
-few budgets (``2n``, ``4n``, ``8n`` by default), next to exact Shapley (``2**n`` evaluations)
-and leave-one-out (``n + 1``). Coalition evaluations are the real cost in training: each one is
-a counterfactual replay of the episode. ``ms/call`` is the estimator's own overhead with a
-table-lookup value function (no replay), for orientation only.
+exact values, its systematic part (bias), and the coalition evaluations it spends per episode
+(one game = one episode) at a few budgets (``2n``, ``4n``, ``8n`` by default), next to exact
+Shapley (``2**n`` evaluations) and leave-one-out (``n + 1``). Coalition evaluations are the
+real cost in training: each one is a counterfactual replay of the episode. ``ms/call`` is the
+estimator's own overhead with a table-lookup value function (no replay), for orientation only.
 
 Part 2 (wall time of ``credit=shapley`` against ``credit=team`` inside training) is to be added
 by extending :func:`main`.
@@ -83,17 +83,62 @@ class Row:
     evaluations: float | None  # mean distinct coalition evaluations per episode
     mean_abs_phi: float  # mean |φ_i| of the exact values, the scale RMSE is read against
     ms_per_call: float | None
+    #: systematic error: RMS over games and agents of (mean estimate over seeds − exact), with
+    #: the seed-average's own variance subtracted; ≈ 0 for an unbiased estimator
+    bias: float | None = None
 
 
 def _rmse(estimate: dict[str, float], exact: dict[str, float]) -> float:
     return math.sqrt(sum((estimate[k] - exact[k]) ** 2 for k in exact) / len(exact))
 
 
+def _episodes(n: int, games: int) -> tuple[list, list[dict[str, float]], float, float]:
+    """Seeded games for ``n`` agents, their exact values, mean |φ| and exact's ms per call."""
+    episodes = [interaction_game(n, seed=1000 * n + g) for g in range(games)]
+    t0 = time.perf_counter()
+    exacts = [shapley_exact(agents, v) for agents, v in episodes]
+    exact_ms = 1e3 * (time.perf_counter() - t0) / games
+    scale = float(np.mean([np.mean(np.abs(list(e.values()))) for e in exacts]))
+    return episodes, exacts, scale, exact_ms
+
+
+def _measure(
+    estimator: Callable[..., dict[str, float]],
+    episodes: Sequence[tuple[list[str], Callable[[frozenset[str]], float]]],
+    exacts: Sequence[dict[str, float]],
+    budget: int,
+    seeds: int,
+) -> tuple[float, float, float, float]:
+    """RMSE, bias, mean evaluations per episode and ms per call of one estimator at a budget.
+
+    The bias is the RMS over games and agents of the seed-averaged error with the average's
+    own sampling variance removed: ``E[mean err²] = bias² + var/seeds`` and
+    ``E[err²] = bias² + var``, solved for ``bias²`` (clipped at 0; noisy for few seeds).
+    """
+    sq, mean_sq, evals, elapsed = [], [], [], 0.0
+    for (agents, v), exact in zip(episodes, exacts, strict=True):
+        errors = []
+        for seed in range(seeds):
+            cached = CachedValue(v)
+            t0 = time.perf_counter()
+            phi = estimator(agents, cached, budget, seed)
+            elapsed += time.perf_counter() - t0
+            errors.append([phi[a] - exact[a] for a in agents])
+            evals.append(cached.evaluations)
+        err = np.array(errors)  # seeds × agents
+        sq.append(np.mean(err**2))
+        mean_sq.append(np.mean(err.mean(axis=0) ** 2))
+    total, of_mean = float(np.mean(sq)), float(np.mean(mean_sq))
+    bias_sq = (seeds * of_mean - total) / (seeds - 1) if seeds > 1 else of_mean
+    ms = 1e3 * elapsed / (len(episodes) * seeds)
+    return math.sqrt(total), math.sqrt(max(bias_sq, 0.0)), float(np.mean(evals)), ms
+
+
 def estimator_table(
     ns: Sequence[int] = range(2, 11),
     multipliers: Sequence[int] = (2, 4, 8),
     games: int = 16,
-    seeds: int = 16,
+    seeds: int = 12,
 ) -> list[Row]:
     """RMSE against exact Shapley and evaluations per episode for every estimator and budget.
 
@@ -110,13 +155,7 @@ def estimator_table(
     """
     rows: list[Row] = []
     for n in ns:
-        episodes = [interaction_game(n, seed=1000 * n + g) for g in range(games)]
-        exacts = []
-        t0 = time.perf_counter()
-        for agents, v in episodes:
-            exacts.append(shapley_exact(agents, v))
-        exact_ms = 1e3 * (time.perf_counter() - t0) / games
-        scale = float(np.mean([np.mean(np.abs(list(e.values()))) for e in exacts]))
+        episodes, exacts, scale, exact_ms = _episodes(n, games)
         rows.append(Row(n, "exact", None, 0.0, float(2**n), scale, exact_ms))
         loo_sq = [
             _rmse(leave_one_out(agents, v), exact) ** 2
@@ -128,30 +167,52 @@ def estimator_table(
                 if budget < min_budget(name, n):
                     rows.append(Row(n, name, budget, None, None, scale, None))
                     continue
-                sq, evals, elapsed = [], [], 0.0
-                for (agents, v), exact in zip(episodes, exacts, strict=True):
-                    for seed in range(seeds):
-                        cached = CachedValue(v)
-                        t0 = time.perf_counter()
-                        phi = estimator(agents, cached, budget, seed)
-                        elapsed += time.perf_counter() - t0
-                        sq.append(_rmse(phi, exact) ** 2)
-                        evals.append(cached.evaluations)
-                ms = 1e3 * elapsed / (games * seeds)
-                rmse = math.sqrt(np.mean(sq))
-                rows.append(Row(n, name, budget, rmse, float(np.mean(evals)), scale, ms))
+                rmse, bias, evals, ms = _measure(estimator, episodes, exacts, budget, seeds)
+                rows.append(Row(n, name, budget, rmse, evals, scale, ms, bias))
     return rows
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """Render :func:`estimator_table` rows as a fixed-width text table."""
+def bias_table(
+    n: int = 10,
+    budgets: Sequence[int] | None = None,
+    methods: Sequence[str] = ("antithetic", "kernel"),
+    games: int = 12,
+    seeds: int = 40,
+) -> list[Row]:
+    """Systematic error (bias) next to RMSE, with enough seeds per game to tell them apart.
+
+    Per-episode RMSE is what one credit estimate gets wrong; the bias is what remains when
+    credit is averaged over many episodes (as a policy gradient does). Permutation sampling is
+    unbiased; KernelSHAP is not (a regression on a partly deterministic design).
+
+    Args:
+        n: team size.
+        budgets: coalition evaluations; default ``2n + 2, 3n, 4n, 6n, 8n``.
+        methods: estimator names (keys of :data:`ESTIMATORS`).
+        games: random games per budget.
+        seeds: estimator seeds per game (the bias estimate needs many).
+    """
+    if budgets is None:
+        budgets = [2 * n + 2, 3 * n, 4 * n, 6 * n, 8 * n]
+    episodes, exacts, scale, _ = _episodes(n, games)
+    rows = []
+    for budget in sorted(set(budgets)):
+        for name in methods:
+            rmse, bias, evals, ms = _measure(ESTIMATORS[name], episodes, exacts, budget, seeds)
+            rows.append(Row(n, name, budget, rmse, evals, scale, ms, bias))
+    return rows
+
+
+def format_table(rows: Sequence[Row], *, bias: bool = False) -> str:
+    """Render :func:`estimator_table` or :func:`bias_table` rows as a fixed-width text table."""
 
     def cell(x: float | None, fmt: str) -> str:
         return "—" if x is None else format(x, fmt)
 
+    bias_head = f" {'bias':>7} {'bias/|φ|':>9}" if bias else ""
     lines = [
         f"{'n':>3} {'2^n':>5} {'mean|φ|':>8}  {'method':<13} {'budget':>6} {'evals/ep':>9} "
-        f"{'RMSE':>8} {'RMSE/|φ|':>9} {'ms/call':>8}",
+        f"{'RMSE':>8} {'RMSE/|φ|':>9}{bias_head} {'ms/call':>8}",
     ]
     lines.append("-" * len(lines[0]))
     last_n = None
@@ -160,6 +221,10 @@ def format_table(rows: Sequence[Row]) -> str:
             lines.append("")
         last_n = r.n
         rel = None if r.rmse is None else r.rmse / r.mean_abs_phi
+        bias_cells = ""
+        if bias:
+            rel_bias = None if r.bias is None else r.bias / r.mean_abs_phi
+            bias_cells = f" {cell(r.bias, '.4f'):>7} {cell(rel_bias, '.3f'):>9}"
         note = ""
         if r.budget is not None and r.rmse is None:
             note = f"  (min budget {min_budget(r.method, r.n)})"
@@ -168,7 +233,7 @@ def format_table(rows: Sequence[Row]) -> str:
         lines.append(
             f"{r.n:>3} {2**r.n:>5} {r.mean_abs_phi:>8.4f}  {r.method:<13} "
             f"{cell(r.budget, 'd'):>6} {cell(r.evaluations, '.1f'):>9} {cell(r.rmse, '.4f'):>8} "
-            f"{cell(rel, '.3f'):>9} {cell(r.ms_per_call, '.2f'):>8}{note}"
+            f"{cell(rel, '.3f'):>9}{bias_cells} {cell(r.ms_per_call, '.2f'):>8}{note}"
         )
     return "\n".join(lines)
 
@@ -180,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-n", type=int, default=10)
     parser.add_argument("--multipliers", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--games", type=int, default=16, help="random games (episodes) per n")
-    parser.add_argument("--seeds", type=int, default=16, help="estimator seeds per game")
+    parser.add_argument("--seeds", type=int, default=12, help="estimator seeds per game")
+    parser.add_argument("--no-bias", action="store_true", help="skip the bias table")
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -194,7 +260,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "Shapley (it is not an estimator of it).\n"
     )
     print(format_table(rows))
-    print(f"\n({time.perf_counter() - t0:.1f} s)")
+    if not args.no_bias:
+        t1 = time.perf_counter()
+        print(
+            "\nBias at n = 10 (12 games × 40 seeds): the error left after averaging credit over "
+            "many episodes."
+        )
+        print(format_table(bias_table(), bias=True))
+        print(f"({time.perf_counter() - t1:.1f} s)")
+    print(f"\n(total {time.perf_counter() - t0:.1f} s)")
 
 
 if __name__ == "__main__":
