@@ -250,6 +250,13 @@ def min_budget(method: str, n: int) -> int:
       1 and ``n − 1``, which KernelSHAP always evaluates (this makes the regression full rank;
       below it, sampled pairs alone did worse than :func:`shapley_antithetic`).
 
+    Args:
+        method: ``"permutation"``, ``"antithetic"`` or ``"kernel"``.
+        n: number of agents (≥ 1).
+
+    Returns:
+        The minimum number of distinct coalition evaluations.
+
     Raises:
         ValueError: an unknown method or ``n < 1``.
     """
