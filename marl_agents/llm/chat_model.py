@@ -1,0 +1,262 @@
+"""``PolicyChatModel``: a LangChain chat model backed by an agent's LLM policy.
+
+Put it wherever a LangGraph graph expects a chat model — your own nodes,
+``langgraph.prebuilt.create_react_agent``, a supervisor with handoff tools — and every call
+is served by an :class:`~marl_agents.llm.backend.LLMBackend` and recorded for training: the
+prompt's token ids, the generated token ids and their logprobs (exactly as sampled, never
+re-tokenised), the parsed tool calls and the format-penalty flag, keyed by agent.
+
+Tools bound with :meth:`PolicyChatModel.bind_tools` are described in the system message and
+called in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
+:mod:`marl_agents.llm.toolcalls`. Malformed calls never raise: the message carries no tool call
+and the step is recorded with ``format_ok=False``.
+
+Example:
+    >>> from marl_agents.llm.tiny import make_tiny_model
+    >>> from marl_agents.llm.hf_backend import HFBackend
+    >>> tok, model = make_tiny_model(seed=0)
+    >>> recorder = GenerationRecorder()
+    >>> chat = PolicyChatModel(backend=HFBackend(model, tok), agent="solver",
+    ...                        params=SamplingParams(max_new_tokens=8, seed=0),
+    ...                        recorder=recorder)
+    >>> reply = chat.invoke("What is 1 + 2?")
+    >>> [step.agent for step in recorder.steps()]
+    ['solver']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field
+
+from marl_agents.llm.backend import Generation, SamplingParams
+from marl_agents.llm.toolcalls import (
+    ToolCall,
+    parse_tool_calls,
+    render_tool_call,
+    render_tool_instructions,
+)
+
+
+@dataclasses.dataclass
+class LLMStep:
+    """One recorded call of an agent's policy.
+
+    Attributes:
+        agent: who generated (the recorder key).
+        generation: prompt ids, generated ids, their logprobs and text (what training uses).
+        tool_calls: the calls parsed from the text.
+        format_ok: ``False`` when a tool-call block was malformed (apply the format penalty).
+        errors: the parser's messages for malformed blocks.
+        messages: the chat messages the prompt was rendered from.
+    """
+
+    agent: str
+    generation: Generation
+    tool_calls: list[ToolCall]
+    format_ok: bool
+    errors: list[str]
+    messages: list[dict[str, Any]]
+
+
+class GenerationRecorder:
+    """Thread-safe store of :class:`LLMStep` records, keyed by agent, in call order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: list[LLMStep] = []
+
+    def add(self, step: LLMStep) -> int:
+        """Record ``step``; returns its index in :meth:`steps`."""
+        with self._lock:
+            self._steps.append(step)
+            return len(self._steps) - 1
+
+    def steps(self, agent: str | None = None) -> list[LLMStep]:
+        """All steps in call order, or only ``agent``'s."""
+        with self._lock:
+            return [s for s in self._steps if agent is None or s.agent == agent]
+
+    def by_agent(self) -> dict[str, list[LLMStep]]:
+        """Steps grouped by agent (agents in first-call order)."""
+        out: dict[str, list[LLMStep]] = {}
+        for s in self.steps():
+            out.setdefault(s.agent, []).append(s)
+        return out
+
+    def pop_all(self) -> list[LLMStep]:
+        """Return every step and clear the store (e.g. at the end of an episode)."""
+        with self._lock:
+            steps, self._steps = self._steps, []
+            return steps
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._steps)
+
+    def __iter__(self) -> Iterator[LLMStep]:
+        return iter(self.steps())
+
+
+def to_chat_dicts(
+    messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """LangChain messages → ``{"role", "content"}`` dicts for a chat template.
+
+    AI messages with tool calls get the calls appended in the ``<tool>`` format (unless their
+    content already holds them); tool results become ``role="tool"``. With ``tools``, their
+    description is put into the (first) system message, or a new one in front.
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        content = m.text if isinstance(m.content, list) else str(m.content)
+        if isinstance(m, SystemMessage):
+            role = "system"
+        elif isinstance(m, HumanMessage):
+            role = "user"
+        elif isinstance(m, AIMessage):
+            role = "assistant"
+            calls = "".join(render_tool_call(c["name"], c["args"]) for c in m.tool_calls)
+            if calls and "<tool>" not in content:
+                content = f"{content} {calls}".strip()
+        elif isinstance(m, ToolMessage):
+            role = "tool"
+        else:
+            role = getattr(m, "role", None) or m.type
+        out.append({"role": role, "content": content})
+    if tools:
+        doc = render_tool_instructions(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{doc}"}
+        else:
+            out.insert(0, {"role": "system", "content": doc})
+    return out
+
+
+class PolicyChatModel(BaseChatModel):
+    """A chat model whose replies come from an agent's policy backend, recorded for training.
+
+    Attributes:
+        backend: the :class:`~marl_agents.llm.backend.LLMBackend` serving this agent (wrap it
+            in :class:`~marl_agents.llm.batching.BatchingBackend` to batch parallel calls).
+        agent: the recorder key. ``None``: the calling LangGraph node's name
+            (``langgraph_node`` in the run metadata), or ``"agent"`` outside a graph. A
+            ``configurable={"agent": ...}`` in the call's config overrides both.
+        params: sampling parameters; per call, ``temperature``, ``top_p``,
+            ``max_new_tokens`` and ``seed`` keyword arguments (e.g. through ``.bind``)
+            override them.
+        recorder: where steps go; share one recorder between agents to collect a team's
+            episode.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    backend: Any
+    agent: str | None = None
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    recorder: GenerationRecorder = Field(default_factory=GenerationRecorder)
+
+    @property
+    def _llm_type(self) -> str:
+        return "marl-policy-chat-model"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"agent": self.agent, **dataclasses.asdict(self.params)}
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | Any],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools: described in the system message, called in the ``<tool>`` format.
+
+        Args:
+            tools: LangChain tools, functions, pydantic models or OpenAI tool dicts.
+            tool_choice: accepted for API compatibility and ignored: a prompted format
+                cannot force a call.
+            **kwargs: further call arguments (e.g. ``temperature``).
+        """
+        del tool_choice
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        return self.bind(tools=formatted, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        del stop  # token-level stopping only (EOS / SamplingParams.stop_token_ids)
+        tools = kwargs.pop("tools", None)
+        overrides = {
+            k: kwargs.pop(k)
+            for k in ("temperature", "top_p", "max_new_tokens", "seed")
+            if k in kwargs
+        }
+        params = dataclasses.replace(self.params, **overrides) if overrides else self.params
+        chat = to_chat_dicts(messages, tools)
+        [gen] = self.backend.generate([chat], params)
+        names = [t["function"]["name"] for t in tools] if tools else None
+        parsed = parse_tool_calls(gen.text, names) if tools else None
+        agent = self._agent_key(run_manager, kwargs)
+        step = LLMStep(
+            agent=agent,
+            generation=gen,
+            tool_calls=parsed.tool_calls if parsed else [],
+            format_ok=parsed.format_ok if parsed else True,
+            errors=parsed.errors if parsed else [],
+            messages=chat,
+        )
+        index = self.recorder.add(step)
+        message = AIMessage(
+            content=parsed.content if parsed else gen.text,
+            tool_calls=[
+                {
+                    "name": c.name,
+                    "args": c.arguments,
+                    "id": f"call_{agent}_{index}_{i}",
+                    "type": "tool_call",
+                }
+                for i, c in enumerate(step.tool_calls)
+            ],
+            response_metadata={
+                "agent": agent,
+                "step": index,
+                "finish_reason": gen.finish_reason,
+                "num_tokens": len(gen.token_ids),
+                "format_ok": step.format_ok,
+            },
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _agent_key(
+        self, run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any]
+    ) -> str:
+        if "agent" in kwargs:
+            return str(kwargs["agent"])
+        meta = getattr(run_manager, "metadata", None) or {}
+        if "agent" in meta:
+            return str(meta["agent"])
+        if self.agent is not None:
+            return self.agent
+        return str(meta.get("langgraph_node", "agent"))

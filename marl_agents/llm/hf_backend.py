@@ -1,0 +1,264 @@
+"""In-process Hugging Face transformers backend: batched sampling with exact logprobs.
+
+:class:`HFBackend` runs its own decoding loop over ``model(...)`` with a KV cache (left
+padding, explicit position ids) instead of ``model.generate``, so that
+
+* each prompt in a batch has its own ``torch.Generator`` seeded from its
+  :class:`~marl_agents.llm.backend.SamplingParams` — a batched call samples the same tokens
+  as the same prompts one by one (exactly so for greedy decoding; for sampling, up to
+  float rounding differences between batch shapes flipping a draw, which we have not seen);
+* the recorded ``logprobs`` are ``log_softmax`` of the raw float32 logits (temperature 1,
+  no top-p), the same quantity :meth:`HFBackend.logprobs` recomputes teacher-forced; and
+  ``sampling_logprobs`` are under the temperature / top-p distribution actually sampled.
+
+Works on CPU or GPU (the model's device). Example:
+    >>> from marl_agents.llm.tiny import make_tiny_model
+    >>> tok, model = make_tiny_model(seed=0)
+    >>> backend = HFBackend(model, tok)
+    >>> [g] = backend.generate(["hello"], SamplingParams(temperature=0, max_new_tokens=4))
+    >>> len(g.token_ids) == len(g.logprobs) <= 4
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from marl_agents.llm.backend import (
+    Generation,
+    Prompt,
+    SamplingParams,
+    encode_prompt,
+    per_prompt_params,
+    stop_ids,
+)
+
+
+class HFBackend:
+    """A transformers causal LM as an :class:`~marl_agents.llm.backend.LLMBackend`.
+
+    Args:
+        model: a ``*ForCausalLM`` (any device, any dtype; logprobs are computed in float32).
+        tokenizer: its tokenizer (needs ``pad_token_id`` or ``eos_token_id``, and a chat
+            template for chat prompts).
+        max_batch_size: split larger calls into chunks of this many prompts (``None``: one
+            batch).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else tokenizer.eos_token_id)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        **kwargs: Any,
+    ) -> HFBackend:
+        """Load a saved HF model directory (e.g. from ``make_tiny_model(path)``)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        return cls(model, tok, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        """The model's device."""
+        return next(self.model.parameters()).device
+
+    # ----- generation ----------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[Generation]:
+        """Sample one completion per prompt, all prompts in one batched decoding loop.
+
+        Args:
+            prompts: token ids, text or chat messages
+                (see :data:`~marl_agents.llm.backend.Prompt`).
+            params: one :class:`SamplingParams` for all, or one per prompt.
+
+        Returns:
+            One :class:`Generation` per prompt, in order.
+        """
+        ids = [encode_prompt(self.tokenizer, p) for p in prompts]
+        plist = per_prompt_params(params, len(ids))
+        if not ids:
+            return []
+        step = self.max_batch_size or len(ids)
+        out: list[Generation] = []
+        for i in range(0, len(ids), step):
+            out.extend(self._generate_batch(ids[i : i + step], plist[i : i + step]))
+        return out
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompt_ids: list[list[int]], params: list[SamplingParams]
+    ) -> list[Generation]:
+        dev = self.device
+        n = len(prompt_ids)
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((n, width), dtype=torch.long, device=dev)
+        for r, p in enumerate(prompt_ids):  # left padding: every row's last token is at -1
+            input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        gens = [_row_generator(p.seed, dev) for p in params]
+        stops = [stop_ids(self.tokenizer, p) for p in params]
+        limit = max(p.max_new_tokens for p in params)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        raw_lp: list[list[float]] = [[] for _ in range(n)]
+        samp_lp: list[list[float]] = [[] for _ in range(n)]
+        reason = ["length"] * n
+        done = [False] * n
+
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        next_pos = positions[:, -1:] + 1
+        for _ in range(limit):
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = torch.full((n, 1), self.pad_id, dtype=torch.long, device=dev)
+            for r in range(n):
+                if done[r]:
+                    continue
+                tok, slp = _sample(logits[r], params[r], gens[r])
+                tokens[r].append(tok)
+                raw_lp[r].append(float(logp[r, tok]))
+                samp_lp[r].append(slp)
+                chosen[r, 0] = tok
+                if tok in stops[r]:
+                    done[r], reason[r] = True, "stop"
+                elif len(tokens[r]) >= params[r].max_new_tokens:
+                    done[r] = True
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
+            out = self.model(
+                input_ids=chosen,
+                attention_mask=mask,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+
+        return [
+            Generation(
+                prompt_ids=list(prompt_ids[r]),
+                token_ids=tokens[r],
+                logprobs=raw_lp[r],
+                text=self.tokenizer.decode(tokens[r], skip_special_tokens=True),
+                finish_reason=reason[r],
+                sampling_logprobs=samp_lp[r],
+            )
+            for r in range(n)
+        ]
+
+    # ----- teacher forcing -----------------------------------------------------------------
+    def logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], token_ids: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """Teacher-forced logprobs of ``token_ids`` after ``prompt_ids`` (raw logits, T = 1).
+
+        The recompute of :attr:`Generation.logprobs`: one forward pass over each
+        ``prompt + completion`` (batched, right-padded).
+
+        Returns:
+            Per completion, one float per token.
+        """
+        lp, _ = teacher_forced_logprobs(self.model, prompt_ids, token_ids, pad_id=self.pad_id)
+        return [row[: len(t)].tolist() for row, t in zip(lp, token_ids, strict=True)]
+
+
+def teacher_forced_logprobs(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    token_ids: Sequence[Sequence[int]],
+    *,
+    pad_id: int = 0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (and optionally entropies) of completion tokens, one forward pass.
+
+    Gradients flow when called outside ``torch.no_grad`` (the learner's use).
+
+    Args:
+        model: a causal LM returning ``.logits``.
+        prompt_ids: per sequence, the prompt's ids.
+        token_ids: per sequence, the completion's ids.
+        pad_id: id used for right padding.
+        with_entropy: also return the entropy of each next-token distribution.
+
+    Returns:
+        ``(logprobs, entropy)``: float32 tensors ``[batch, max_completion_len]`` aligned with
+        ``token_ids`` (zeros past each completion's end); ``entropy`` is ``None`` unless asked.
+    """
+    dev = next(model.parameters()).device
+    n = len(prompt_ids)
+    seqs = [list(p) + list(t) for p, t in zip(prompt_ids, token_ids, strict=True)]
+    width = max(len(s) for s in seqs)
+    tlen = max((len(t) for t in token_ids), default=0)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=dev)
+    mask = torch.zeros((n, width), dtype=torch.long, device=dev)
+    for r, s in enumerate(seqs):
+        input_ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[r, : len(s)] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
+    out = torch.zeros((n, tlen), dtype=torch.float32, device=dev)
+    ent = torch.zeros((n, tlen), dtype=torch.float32, device=dev) if with_entropy else None
+    for r, (p, t) in enumerate(zip(prompt_ids, token_ids, strict=True)):
+        if not t:
+            continue
+        # logits at position j predict token j + 1: completion token k sits at len(p) + k.
+        row = torch.log_softmax(logits[r, len(p) - 1 : len(p) + len(t) - 1].float(), dim=-1)
+        tgt = torch.tensor(list(t), dtype=torch.long, device=dev)
+        out[r, : len(t)] = row.gather(-1, tgt[:, None]).squeeze(-1)
+        if ent is not None:
+            ent[r, : len(t)] = -(row.exp() * row).sum(-1)
+    return out, ent
+
+
+def _row_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    if seed is None:  # follow torch's global RNG, so torch.manual_seed makes runs repeatable
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, gen: torch.Generator
+) -> tuple[int, float]:
+    """Draw one token from 1-D float32 ``logits``; return it and its sampling logprob."""
+    if params.greedy:
+        return int(torch.argmax(logits)), 0.0
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_lp, order = torch.sort(logp, descending=True)
+        cum = sorted_lp.exp().cumsum(-1)
+        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+        drop = (cum - sorted_lp.exp()) >= params.top_p
+        sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+        logp = torch.full_like(logp, float("-inf")).scatter(0, order, sorted_lp)
+        logp = torch.log_softmax(logp, dim=-1)
+    tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
+    return tok, float(logp[tok])

@@ -1,0 +1,162 @@
+"""A tiny causal LM built in code: byte-level BPE tokenizer + 2-layer Qwen2, no downloads.
+
+The tokenizer is trained in memory on a fixed built-in corpus with the 256-symbol byte
+alphabet as its initial alphabet, so every string encodes (no unknown token) and decodes back
+exactly. It carries a ChatML-style chat template (``<|im_start|>role\\n...<|im_end|>``), so chat
+messages work with ``apply_chat_template`` and with vLLM's chat endpoints. The model is a
+``Qwen2ForCausalLM`` with hidden size 128, 2 layers and 2 attention heads of dim 64 (the
+head size vLLM's CPU attention kernels accept), randomly initialised from ``seed``.
+
+Example:
+    >>> tok, model = make_tiny_model(seed=0)
+    >>> tok.decode(tok("hello <tool>")["input_ids"])
+    'hello <tool>'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: Special tokens; ``<|endoftext|>`` pads, ``<|im_end|>`` ends an assistant turn (EOS).
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
+
+#: ChatML, as Qwen2 uses it; ``tools`` are not rendered here (PolicyChatModel puts their
+#: descriptions into the system message in the format of :mod:`marl_agents.llm.toolcalls`).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+_CORPUS = [
+    "system user assistant tool You are a helpful agent. Answer the question.",
+    "The orchestrator delegates the task to a worker; the worker returns a result.",
+    '<tool>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool>',
+    '<tool>{"name": "lookup", "arguments": {"key": "capital"}}</tool>',
+    '{"name": "search", "arguments": {"query": "weather in Paris"}} result: 3 answer: 42',
+    "def f(x):\n    return x + 1\n",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 100 1000 + - * / = ( ) [ ] { } , . : ; ! ? ' \"",
+    "the quick brown fox jumps over the lazy dog THE QUICK BROWN FOX JUMPS",
+    "plan delegate aggregate answer final result sum product count parts",
+]
+
+
+def make_tiny_tokenizer(vocab_size: int = 384) -> Any:
+    """Train the byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
+
+    Args:
+        vocab_size: target vocabulary size (≥ 259: 256 bytes + 3 special tokens); the
+            built-in corpus supports up to about 600 merges.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with ``pad_token``/``eos_token`` set and the ChatML
+        ``chat_template``. Training is deterministic: the same ``vocab_size`` gives the
+        same vocabulary.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD_TOKEN,
+        eos_token=IM_END,
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=[IM_START],
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_config(tokenizer: Any, **overrides: Any) -> Any:
+    """The tiny ``Qwen2Config`` for ``tokenizer``: hidden 128, 2 layers, 2 heads of dim 64.
+
+    Args:
+        tokenizer: supplies the vocabulary size and the pad / EOS ids.
+        **overrides: any ``Qwen2Config`` field (e.g. ``num_hidden_layers=1``).
+    """
+    from transformers import Qwen2Config
+
+    fields: dict[str, Any] = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.pad_token_id,
+        # A wider init than the default 0.02 so the random model's next-token distributions
+        # are not near-uniform: greedy decoding then has clear winners (no near-ties).
+        initializer_range=0.1,
+    )
+    fields.update(overrides)
+    return Qwen2Config(**fields)
+
+
+def make_tiny_model(
+    path: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    *,
+    vocab_size: int = 384,
+    dtype: torch.dtype = torch.float32,
+    **config_overrides: Any,
+) -> tuple[Any, Any]:
+    """Build (or load) the tiny tokenizer and ``Qwen2ForCausalLM``.
+
+    Args:
+        path: a directory. If it holds a saved model (``config.json``), load it; otherwise
+            build a new model from ``seed`` and save model + tokenizer there as a normal HF
+            directory (``from_pretrained(path)`` and vLLM can load it). ``None``: build only.
+        seed: seeds the weight initialisation (the tokenizer does not depend on it).
+        vocab_size: tokenizer vocabulary size.
+        dtype: parameter dtype.
+        **config_overrides: passed to :func:`tiny_config`.
+
+    Returns:
+        ``(tokenizer, model)``; the model is in eval mode on the CPU.
+    """
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    if path is not None and (Path(path) / "config.json").exists():
+        tok = AutoTokenizer.from_pretrained(path)
+        model = Qwen2ForCausalLM.from_pretrained(path, dtype=dtype)
+        return tok, model.eval()
+    tok = make_tiny_tokenizer(vocab_size)
+    config = tiny_config(tok, **config_overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model = model.to(dtype).eval()
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    if path is not None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+    return tok, model
