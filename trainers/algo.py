@@ -1,0 +1,442 @@
+"""ExperimentConfig → RLlib ``AlgorithmConfig`` (new API stack), in exactly one function.
+
+:func:`resolve` does every check that needs the scenario (agents, pools, credit support,
+resources) in plain python; :func:`to_algorithm_config` turns the resolved plan into an
+``AlgorithmConfig`` and calls ``.validate()``. Nothing here starts Ray: a bad config fails
+before any process is spawned, with a :class:`~trainers.config.ConfigError` naming the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from ray.rllib.callbacks.callbacks import RLlibCallback
+
+from marl_agents.pools import AgentPool, ModelConfig, PoolError, resolve_pools
+from trainers.config import ConfigError, ExperimentConfig
+
+#: env-runner metrics this package logs per episode (sums and counts, reduced per iteration).
+EPISODE_METRICS = "marl"
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated experiment: what runs where, before any RLlib object exists.
+
+    Attributes:
+        cfg: the experiment config.
+        scenario_id: the versioned scenario id (``delegate-v0``).
+        env_config: the ``RLlibGraphEnv`` config.
+        agents: agent ids, in the topology's order.
+        roles: agent id → role.
+        pools: pool id → resolved :class:`~marl_agents.pools.AgentPool`.
+        has_oracle: whether the scenario reports ``oracle_value``.
+    """
+
+    cfg: ExperimentConfig
+    scenario_id: str
+    env_config: dict[str, Any]
+    agents: list[str]
+    roles: dict[str, str]
+    pools: dict[str, AgentPool]
+    has_oracle: bool
+
+    @property
+    def agent_to_pool(self) -> dict[str, str]:
+        """Agent id → pool id (the policy mapping)."""
+        return {a: p.id for p in self.pools.values() for a in p.agents}
+
+    @property
+    def trainable(self) -> list[str]:
+        """Pool ids that learn (``policies_to_train``)."""
+        return [p.id for p in self.pools.values() if p.trainable]
+
+    @property
+    def frozen(self) -> list[str]:
+        """Pool ids whose weights never change."""
+        return [p.id for p in self.pools.values() if not p.trainable]
+
+
+class PoolMapping:
+    """A picklable ``policy_mapping_fn``: agent id → pool id."""
+
+    def __init__(self, agent_to_pool: Mapping[str, str]) -> None:
+        self.agent_to_pool = dict(agent_to_pool)
+
+    def __call__(self, agent_id: str, episode: Any = None, **kwargs: Any) -> str:
+        return self.agent_to_pool[agent_id]
+
+    def __repr__(self) -> str:
+        return f"PoolMapping({self.agent_to_pool})"
+
+
+# ----- resolution (no Ray) -----------------------------------------------------------------
+def resolve(cfg: ExperimentConfig) -> Plan:
+    """Check ``cfg`` against its scenario and resolve pools; nothing of Ray is started.
+
+    Raises:
+        ConfigError: the first problem found, naming the field and the fix: bad fields, an
+            unknown scenario or topology, unknown agents or pools, a pool with no agents, an
+            agent in no pool, an unknown scripted policy or missing checkpoint, credit the
+            scenario cannot support, GPUs or CPUs the machine does not have.
+    """
+    from scenarios.base import ScenarioError
+    from scenarios.registry import build
+    from topologies import Topology, TopologyError
+
+    cfg.check()
+    topology: Any = cfg.topology
+    try:
+        if isinstance(topology, dict):
+            topology = Topology.from_dict(topology)
+        scenario = build(cfg.scenario, topology, **cfg.scenario_kwargs)
+    except (ScenarioError, TopologyError, TypeError) as exc:
+        raise ConfigError(f"scenario {cfg.scenario!r}: {exc}") from None
+    topo = scenario.topology
+    agents = list(scenario.possible_agents)
+    roles = dict(topo.roles)
+    spaces = {a: (scenario.observation_space(a), scenario.action_space(a)) for a in agents}
+    try:
+        pools = resolve_pools(
+            agents,
+            roles,
+            topo.pools,
+            spaces,
+            cfg.pools,
+            sharing=cfg.sharing,
+            train=cfg.train,
+            frozen_defaults=_frozen_defaults(cfg.scenario),
+        )
+    except PoolError as exc:
+        raise ConfigError(str(exc)) from None
+    env_config = {
+        "scenario": cfg.scenario,
+        "topology": topology if topology is not None else topo.spec or topo,
+        "kwargs": dict(cfg.scenario_kwargs),
+    }
+    _check_models(cfg, pools, env_config)
+    _check_credit(cfg, scenario, agents)
+    _check_resources(cfg)
+    has_oracle = type(scenario).oracle_value is not _base_oracle()
+    if has_oracle:
+        has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
+    return Plan(cfg, scenario.id(), env_config, agents, roles, pools, has_oracle)
+
+
+def _base_oracle() -> Any:
+    from scenarios.base import Scenario
+
+    return Scenario.oracle_value
+
+
+def _frozen_defaults(scenario: str) -> dict[str, ModelConfig]:
+    from marl_agents.scripted import frozen_defaults
+
+    return {
+        role: ModelConfig(type="scripted", policy=name)
+        for role, name in frozen_defaults(scenario).items()
+    }
+
+
+def _check_models(
+    cfg: ExperimentConfig, pools: Mapping[str, AgentPool], env_config: Mapping[str, Any]
+) -> None:
+    from marl_agents.modules import checkpoint_module_dir
+    from marl_agents.scripted import SCRIPTED
+
+    for pool in pools.values():
+        m = pool.model
+        if m.type == "scripted" and m.policy not in SCRIPTED:
+            raise ConfigError(
+                f"pool {pool.id!r}: unknown scripted policy {m.policy!r}; registered are "
+                f"{', '.join(sorted(SCRIPTED))} (add yours with "
+                "marl_agents.scripted.register_scripted)"
+            )
+        if m.type == "scripted":
+            entry = SCRIPTED[m.policy]  # type: ignore[index]
+            if entry.scenario not in (None, env_config["scenario"]):
+                raise ConfigError(
+                    f"pool {pool.id!r}: scripted policy {m.policy!r} belongs to scenario "
+                    f"{entry.scenario!r}, not {env_config['scenario']!r}"
+                )
+        if m.type == "checkpoint":
+            try:
+                checkpoint_module_dir(m.path or "", m.module or pool.id)
+            except PoolError as exc:
+                raise ConfigError(f"pool {pool.id!r}: {exc}") from None
+        if m.type in ("gru", "mpnn") and cfg.algorithm.name == "APPO":
+            raise ConfigError(
+                f"pool {pool.id!r}: {m.type} modules run with PPO or IMPALA; APPO needs a "
+                "target network (use model.type 'mlp' or algorithm PPO)"
+            )
+
+
+def _check_credit(cfg: ExperimentConfig, scenario: Any, agents: list[str]) -> None:
+    credit = cfg.credit
+    if credit.method == "team":
+        return
+    if credit.normalize and cfg.algorithm.name != "PPO":
+        raise ConfigError(
+            "credit.normalize needs the PPO credit learner: use algorithm PPO or normalize=false"
+        )
+    if credit.repeats != 1:
+        raise ConfigError(
+            f"credit.repeats={credit.repeats}: replays of GraphEnv scenarios are deterministic "
+            "given the episode seed, so repeats change nothing; set credit.repeats=1"
+        )
+    if credit.method == "local":
+        from marl_agents.scripted import get_scripted
+        from scenarios.engine import run_inline
+
+        _, outcome, _ = run_inline(scenario, get_scripted("default")(scenario), seed=0)
+        missing = [a for a in agents if a not in (outcome.local or {})]
+        if missing:
+            raise ConfigError(
+                f"credit 'local' needs Outcome.local for every agent, but scenario "
+                f"{scenario.id()} gives none for {missing}: use credit 'loo' or 'shapley' "
+                "(counterfactual replays), or 'team'"
+            )
+    if credit.method == "shapley":
+        from trainers.credit import EXACT_MAX_AGENTS, min_budget
+
+        n = len(agents)
+        if credit.estimator == "exact" and n > EXACT_MAX_AGENTS:
+            raise ConfigError(
+                f"credit.estimator 'exact' needs 2^{n} replays per episode for {n} agents "
+                f"(limit {EXACT_MAX_AGENTS} agents): use 'kernel' or 'antithetic' with a budget"
+            )
+        sampled = credit.estimator in ("permutation", "antithetic", "kernel")
+        if (
+            sampled
+            and credit.budget is not None
+            and credit.budget < min_budget(credit.estimator, n)
+        ):
+            need = min_budget(credit.estimator, n)
+            raise ConfigError(
+                f"credit.budget={credit.budget} is below the {credit.estimator} estimator's "
+                f"minimum for {n} agents: set credit.budget ≥ {need}"
+            )
+
+
+def _check_resources(cfg: ExperimentConfig) -> None:
+    res = cfg.resources
+    on_cluster = bool(os.environ.get("RAY_ADDRESS"))
+    if res.num_gpus_per_learner > 0 and not on_cluster:
+        import torch
+
+        if torch.cuda.device_count() == 0:
+            raise ConfigError(
+                f"resources.num_gpus_per_learner={res.num_gpus_per_learner} but this machine "
+                "has no GPU (RLlib would wait for one forever): set "
+                "resources.num_gpus_per_learner=0, or set RAY_ADDRESS to a cluster with GPUs"
+            )
+    if on_cluster:
+        return
+    machine = os.cpu_count() or 1
+    if res.num_cpus is not None and res.num_cpus > machine:
+        raise ConfigError(
+            f"resources.num_cpus={res.num_cpus} but this machine has {machine} CPUs: set "
+            f"resources.num_cpus ≤ {machine} (or null)"
+        )
+    available = res.num_cpus or machine
+    learner_cpus = res.num_learners if res.num_gpus_per_learner == 0 else 0
+    needed = 1 + res.num_env_runners + learner_cpus
+    if needed > available:
+        raise ConfigError(
+            f"resources need {needed} CPUs (1 driver + {res.num_env_runners} env runners + "
+            f"{learner_cpus} learners) but {available} are available: lower "
+            "resources.num_env_runners / num_learners (0 runs them in the driver; "
+            "raise num_envs_per_env_runner for throughput instead)"
+        )
+
+
+# ----- the one conversion ------------------------------------------------------------------
+def algorithm_class(name: str) -> type:
+    """The RLlib ``Algorithm`` class of ``name`` (imported directly, not by string)."""
+    if name == "PPO":
+        from ray.rllib.algorithms.ppo import PPO
+
+        return PPO
+    if name == "APPO":
+        from ray.rllib.algorithms.appo import APPO
+
+        return APPO
+    if name == "IMPALA":
+        from ray.rllib.algorithms.impala import IMPALA
+
+        return IMPALA
+    raise ConfigError(f"algorithm {name!r} is not supported: use PPO, APPO or IMPALA")
+
+
+def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
+    """Convert ``cfg`` into a validated RLlib ``AlgorithmConfig`` (new API stack).
+
+    Args:
+        cfg: the experiment.
+        plan: its :func:`resolve` result, when already computed.
+
+    Returns:
+        An ``AlgorithmConfig`` on which ``.validate()`` has passed; ``build_algo()`` builds it.
+
+    Raises:
+        ConfigError: see :func:`resolve`; also RLlib's own validation errors, re-raised.
+    """
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+
+    from marl_agents.modules import module_spec
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    plan = plan or resolve(cfg)
+    algo = cfg.algorithm
+    res = cfg.resources
+    config = algorithm_class(algo.name).get_default_config()
+    config.environment(RLlibGraphEnv, env_config=plan.env_config)
+    config.framework("torch")
+    credit = cfg.credit.method != "team"
+    config.env_runners(
+        num_env_runners=res.num_env_runners,
+        num_envs_per_env_runner=res.num_envs_per_env_runner,
+        batch_mode="complete_episodes" if credit else "truncate_episodes",
+        num_cpus_per_env_runner=1,
+    )
+    learners: dict[str, Any] = {
+        "num_learners": res.num_learners,
+        "num_gpus_per_learner": res.num_gpus_per_learner,
+    }
+    if credit:
+        learners.update(_credit_learner(cfg, plan))
+    config.learners(**learners)
+    config.multi_agent(
+        policies=list(plan.pools),
+        policy_mapping_fn=PoolMapping(plan.agent_to_pool),
+        policies_to_train=plan.trainable,
+    )
+    config.rl_module(
+        rl_module_spec=MultiRLModuleSpec(
+            rl_module_specs={pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
+        )
+    )
+    config.training(**_training_kwargs(cfg))
+    config.callbacks(EpisodeMetrics)
+    config.debugging(seed=cfg.seed, log_level="ERROR")
+    config.reporting(metrics_num_episodes_for_smoothing=100)
+    try:
+        config.validate()
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"RLlib rejected the config: {exc}") from exc
+    return config
+
+
+def _training_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
+    a = cfg.algorithm
+    kw: dict[str, Any] = {
+        "lr": a.lr,
+        "gamma": a.gamma,
+        "train_batch_size_per_learner": a.train_batch_size,
+        "minibatch_size": a.minibatch_size,
+        "num_epochs": a.num_epochs,
+        "entropy_coeff": a.entropy_coeff,
+        "vf_loss_coeff": a.vf_loss_coeff,
+        "grad_clip": a.grad_clip,
+    }
+    if a.name in ("PPO", "APPO"):
+        kw.update(lambda_=a.gae_lambda, clip_param=a.clip_param)
+    if a.name == "PPO":
+        kw["vf_clip_param"] = 10.0
+    kw.update(a.extra)
+    return kw
+
+
+def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
+    try:
+        from trainers.credit_connector import make_credit_connector
+    except ModuleNotFoundError as exc:
+        if exc.name != "trainers.credit_connector":
+            raise
+        raise NotImplementedError(
+            f"credit method {cfg.credit.method!r} needs trainers.credit_connector, which is not "
+            "installed yet: use credit 'team'"
+        ) from None
+    from trainers.credit_connector import CreditError
+
+    try:
+        factory = make_credit_connector(cfg.credit, plan.env_config)
+    except CreditError as exc:
+        raise ConfigError(f"credit: {exc}") from None
+    out: dict[str, Any] = {"learner_connector": factory}
+    if cfg.credit.normalize:
+        from trainers.credit_connector import CreditPPOTorchLearner
+
+        out["learner_class"] = CreditPPOTorchLearner
+    return out
+
+
+# ----- per-episode metrics on the env runners ------------------------------------------------
+class EpisodeMetrics(RLlibCallback):
+    """Logs each finished episode's verified outcome: team return, success, scenario metrics,
+    and the oracle's expected return for the same task (where the scenario has one).
+
+    Values are logged as per-iteration sums plus a count under ``marl/…`` so that
+    :mod:`trainers.run` reports exact per-iteration means.
+    """
+
+    _scenarios: ClassVar[dict[str, Any]] = {}
+
+    def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
+        if metrics_logger is None:
+            return
+        outcome, seed = _final_outcome(episode)
+        if outcome is None:
+            return
+        values = {
+            "team_return": float(outcome.reward),
+            "success": float(outcome.success),
+            "truncated": float(bool(getattr(outcome, "truncated", False))),
+        }
+        for key, value in (outcome.metrics or {}).items():
+            values[f"metric/{key}"] = float(value)
+        env_config = kwargs.get("env_runner").config.env_config if kwargs.get("env_runner") else {}
+        oracle = self._oracle(env_config, seed)
+        if oracle is not None:
+            values["oracle"] = oracle
+        metrics_logger.log_value((EPISODE_METRICS, "episodes"), 1, reduce="sum")
+        for key, value in values.items():
+            metrics_logger.log_value((EPISODE_METRICS, key), value, reduce="sum")
+
+    def _oracle(self, env_config: Mapping[str, Any], seed: int | None) -> float | None:
+        if seed is None or not env_config or "scenario" not in env_config:
+            return None
+        key = repr(sorted((k, repr(v)) for k, v in env_config.items()))
+        if key not in self._scenarios:
+            from scenarios.registry import build
+
+            try:
+                s = build(
+                    env_config["scenario"],
+                    env_config.get("topology"),
+                    **env_config.get("kwargs", {}),
+                )
+            except Exception:
+                s = None
+            self._scenarios[key] = s
+        scenario = self._scenarios[key]
+        if scenario is None:
+            return None
+        value = scenario.oracle_value(np.random.default_rng(seed))
+        return None if value is None else float(value)
+
+
+def _final_outcome(episode: Any) -> tuple[Any, int | None]:
+    """The ``Outcome`` and seed from the last infos of a finished multi-agent episode."""
+    for agent_episode in episode.agent_episodes.values():
+        infos = agent_episode.get_infos()
+        if len(infos) == 0:
+            continue
+        last = infos[-1]
+        if isinstance(last, dict) and last.get("outcome") is not None:
+            return last["outcome"], last.get("seed")
+    return None, None

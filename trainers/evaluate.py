@@ -1,0 +1,262 @@
+"""``evaluate(checkpoint)``: greedy episodes of a trained team, with a rich summary table.
+
+The modules are loaded straight from the checkpoint (no Ray, no env runners) and act greedily
+on the scenario's :class:`~scenarios.engine.GraphEnv` on fresh seeds. Reported: success rate,
+team return, the fraction of the oracle's expected return on the same tasks (where the scenario
+has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
+the scenario's latency metric and the wall time per decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainers.config import ConfigError, ExperimentConfig
+
+#: evaluation seeds start here, away from the small seeds training episodes tend to use.
+EVAL_SEED = 1_000_000
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Per-episode records and their means.
+
+    Attributes:
+        episodes: one dict per episode: ``return``, ``success``, ``oracle`` (or None),
+            ``decisions``, ``seconds``, ``metrics`` and ``credit`` (agent → credit).
+        summary: the means shown in the table (``success``, ``return``, ``oracle_fraction``...).
+        credit: agent → mean credit (empty for ``team``).
+    """
+
+    episodes: list[dict[str, Any]]
+    summary: dict[str, float]
+    credit: dict[str, float]
+
+
+class TeamPolicy:
+    """Greedy actions of every agent from a checkpoint's modules (handles recurrent state)."""
+
+    def __init__(self, modules: Any, agent_to_pool: Mapping[str, str]) -> None:
+        self.modules = modules
+        self.agent_to_pool = dict(agent_to_pool)
+        self.state: dict[str, Any] = {}
+
+    def reset(self) -> None:
+        """Forget recurrent state (call at every episode start)."""
+        self.state = {}
+
+    def act(self, observations: Mapping[str, Any]) -> dict[str, Any]:
+        """Greedy actions for ``observations`` (agent id → observation)."""
+        import torch
+        from ray.rllib.core.columns import Columns
+
+        actions = {}
+        with torch.no_grad():
+            for agent, obs in observations.items():
+                module = self.modules[self.agent_to_pool[agent]]
+                x = torch.as_tensor(np.asarray(obs, dtype=np.float32))[None]
+                batch: dict[str, Any] = {Columns.OBS: x}
+                stateful = module.is_stateful()
+                if stateful:
+                    init = self.state.get(agent)
+                    if init is None:
+                        init = {k: v[None] for k, v in module.get_initial_state().items()}
+                    batch[Columns.OBS] = x[:, None]
+                    batch[Columns.STATE_IN] = init
+                out = module.forward_inference(batch)
+                if stateful:
+                    self.state[agent] = out[Columns.STATE_OUT]
+                if Columns.ACTIONS in out:
+                    action = out[Columns.ACTIONS]
+                else:
+                    logits = out[Columns.ACTION_DIST_INPUTS]
+                    dist = module.get_inference_action_dist_cls().from_logits(logits)
+                    action = dist.to_deterministic().sample()
+                action = np.asarray(
+                    action.detach().cpu().numpy() if hasattr(action, "detach") else action
+                )
+                actions[agent] = action.reshape(action.shape[2:] if stateful else action.shape[1:])
+        return {a: (int(v) if v.ndim == 0 else v) for a, v in actions.items()}
+
+
+def load_team(checkpoint: str | Path) -> tuple[ExperimentConfig, Any, TeamPolicy]:
+    """``(config, plan, policy)`` for a run directory or checkpoint.
+
+    Raises:
+        ConfigError: no checkpoint, or no ``config.yaml`` in its run directory.
+    """
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+
+    from trainers.algo import resolve
+    from trainers.run import find_checkpoint
+
+    ckpt, run = find_checkpoint(checkpoint)
+    cfg_path = run / "config.yaml"
+    if not cfg_path.exists():
+        raise ConfigError(
+            f"no config.yaml in {run}: evaluate checkpoints written by trainers.train"
+        )
+    cfg = ExperimentConfig.from_yaml(cfg_path)
+    plan = resolve(cfg)
+    modules = MultiRLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module"))
+    return cfg, plan, TeamPolicy(modules, plan.agent_to_pool)
+
+
+def evaluate(
+    checkpoint: str | Path,
+    episodes: int = 100,
+    *,
+    seed: int = EVAL_SEED,
+    credit: str | None = None,
+    show: bool = True,
+) -> EvalResult:
+    """Run ``episodes`` greedy episodes of the team in ``checkpoint`` and print a table.
+
+    Args:
+        checkpoint: a run directory or a checkpoint inside one.
+        episodes: number of episodes (seeds ``seed … seed + episodes − 1``).
+        seed: first episode seed.
+        credit: credit method to report (default: the run's; ``"team"``: none).
+        show: print the rich table.
+
+    Returns:
+        An :class:`EvalResult`.
+    """
+    from trainers.run import setup_process
+
+    if episodes < 1:
+        raise ConfigError(f"episodes must be ≥ 1, got {episodes}")
+    setup_process()
+    cfg, plan, policy = load_team(checkpoint)
+    method = credit or cfg.credit.method
+    env = _make_env(plan.env_config)
+    records = []
+    for i in range(episodes):
+        records.append(_episode(env, policy, seed + i, method, cfg))
+    result = _summarise(records, plan.agents)
+    if show:
+        _print(result, plan, checkpoint, method)
+    return result
+
+
+def _make_env(env_config: Mapping[str, Any]) -> Any:
+    from scenarios.registry import make
+
+    return make(
+        env_config["scenario"], topology=env_config.get("topology"), **env_config.get("kwargs", {})
+    )
+
+
+def _episode(
+    env: Any, policy: TeamPolicy, seed: int, method: str, cfg: ExperimentConfig
+) -> dict[str, Any]:
+    policy.reset()
+    obs, infos = env.reset(seed=seed)
+    decisions = 0
+    start = time.perf_counter()
+    while env.agents:
+        acting = {a: obs[a] for a in env.agents if infos[a]["acting"]}
+        actions = policy.act(acting)
+        decisions += len(actions)
+        obs, _, _, _, infos = env.step(actions)
+    seconds = time.perf_counter() - start
+    outcome = env.outcome
+    oracle = env.scenario.oracle_value(np.random.default_rng(seed))
+    return {
+        "seed": seed,
+        "return": float(outcome.reward),
+        "success": float(outcome.success),
+        "oracle": None if oracle is None else float(oracle),
+        "decisions": decisions,
+        "seconds": seconds,
+        "metrics": dict(outcome.metrics or {}),
+        "credit": _credit(env, seed, method, outcome, cfg),
+    }
+
+
+def _credit(
+    env: Any, seed: int, method: str, outcome: Any, cfg: ExperimentConfig
+) -> dict[str, float]:
+    players = sorted({t.agent for t in env.trace}, key=env.possible_agents.index)
+    if method == "team" or not players:
+        return {}
+    if method == "local":
+        return {a: float(v) for a, v in (outcome.local or {}).items() if a in players}
+    from trainers.credit import leave_one_out, shapley
+
+    actions = env.episode_actions()
+
+    def v(coalition: frozenset[str]) -> float:
+        return env.value(seed, coalition, actions)
+
+    if method == "loo":
+        return leave_one_out(players, v)
+    c = cfg.credit
+    return shapley(
+        players, v, c.estimator, budget=c.budget, rng=seed, exact_max=min(c.exact_max, 16)
+    )
+
+
+def _summarise(records: list[dict[str, Any]], agents: list[str]) -> EvalResult:
+    returns = np.array([r["return"] for r in records])
+    summary: dict[str, float] = {
+        "episodes": float(len(records)),
+        "success": float(np.mean([r["success"] for r in records])),
+        "return": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "decision_ms": 1000
+        * sum(r["seconds"] for r in records)
+        / max(1, sum(r["decisions"] for r in records)),
+        "episode_ms": 1000 * float(np.mean([r["seconds"] for r in records])),
+    }
+    oracles = [r["oracle"] for r in records]
+    if all(o is not None for o in oracles):
+        summary["oracle"] = float(np.mean(oracles))
+        if abs(summary["oracle"]) > 1e-9:
+            summary["oracle_fraction"] = summary["return"] / summary["oracle"]
+    if all("latency" in r["metrics"] for r in records):
+        summary["latency"] = float(np.mean([r["metrics"]["latency"] for r in records]))
+    credit: dict[str, float] = {}
+    for agent in agents:
+        values = [r["credit"][agent] for r in records if agent in r["credit"]]
+        if values:
+            credit[agent] = float(np.mean(values))
+    return EvalResult(records, summary, credit)
+
+
+def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = result.summary
+    table = Table(title=f"evaluation · {plan.scenario_id} · {checkpoint}", title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("episodes", f"{int(s['episodes'])}")
+    table.add_row("success", f"{100 * s['success']:.1f}%")
+    table.add_row("team return", f"{s['return']:.3f} ± {s['return_std']:.3f}")
+    if "oracle" in s:
+        table.add_row("oracle return", f"{s['oracle']:.3f}")
+    if "oracle_fraction" in s:
+        table.add_row("fraction of oracle", f"{100 * s['oracle_fraction']:.1f}%")
+    if "latency" in s:
+        table.add_row("latency (scenario rounds)", f"{s['latency']:.2f}")
+    table.add_row("latency per decision", f"{s['decision_ms']:.2f} ms")
+    table.add_row("latency per episode", f"{s['episode_ms']:.1f} ms")
+    console = Console()
+    console.print(table)
+    if result.credit:
+        ctable = Table(title=f"per-agent credit ({method})", title_justify="left")
+        ctable.add_column("agent", style="bold")
+        ctable.add_column("pool")
+        ctable.add_column("mean credit", justify="right")
+        a2p = plan.agent_to_pool
+        for agent, value in result.credit.items():
+            ctable.add_row(agent, a2p.get(agent, "?"), f"{value:.3f}")
+        console.print(ctable)

@@ -1,0 +1,601 @@
+"""``train(cfg)``: run an experiment to its budget, with metrics, checkpoints, plots and resume.
+
+A run directory (``runs/{scenario}__{algo}__{seed}__{time}`` by default) holds, written in this
+order so that a crash loses nothing already done:
+
+* ``config.yaml`` — the experiment, written before anything runs;
+* ``metrics.jsonl`` — one line per iteration, namespaced keys (``charts/…``,
+  ``losses/<pool>/…``, ``<agent>/…``), flushed every iteration;
+* ``checkpoints/iter_NNNNNN`` — every ``output.checkpoint_every`` iterations (the latest and
+  the best are kept), ``checkpoint`` — the final state;
+* ``summary.json`` (status, best/final checkpoints, totals), ``curve.png``, ``wandb/``.
+
+``train(cfg, resume=<run dir or checkpoint>)`` restores the algorithm (same weights, same
+iteration counter) and continues in the same run directory until the budget (counted from the
+first iteration) is reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.config import ConfigError, ExperimentConfig
+
+log = logging.getLogger(__name__)
+
+#: the headline metric: mean verified team return per episode in an iteration.
+RETURN_KEY = "charts/team_return"
+ORACLE_FRACTION_KEY = "charts/oracle_fraction"
+LOSS_KEYS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var", "total_loss")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` produced.
+
+    Attributes:
+        run_dir: the run directory.
+        history: one metrics dict per iteration (the lines of ``metrics.jsonl``).
+        final_checkpoint: the checkpoint saved at the end.
+        best_checkpoint: the saved checkpoint with the highest smoothed team return.
+        best_return: that smoothed team return.
+        status: ``"completed"``, or ``"failed: <error>"``.
+        curve: the learning-curve PNG (``None`` when plotting is off or failed).
+    """
+
+    run_dir: Path
+    history: list[dict[str, Any]]
+    final_checkpoint: Path | None
+    best_checkpoint: Path | None
+    best_return: float | None
+    status: str = "completed"
+    curve: Path | None = None
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last iteration's metrics ({} if none ran)."""
+        return self.history[-1] if self.history else {}
+
+    @property
+    def iterations(self) -> int:
+        """Iterations reached (the algorithm's counter)."""
+        return int(self.final.get("charts/iteration", 0))
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps sampled in total."""
+        return int(self.final.get("charts/env_steps", 0))
+
+
+# ----- process setup ------------------------------------------------------------------------
+def setup_process() -> None:
+    """One thread for torch and OpenMP (on small CPU boxes extra threads only spin-wait)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    if "PYTHONHASHSEED" not in os.environ:
+        log.warning(
+            "PYTHONHASHSEED is not set: runs with the same seed can differ across processes "
+            "(RLlib orders agents through sets); the marl CLI sets it"
+        )
+
+
+def ensure_ray(cfg: ExperimentConfig) -> bool:
+    """Start a local Ray (or join ``RAY_ADDRESS``) unless one is running; True if started."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.ERROR,
+        "log_to_driver": False,
+    }
+    if os.environ.get("RAY_ADDRESS"):
+        kwargs["address"] = os.environ["RAY_ADDRESS"]
+    else:
+        kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
+    ray.init(**kwargs)
+    return True
+
+
+def quiet_ray_logs() -> None:
+    """Keep RLlib's start-up warnings out of the terminal."""
+    for name in ("ray", "ray.rllib", "ray.tune", "ray.train"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*new API stack.*")
+
+
+# ----- run directories ----------------------------------------------------------------------
+def run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
+    """``{scenario}__{algo}__{seed}__{time}`` (CleanRL style)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now or time.time()))
+    return f"{cfg.scenario}__{cfg.algorithm.name}__{cfg.seed}__{stamp}"
+
+
+def new_run_dir(cfg: ExperimentConfig) -> Path:
+    """Create a fresh run directory under ``cfg.output.dir`` (suffix ``-2``… on a clash)."""
+    base = Path(cfg.output.dir).expanduser()
+    name = cfg.output.name or run_name(cfg)
+    path = base / name
+    k = 2
+    while path.exists():
+        path = base / f"{name}-{k}"
+        k += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """``(checkpoint dir, run dir)`` for a run directory or any checkpoint inside one.
+
+    Raises:
+        ConfigError: no checkpoint there.
+    """
+    p = Path(path).expanduser().resolve()
+    if (p / "checkpoint" / "algorithm_state.pkl").exists():
+        return p / "checkpoint", p
+    if (p / "algorithm_state.pkl").exists():
+        run = p.parent.parent if p.parent.name == "checkpoints" else p.parent
+        return p, run
+    raise ConfigError(f"no algorithm checkpoint at {p}: pass a run directory or a checkpoint")
+
+
+def load_history(path: Path) -> list[dict[str, Any]]:
+    """Read ``metrics.jsonl`` (missing file: empty)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ----- metrics ------------------------------------------------------------------------------
+def flatten_result(
+    result: Mapping[str, Any], agent_to_pool: Mapping[str, str], frozen: set[str]
+) -> dict[str, Any]:
+    """Namespaced metrics of one ``algo.train()`` result.
+
+    ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction and
+    the scenario's metrics; ``losses/<pool>/…`` for learning pools; ``<agent>/return`` and
+    ``<agent>/credit`` per agent.
+    """
+    out: dict[str, Any] = {}
+    runners = result.get("env_runners", {}) or {}
+    dt = float(result.get("time_this_iter_s", 0.0) or 0.0)
+    steps = _num(runners.get("num_env_steps_sampled"))
+    out["charts/iteration"] = int(result.get("training_iteration", 0))
+    out["charts/env_steps"] = int(
+        _num(result.get("num_env_steps_sampled_lifetime"))
+        or _num(runners.get("num_env_steps_sampled_lifetime"))
+    )
+    out["charts/time_s"] = float(result.get("time_total_s", 0.0))
+    out["charts/iteration_s"] = dt
+    out["charts/env_steps_per_s"] = steps / dt if dt > 0 else 0.0
+    out["charts/episode_len"] = _num(runners.get("episode_len_mean"))
+    marl = runners.get("marl", {}) or {}
+    n = _num(marl.get("episodes"))
+    out["charts/episodes"] = int(n)
+    if n > 0:
+        out[RETURN_KEY] = _num(marl.get("team_return")) / n
+        out["charts/success"] = _num(marl.get("success")) / n
+        out["charts/truncated"] = _num(marl.get("truncated")) / n
+        if "oracle" in marl:
+            oracle = _num(marl["oracle"])
+            out["charts/oracle"] = oracle / n
+            if abs(oracle) > 1e-9:
+                out[ORACLE_FRACTION_KEY] = _num(marl.get("team_return")) / oracle
+        for key, value in marl.items():
+            if key.startswith("metric/"):
+                out[f"charts/{key.removeprefix('metric/')}"] = _num(value) / n
+    for agent, value in (runners.get("agent_episode_returns_mean") or {}).items():
+        out[f"{agent}/return"] = _num(value)
+    learners = result.get("learners", {}) or {}
+    for pool, stats in learners.items():
+        if not isinstance(stats, Mapping) or pool in frozen:
+            continue
+        for key in LOSS_KEYS:
+            if key in stats:
+                out[f"losses/{pool}/{key}"] = _num(stats[key])
+    for key, value in _walk(learners):
+        parts = key.split("/")
+        if "credit" in parts[:-1] and parts[-1] in agent_to_pool:
+            out[f"{parts[-1]}/credit"] = _num(value)
+    return {k: v for k, v in out.items() if not (isinstance(v, float) and math.isnan(v))}
+
+
+def _walk(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in tree.items():
+        path = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            yield from _walk(value, path)
+        else:
+            yield path, value
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan") if value is not None else 0.0
+
+
+# ----- the training loop --------------------------------------------------------------------
+class _Budget:
+    def __init__(self, cfg: ExperimentConfig, start_time_s: float) -> None:
+        self.b = cfg.budget
+        self.start = time.monotonic() - start_time_s
+
+    def done(self, iteration: int, env_steps: int) -> bool:
+        b = self.b
+        return (
+            (b.iterations is not None and iteration >= b.iterations)
+            or (b.env_steps is not None and env_steps >= b.env_steps)
+            or (b.time_s is not None and time.monotonic() - self.start >= b.time_s)
+        )
+
+    def fraction(self, iteration: int, env_steps: int) -> float:
+        parts = []
+        if self.b.iterations:
+            parts.append(iteration / self.b.iterations)
+        if self.b.env_steps:
+            parts.append(env_steps / self.b.env_steps)
+        if self.b.time_s:
+            parts.append((time.monotonic() - self.start) / self.b.time_s)
+        return min(1.0, max(parts)) if parts else 0.0
+
+
+def train(
+    cfg: ExperimentConfig | None = None,
+    *,
+    resume: str | Path | None = None,
+    report: Callable[[dict[str, Any]], None] | None = None,
+    run_dir: str | Path | None = None,
+) -> TrainResult:
+    """Train ``cfg`` to its budget; see the module docstring for what the run directory holds.
+
+    Args:
+        cfg: the experiment (``None`` with ``resume``: the run's own ``config.yaml``).
+        resume: a run directory or checkpoint to continue from (same weights and iteration
+            counter; metrics of iterations after the checkpoint are dropped and redone).
+        report: called with each iteration's metrics (Ray Tune uses this).
+        run_dir: use this directory instead of a new ``runs/…`` one.
+
+    Returns:
+        A :class:`TrainResult`.
+
+    Raises:
+        ConfigError: a bad config, before Ray starts.
+    """
+    from trainers.algo import resolve, to_algorithm_config
+
+    ckpt = None
+    if resume is not None:
+        ckpt, resume_dir = find_checkpoint(resume)
+        if cfg is None:
+            cfg = ExperimentConfig.from_yaml(resume_dir / "config.yaml")
+        run_dir = run_dir or resume_dir
+    if cfg is None:
+        raise ConfigError("train() needs a config (or resume=<run dir>)")
+    quiet_ray_logs()
+    plan = resolve(cfg)
+    algo_config = to_algorithm_config(cfg, plan)  # every config error is raised by now
+    setup_process()
+    run = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+    run.mkdir(parents=True, exist_ok=True)
+    if resume is None or not (run / "config.yaml").exists():
+        cfg.to_yaml(run / "config.yaml")
+    started_ray = ensure_ray(cfg)
+    console = _console(cfg)
+    history = load_history(run / "metrics.jsonl")
+    status = "completed"
+    algo = None
+    final_ckpt: Path | None = None
+    tracker = _Checkpoints(run)
+    wb = None
+    try:
+        if ckpt is not None:
+            from ray.rllib.algorithms.algorithm import Algorithm
+
+            algo = Algorithm.from_checkpoint(str(ckpt))
+            history = [h for h in history if h.get("charts/iteration", 0) <= algo.iteration]
+            _rewrite(run / "metrics.jsonl", history)
+            tracker.restore(history)
+        else:
+            algo = algo_config.build_algo()
+        if console is not None:
+            _print_plan(console, plan, run)
+        wb = _wandb_init(cfg, run, resumed=ckpt is not None)
+        frozen = set(plan.frozen)
+        a2p = plan.agent_to_pool
+        start_time = float(history[-1]["charts/time_s"]) if history else 0.0
+        budget = _Budget(cfg, start_time)
+        with (
+            _progress(console, budget) as advance,
+            open(run / "metrics.jsonl", "a") as metrics_file,
+        ):
+            iteration = int(algo.iteration)
+            env_steps = int(history[-1]["charts/env_steps"]) if history else 0
+            advance(budget.fraction(iteration, env_steps), history[-1] if history else {})
+            while not budget.done(iteration, env_steps):
+                result = algo.train()
+                row = flatten_result(result, a2p, frozen)
+                iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
+                history.append(row)
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+                if wb is not None:
+                    wb.log(row, step=iteration)
+                if report is not None:
+                    report(row)
+                every = cfg.output.checkpoint_every
+                if every and iteration % every == 0:
+                    tracker.save(algo, iteration, history)
+                advance(budget.fraction(iteration, env_steps), row)
+        final_ckpt = tracker.final(algo, history)
+    except BaseException as exc:
+        status = f"failed: {type(exc).__name__}: {exc}"
+        if algo is not None:
+            with contextlib.suppress(Exception):
+                final_ckpt = tracker.final(algo, history)
+        raise
+    finally:
+        curve = None
+        if cfg.output.plot and history:
+            curve = plot_curve(history, run / "curve.png", title=run.name)
+        result_obj = TrainResult(
+            run, history, final_ckpt, tracker.best_path, tracker.best_value, status, curve
+        )
+        _write_summary(run, result_obj)
+        if wb is not None:
+            with contextlib.suppress(Exception):
+                wb.finish(exit_code=0 if status == "completed" else 1)
+        if algo is not None:
+            with contextlib.suppress(Exception):
+                algo.stop()
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    if console is not None:
+        print_summary(console, result_obj)
+    return result_obj
+
+
+def _rewrite(path: Path, history: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(h) + "\n" for h in history))
+
+
+class _Checkpoints:
+    """Periodic checkpoints: keeps the latest and the best (by smoothed team return)."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+        self.best_path: Path | None = None
+        self.best_value: float | None = None
+        self.latest: Path | None = None
+
+    @staticmethod
+    def smoothed(history: list[dict[str, Any]], k: int = 3) -> float | None:
+        values = [h[RETURN_KEY] for h in history[-k:] if RETURN_KEY in h]
+        return sum(values) / len(values) if values else None
+
+    def restore(self, history: list[dict[str, Any]]) -> None:
+        summary = self.run / "summary.json"
+        if summary.exists():
+            data = json.loads(summary.read_text())
+            best = data.get("best_checkpoint")
+            if best and Path(best).exists():
+                self.best_path, self.best_value = Path(best), data.get("best_return")
+
+    def save(self, algo: Any, iteration: int, history: list[dict[str, Any]]) -> Path:
+        path = self.run / "checkpoints" / f"iter_{iteration:06d}"
+        algo.save_to_path(str(path))
+        value = self.smoothed(history)
+        previous = self.latest
+        self.latest = path
+        if value is not None and (self.best_value is None or value > self.best_value):
+            old_best = self.best_path
+            self.best_path, self.best_value = path, value
+            if old_best is not None and old_best != previous:
+                shutil.rmtree(old_best, ignore_errors=True)
+        if previous is not None and previous != self.best_path:
+            shutil.rmtree(previous, ignore_errors=True)
+        return path
+
+    def final(self, algo: Any, history: list[dict[str, Any]]) -> Path:
+        path = self.run / "checkpoint"
+        if path.exists():
+            shutil.rmtree(path)
+        algo.save_to_path(str(path))
+        value = self.smoothed(history)
+        if value is not None and (self.best_value is None or value >= self.best_value):
+            self.best_path, self.best_value = path, value
+        if self.best_path is None:
+            self.best_path = path
+        return path
+
+
+def _write_summary(run: Path, result: TrainResult) -> None:
+    final = result.final
+    data = {
+        "status": result.status,
+        "iterations": result.iterations,
+        "env_steps": result.env_steps,
+        "time_s": final.get("charts/time_s"),
+        "team_return": final.get(RETURN_KEY),
+        "oracle_fraction": final.get(ORACLE_FRACTION_KEY),
+        "final_checkpoint": str(result.final_checkpoint) if result.final_checkpoint else None,
+        "best_checkpoint": str(result.best_checkpoint) if result.best_checkpoint else None,
+        "best_return": result.best_return,
+        "curve": str(result.curve) if result.curve else None,
+    }
+    (run / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+# ----- wandb --------------------------------------------------------------------------------
+def _wandb_init(cfg: ExperimentConfig, run: Path, resumed: bool) -> Any:
+    mode = cfg.logging.wandb
+    if mode == "disabled":
+        return None
+    os.environ["WANDB_MODE"] = mode
+    os.environ.setdefault("WANDB_SILENT", "true")
+    try:
+        import wandb
+
+        return wandb.init(
+            project=cfg.logging.project,
+            entity=cfg.logging.entity,
+            name=run.name,
+            id=run.name.replace(":", "-"),
+            dir=str(run),
+            config=cfg.to_dict(),
+            mode=mode,
+            resume="allow" if resumed else None,
+            reinit="finish_previous",
+        )
+    except Exception as exc:  # tracking must never kill a run
+        log.warning("wandb disabled for this run: %s", exc)
+        return None
+
+
+# ----- display ------------------------------------------------------------------------------
+def _console(cfg: ExperimentConfig) -> Any:
+    if not cfg.logging.progress:
+        return None
+    from rich.console import Console
+
+    return Console()
+
+
+@contextlib.contextmanager
+def _progress(console: Any, budget: _Budget) -> Iterator[Callable[[float, dict[str, Any]], None]]:
+    if console is None:
+        yield lambda fraction, row: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+    )
+    task = progress.add_task("train", total=1.0, info="")
+
+    def advance(fraction: float, row: dict[str, Any]) -> None:
+        progress.update(task, completed=fraction, info=_row_info(row))
+
+    with progress:
+        yield advance
+
+
+def _row_info(row: Mapping[str, Any]) -> str:
+    if not row:
+        return ""
+    parts = [f"it {row.get('charts/iteration', 0)}", f"steps {row.get('charts/env_steps', 0)}"]
+    if RETURN_KEY in row:
+        parts.append(f"return {row[RETURN_KEY]:.3f}")
+    if ORACLE_FRACTION_KEY in row:
+        parts.append(f"oracle {100 * row[ORACLE_FRACTION_KEY]:.0f}%")
+    if "charts/success" in row:
+        parts.append(f"success {100 * row['charts/success']:.0f}%")
+    parts.append(f"{row.get('charts/env_steps_per_s', 0):.0f} steps/s")
+    return " · ".join(parts)
+
+
+def _print_plan(console: Any, plan: Any, run: Path) -> None:
+    from rich.table import Table
+
+    from marl_agents.pools import describe
+
+    table = Table(title=f"{plan.scenario_id} · {run.name}", title_justify="left")
+    for col in ("pool", "agents", "model", "trained"):
+        table.add_column(col)
+    for row in describe(plan.pools):
+        table.add_row(
+            row["pool"],
+            ", ".join(row["agents"]),
+            row["model"],
+            "yes" if row["trained"] else "frozen",
+        )
+    console.print(table)
+
+
+def print_summary(console: Any, result: TrainResult) -> None:
+    """The final summary table of a run."""
+    from rich.table import Table
+
+    final = result.final
+    table = Table(title="run summary", title_justify="left", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    steps_per_s = [h.get("charts/env_steps_per_s", 0.0) for h in result.history]
+    rows = [
+        ("status", result.status),
+        ("iterations", str(result.iterations)),
+        ("env steps", str(result.env_steps)),
+        ("time", f"{final.get('charts/time_s', 0.0):.0f} s"),
+        ("env steps/s", f"{sum(steps_per_s) / max(1, len(steps_per_s)):.0f}"),
+    ]
+    if RETURN_KEY in final:
+        first = next((h[RETURN_KEY] for h in result.history if RETURN_KEY in h), None)
+        rows.append(("team return", f"{first:.3f} → {final[RETURN_KEY]:.3f}"))
+    if "charts/oracle" in final:
+        rows.append(("oracle return", f"{final['charts/oracle']:.3f}"))
+    if ORACLE_FRACTION_KEY in final:
+        rows.append(("fraction of oracle", f"{100 * final[ORACLE_FRACTION_KEY]:.1f}%"))
+    if "charts/success" in final:
+        rows.append(("success", f"{100 * final['charts/success']:.1f}%"))
+    rows += [
+        ("best checkpoint", str(result.best_checkpoint)),
+        ("final checkpoint", str(result.final_checkpoint)),
+        ("learning curve", str(result.curve)),
+        ("run dir", str(result.run_dir)),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+
+
+def plot_curve(history: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
+    """Team return (and the oracle, when known) against env steps, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is a dependency
+        return None
+    rows = [h for h in history if RETURN_KEY in h]
+    if not rows:
+        return None
+    x = [h["charts/env_steps"] for h in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, [h[RETURN_KEY] for h in rows], label="team return")
+    if all("charts/oracle" in h for h in rows):
+        ax.plot(x, [h["charts/oracle"] for h in rows], "--", label="oracle (same tasks)")
+    if all("charts/success" in h for h in rows):
+        ax.plot(x, [h["charts/success"] for h in rows], ":", label="success rate")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("per episode")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
