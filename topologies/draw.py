@@ -109,13 +109,13 @@ def draw(topology: Topology, path: str | Path, *, title: str | None = None, dpi:
     nx.draw_networkx_labels(g, pos, labels=ends, ax=ax, font_size=font - 1.5, font_color="white")
     for kind, style in EDGE_STYLES.items():
         edges = [(u, v) for u, v, k in g.edges(data="kind") if k == kind]
-        for curved in (False, True):
-            chosen = [(u, v) for u, v in edges if (g.has_edge(v, u) and u != v) == curved]
+        for rad in (0.0, 0.12, 0.35):
+            chosen = [(u, v) for u, v in edges if _bend(g, pos, u, v) == rad]
             if chosen:
                 nx.draw_networkx_edges(
                     g, pos, edgelist=chosen, ax=ax, node_size=node_size, arrows=True,
                     arrowsize=max(6, int(font * 1.6)),
-                    connectionstyle="arc3,rad=0.12" if curved else "arc3", **style,
+                    connectionstyle=f"arc3,rad={rad}", **style,
                 )  # fmt: skip
     ax.legend(handles=_legend(topology), loc="upper left", fontsize=max(font, 6.0), frameon=False)
     label = topology.spec or topology.name
@@ -125,6 +125,14 @@ def draw(topology: Topology, path: str | Path, *, title: str | None = None, dpi:
     out = Path(path)
     fig.savefig(out, format="png")
     return out
+
+
+def _bend(g: nx.DiGraph, pos: dict[str, tuple[float, float]], u: str, v: str) -> float:
+    """Curvature of an edge: a channel that skips rows bows around the nodes between, a pair
+    of opposite channels separates, others are straight."""
+    if abs(pos[u][1] - pos[v][1]) > 1.01:
+        return 0.35
+    return 0.12 if g.has_edge(v, u) and u != v else 0.0
 
 
 def _colour(data: dict[str, Any]) -> str:
