@@ -109,7 +109,7 @@ def group_advantages(
         eps: added to the std.
 
     Returns:
-        ``[N]`` advantages; a group of one gets 0.
+        ``[N]`` advantages; a group of one, or of equal rewards, gets 0 (also with ``eps=0``).
     """
     rewards = rewards.float()
     ids, inv = torch.unique(groups, return_inverse=True)
@@ -119,7 +119,8 @@ def group_advantages(
     if not scale_std:
         return centred
     var = torch.zeros(len(ids), dtype=rewards.dtype).index_add_(0, inv, centred**2) / count
-    return centred / (var.sqrt()[inv] + eps)
+    denom = var.sqrt()[inv] + eps
+    return torch.where(denom > 0, centred / denom.clamp(min=1e-30), torch.zeros_like(centred))
 
 
 def dynamic_sampling_mask(
