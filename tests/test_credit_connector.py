@@ -27,6 +27,8 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from trainers.config import CreditConfig
 from trainers.credit import leave_one_out, shapley_exact
 from trainers.credit_connector import (
+    VERIFY_EVERY,
+    VERIFY_FIRST,
     CreditConnector,
     CreditConnectorFactory,
     CreditError,
@@ -350,13 +352,58 @@ def test_cache_counts_of_exact_shapley(delegate_env: RLlibGraphEnv) -> None:
     assert rec.coalitions == 2**n  # every coalition once
     assert rec.lookups == 2**n + 2  # plus the v(N) check and v(∅), served from the cache
     assert 1 <= rec.replays <= 2 ** (n - 1) + 1  # no-orchestrator coalitions share one replay
-    assert conn.totals == {
+    assert {k: v for k, v in conn.totals.items() if k != "seconds"} == {
         "episodes": 1,
         "lookups": rec.lookups,
         "coalitions": 2**n,
         "replays": rec.replays,
         "skipped": 0,
+        "verified": 1,  # the first episodes' v(N) is replayed and checked
     }
+
+
+def test_v_full_is_replayed_only_to_verify(delegate_env: RLlibGraphEnv) -> None:
+    """Past the first episodes, v(N) is the episode's return: same credits, one replay less."""
+    env_config = {**DELEGATE, "topology": "star:1"}
+    env = RLlibGraphEnv(env_config)
+    eps = [sample(env, s, random_policy(env, s)) for s in range(VERIFY_FIRST + 2)]
+    fresh = [connector(env_config, method="loo").assign(ep) for ep in eps]
+    eps = [sample(env, s, random_policy(env, s)) for s in range(VERIFY_FIRST + 2)]
+    conn = connector(env_config, method="loo")
+    recs = [conn.assign(ep) for ep in eps]
+    assert [r.verified for r in recs] == [
+        i < VERIFY_FIRST or i % VERIFY_EVERY == 0 for i in range(len(recs))
+    ]
+    assert all(f.verified for f in fresh)
+    for f, r in zip(fresh, recs, strict=True):
+        assert r.credits == pytest.approx(f.credits, abs=1e-12)
+        assert r.replays == f.replays - (not r.verified)  # N's path is shared by no coalition
+    assert conn.totals["verified"] == VERIFY_FIRST
+
+
+class ReportsActions(RLlibGraphEnv):
+    """An env that reports the executed actions in the final infos (``infos["actions"]``)."""
+
+    def step(self, action_dict: Any) -> tuple[Any, ...]:
+        out = super().step(action_dict)
+        if out[2]["__all__"] or out[3]["__all__"]:
+            executed = self.env.episode_actions()
+            for info in out[4].values():
+                info["actions"] = executed
+        return out
+
+
+def test_executed_actions_from_infos_win_over_stored_ones() -> None:
+    env = ReportsActions(DELEGATE)
+    ep = sample(env, 3, random_policy(env, 3))
+    expected = (
+        connector(DELEGATE, method="shapley").assign(sample(env, 3, random_policy(env, 3))).credits
+    )
+    # the stored action is not what the env executed (as for an unsquashed Box action)
+    ep.agent_episodes["orchestrator"].set_actions(new_data=np.zeros(3, np.int64), at_indices=0)
+    rec = connector(DELEGATE, method="shapley").assign(ep)
+    assert rec.verified
+    assert rec.credits == pytest.approx(expected, abs=1e-12)
 
 
 # ----- errors that name the fix -----------------------------------------------------------------

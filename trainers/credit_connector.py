@@ -34,8 +34,15 @@ in earlier replays of the episode and answers a coalition from it without replay
 actions follow a known path (e.g. every coalition without the orchestrator in ``delegate``,
 where an absent orchestrator assigns nothing and nobody else is ever asked; or a worker whose
 recorded action equals its absent action). Only players are ever present; non-players are
-absent in every replay, as in the episode. ``v(N)`` is checked against ``R``: a mismatch means
-the replay is not the episode that was trained on, and raises.
+absent in every replay, as in the episode. ``v(N)`` is the episode's own return ``R``; it is
+replayed and checked against ``R`` for a connector's first :data:`VERIFY_FIRST` episodes and
+every :data:`VERIFY_EVERY`-th after that (a mismatch means replays do not reproduce the episode
+trained on, and raises), and taken from ``R`` without a replay otherwise.
+
+**Actions** come from the ``SingleAgentEpisode`` objects (the module's actions), or, when the
+env reports them in the final infos as ``infos["actions"]`` (``{agent: [actions]}``, e.g.
+``GraphEnv.episode_actions()``), from there: those are the actions the graph executed, which
+differ from the stored ones for Box spaces that RLlib unsquashes or clips.
 
 **Episode chunks.** Credit needs the whole episode (every action since the reset) in the chunk
 that carries the terminal reward, so run credit methods other than ``team`` with
@@ -52,7 +59,8 @@ whenever its pipeline holds a :class:`CreditConnector` with ``normalize=True``; 
 
 **Metrics** (logged to the learner's ``MetricsLogger``, reduced per training iteration, so they
 show up in ``result["learners"]``): ``credit/<agent>`` (mean credit) and ``credit_cost/...``
-(episodes credited, coalition values asked for, replays run, and replays per episode).
+(episodes credited, players credited, coalition values asked for, replays run, replays per
+episode, and the seconds the piece took).
 
 Example:
     >>> from trainers.config import CreditConfig
@@ -67,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -101,6 +110,11 @@ METHODS = ("team", "local", "loo", "shapley")
 ESTIMATORS = ("auto", "exact", "permutation", "antithetic", "kernel")
 #: tolerance of the check ``v(N) == Outcome.reward`` (replays are exact; this absorbs float sums)
 REPLAY_TOL = 1e-6
+#: ``v(N)`` is the episode's own return; it is replayed (to check that replays reproduce the
+#: episode) for the first ``VERIFY_FIRST`` episodes a connector credits and every
+#: ``VERIFY_EVERY``-th after that, saving one replay on the other episodes.
+VERIFY_FIRST = 8
+VERIFY_EVERY = 16
 
 
 class CreditError(ValueError):
@@ -396,6 +410,7 @@ class EpisodeCredit:
         lookups: coalition values asked for by the method (with repeats of the same one).
         coalitions: distinct coalitions asked for.
         replays: replays actually run (the real cost).
+        verified: whether ``v(N)`` was replayed and checked against ``team_return``.
     """
 
     seed: int
@@ -405,6 +420,7 @@ class EpisodeCredit:
     lookups: int = 0
     coalitions: int = 0
     replays: int = 0
+    verified: bool = False
 
 
 class CreditConnector(ConnectorV2):
@@ -423,7 +439,9 @@ class CreditConnector(ConnectorV2):
 
     Attributes:
         totals: running totals over the piece's life: ``episodes``, ``lookups``,
-            ``coalitions``, ``replays``, ``skipped`` (unfinished chunks).
+            ``coalitions``, ``replays``, ``skipped`` (unfinished chunks), ``verified`` (episodes
+            whose ``v(N)`` was replayed and checked) and ``seconds`` (wall time spent in
+            :meth:`__call__`).
         last: the :class:`EpisodeCredit` of every episode credited by the last call.
     """
 
@@ -441,7 +459,10 @@ class CreditConnector(ConnectorV2):
         self.settings = settings
         self.env_config = dict(env_config or {})
         self._env = env
-        self.totals = dict.fromkeys(("episodes", "lookups", "coalitions", "replays", "skipped"), 0)
+        self.totals: dict[str, float] = dict.fromkeys(
+            ("episodes", "lookups", "coalitions", "replays", "skipped", "verified"), 0
+        )
+        self.totals["seconds"] = 0.0
         self.last: list[EpisodeCredit] = []
 
     @property
@@ -469,9 +490,13 @@ class CreditConnector(ConnectorV2):
         metrics: Any = None,
         **kwargs: Any,
     ) -> Any:
+        start = time.perf_counter()
         self.last = [rec for ep in episodes if (rec := self.assign(ep)) is not None]
+        seconds = time.perf_counter() - start
+        self.totals["seconds"] += seconds
         if metrics is not None and self.last:
             self._log(metrics, self.last)
+            metrics.log_value(("credit_cost", "seconds"), seconds, reduce="sum")
         return batch
 
     # ----- one episode ---------------------------------------------------------------------
@@ -518,11 +543,7 @@ class CreditConnector(ConnectorV2):
         outcome = first_infos[first_k]["outcome"]
         team_return = float(outcome.reward)
         seed = _episode_seed(episode, first_infos)
-        actions = {
-            agent: [sa.get_actions(i) for i in range(k)]
-            for agent, (sa, k, _) in ends.items()
-            if k > 0
-        }
+        actions = _episode_actions(ends)
         players = [a for a in ends if a in actions]
         record = self._credits(episode, seed, outcome, players, actions)
         for agent in players:
@@ -550,16 +571,27 @@ class CreditConnector(ConnectorV2):
         if s.method == "local":
             return EpisodeCredit(seed, team_return, self._local(outcome, players, seed))
         replays = EpisodeReplays(self.env, seed, actions)
-        v = CachedValue(replays)
-        v_full = v(frozenset(players))
-        if not math.isclose(v_full, team_return, rel_tol=0.0, abs_tol=REPLAY_TOL):
-            raise CreditError(
-                f"the replay of episode seed={seed} with its recorded actions returned "
-                f"{v_full!r}, but the episode's outcome was {team_return!r}: the actions stored "
-                "in the episode are not the ones the env executed (e.g. RLlib unsquashes or "
-                "clips Box actions: set config.env_runners(normalize_actions=False, "
-                "clip_actions=False)), or the scenario is not deterministic given the seed"
-            )
+        full = frozenset(players)
+        verify = self._should_verify()
+
+        def value(coalition: frozenset[str]) -> float:
+            # v(N) is the episode itself; replayed only to check that replays are faithful
+            return team_return if coalition == full and not verify else replays(coalition)
+
+        v = CachedValue(value)
+        v_full = v(full)
+        if verify:
+            self.totals["verified"] += 1
+            if not math.isclose(v_full, team_return, rel_tol=0.0, abs_tol=REPLAY_TOL):
+                raise CreditError(
+                    f"the replay of episode seed={seed} with its recorded actions returned "
+                    f"{v_full!r}, but the episode's outcome was {team_return!r}: the actions "
+                    "stored in the episode are not the ones the env executed (RLlib stores the "
+                    "module's Box actions before unsquashing/clipping them: set "
+                    "config.env_runners(normalize_actions=False, clip_actions=False), or have "
+                    "the env report its executed actions in the final infos['actions']), or "
+                    "the scenario is not deterministic given the seed"
+                )
         if s.method == "loo":
             credits = leave_one_out(players, v)
             v_empty = None
@@ -567,8 +599,14 @@ class CreditConnector(ConnectorV2):
             credits = self._shapley(players, v, seed)
             v_empty = v(frozenset())
         return EpisodeCredit(
-            seed, team_return, credits, v_empty, v.lookups, len(v), replays.replays
+            seed, team_return, credits, v_empty, v.lookups, len(v), replays.replays, verify
         )
+
+    def _should_verify(self) -> bool:
+        """Replay ``N`` for the first :data:`VERIFY_FIRST` episodes, then every
+        :data:`VERIFY_EVERY`-th (counted over the episodes this piece credited)."""
+        i = int(self.totals["episodes"])
+        return i < VERIFY_FIRST or i % VERIFY_EVERY == 0
 
     def _local(self, outcome: Any, players: list[str], seed: int) -> dict[str, float]:
         local = getattr(outcome, "local", None) or {}
@@ -616,10 +654,26 @@ class CreditConnector(ConnectorV2):
             ("credit_cost", "coalitions"), sum(r.coalitions for r in records), reduce="sum"
         )
         metrics.log_value(
+            ("credit_cost", "players"), sum(len(r.credits) for r in records), reduce="sum"
+        )
+        metrics.log_value(
             ("credit_cost", "replays_per_episode"),
             sum(r.replays for r in records) / n,
             reduce="mean",
         )
+
+
+def _episode_actions(ends: Mapping[str, tuple[Any, int, list[Any]]]) -> dict[str, list[Any]]:
+    """Each player's actions: as executed, when the env reports them in the final infos
+    (``infos["actions"]``, e.g. ``GraphEnv.episode_actions()``), else as the episode stores them
+    (the module's actions, which RLlib may still unsquash or clip for Box spaces)."""
+    for _, k, infos in ends.values():
+        executed = infos[k].get("actions")
+        if executed is not None:
+            return {a: list(executed.get(a, ())) for a in ends if executed.get(a)}
+    return {
+        agent: [sa.get_actions(i) for i in range(k)] for agent, (sa, k, _) in ends.items() if k > 0
+    }
 
 
 def _set_reward(sa: Any, index: int, value: float) -> None:
