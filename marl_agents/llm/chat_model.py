@@ -156,8 +156,9 @@ class PolicyChatModel(BaseChatModel):
         backend: the :class:`~marl_agents.llm.backend.LLMBackend` serving this agent (wrap it
             in :class:`~marl_agents.llm.batching.BatchingBackend` to batch parallel calls).
         agent: the recorder key. ``None``: the calling LangGraph node's name
-            (``langgraph_node`` in the run metadata), or ``"agent"`` outside a graph. A
-            ``configurable={"agent": ...}`` in the call's config overrides both.
+            (``langgraph_node`` in the run metadata), or ``"agent"`` outside a graph. An
+            ``"agent"`` key in the call's metadata overrides both — e.g. a ``Send`` target
+            calls ``chat.invoke(msgs, config={"metadata": {"agent": f"worker_{i}"}})``.
         params: sampling parameters; per call, ``temperature``, ``top_p``,
             ``max_new_tokens`` and ``seed`` keyword arguments (e.g. through ``.bind``)
             override them.
