@@ -12,6 +12,7 @@ from trainers.grpo import (
     LengthDual,
     aggregate,
     clipped_token_loss,
+    compute_advantages,
     dynamic_sampling_mask,
     group_advantages,
     grpo_loss,
@@ -268,3 +269,26 @@ def test_config_validation() -> None:
         GRPOConfig(length_budget=0)
     with pytest.raises(ValueError, match="loss_agg"):
         GRPOConfig(loss_agg="mean")  # type: ignore[arg-type]
+
+
+def test_compute_advantages_applies_the_reward_knobs() -> None:
+    rewards = T([1.0, 0.0, 1.0, 1.0])
+    groups = T([0, 0, 1, 1])
+    cfg = GRPOConfig(adv_eps=0.0)
+    adv, keep = compute_advantages(rewards, groups, cfg)
+    assert keep.tolist() == [True, True, False, False]  # group 1 all equal: dropped
+    assert adv.tolist() == [1.0, -1.0, 0.0, 0.0]
+    # without dynamic sampling every sample is kept (group 1 has zero advantage anyway)
+    adv, keep = compute_advantages(rewards, groups, GRPOConfig(dynamic_sampling=False))
+    assert keep.all()
+    # the format penalty breaks group 1's tie: rewards 1, 0.5 -> ±1 (std 0.25, centred ±0.25)
+    cfg = GRPOConfig(format_penalty=0.5, adv_eps=0.0)
+    adv, keep = compute_advantages(rewards, groups, cfg, format_ok=T([True, True, True, False]))
+    assert keep.all() and adv.tolist() == [1.0, -1.0, 1.0, -1.0]
+    # Dr. GRPO: centring only; the length dual shapes before the tie check
+    cfg = GRPOConfig(scale_std=False, length_budget=10)
+    dual = LengthDual.from_config(cfg)
+    dual.lam = 1.0
+    adv, keep = compute_advantages(rewards, groups, cfg, lengths=T([10, 10, 10, 20]), dual=dual)
+    # group 1 shaped: 1 − 0, 1 − 1 = 1, 0 -> centred ±0.5
+    assert keep.all() and adv.tolist() == pytest.approx([0.5, -0.5, 0.5, -0.5])

@@ -24,9 +24,7 @@ hand-computed numbers:
 
 Typical use in a learner::
 
-    rewards = shape_rewards(raw, cfg, lengths=lengths, format_ok=ok, dual=dual)
-    keep = dynamic_sampling_mask(rewards, groups, cfg.dynamic_sampling_tol)
-    adv = group_advantages(rewards, groups, scale_std=cfg.scale_std, eps=cfg.adv_eps)
+    adv, keep = compute_advantages(raw, groups, cfg, lengths=lengths, format_ok=ok, dual=dual)
     lp, ent = token_logprobs(logits, input_ids), token_entropy(logits)
     loss, metrics = grpo_loss(lp, old_lp, adv[:, None], mask & keep[:, None], cfg,
                               ref_logprobs=ref_lp, entropy=ent)
@@ -209,6 +207,34 @@ def shape_rewards(
             raise ValueError("a length budget needs the completion lengths")
         out = dual.penalize(out, lengths)
     return out
+
+
+def compute_advantages(
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    config: GRPOConfig,
+    *,
+    lengths: torch.Tensor | None = None,
+    format_ok: torch.Tensor | None = None,
+    dual: LengthDual | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards → ``(advantages, keep)`` with every reward-side knob of ``config`` applied.
+
+    :func:`shape_rewards` (format penalty, length dual), then
+    :func:`dynamic_sampling_mask` on the shaped rewards (when ``config.dynamic_sampling``;
+    otherwise every sample is kept), then :func:`group_advantages`. Dropped samples get
+    advantage 0. The dual is not updated here: call ``dual.update(lengths)`` once per batch.
+
+    Returns:
+        ``[N]`` advantages and the ``[N]`` bool keep-mask (AND it into the token mask).
+    """
+    shaped = shape_rewards(rewards, config, lengths=lengths, format_ok=format_ok, dual=dual)
+    if config.dynamic_sampling:
+        keep = dynamic_sampling_mask(shaped, groups, config.dynamic_sampling_tol)
+    else:
+        keep = torch.ones_like(shaped, dtype=torch.bool)
+    adv = group_advantages(shaped, groups, scale_std=config.scale_std, eps=config.adv_eps)
+    return adv * keep, keep
 
 
 # ----- token masks ------------------------------------------------------------------------
