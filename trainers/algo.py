@@ -189,10 +189,7 @@ def _check_credit(cfg: ExperimentConfig, scenario: Any, agents: list[str]) -> No
             "given the episode seed, so repeats change nothing; set credit.repeats=1"
         )
     if credit.method == "local":
-        from marl_agents.scripted import get_scripted
-        from scenarios.engine import run_inline
-
-        _, outcome, _ = run_inline(scenario, get_scripted("default")(scenario), seed=0)
+        outcome = _random_episode(scenario)
         missing = [a for a in agents if a not in (outcome.local or {})]
         if missing:
             raise ConfigError(
@@ -220,6 +217,24 @@ def _check_credit(cfg: ExperimentConfig, scenario: Any, agents: list[str]) -> No
                 f"credit.budget={credit.budget} is below the {credit.estimator} estimator's "
                 f"minimum for {n} agents: set credit.budget ≥ {need}"
             )
+
+
+def _random_episode(scenario: Any, seed: int = 0) -> Any:
+    """The outcome of one episode of seeded random (valid) actions."""
+    from scenarios.engine import GraphEnv
+
+    env = GraphEnv(scenario)
+    _, infos = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    while env.agents:
+        actions = {}
+        for agent in env.agents:
+            if infos[agent]["acting"]:
+                space = env.action_space(agent)
+                space.seed(int(rng.integers(2**31)))
+                actions[agent] = space.sample()
+        _, _, _, _, infos = env.step(actions)
+    return env.outcome
 
 
 def _check_resources(cfg: ExperimentConfig) -> None:
@@ -287,7 +302,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     """
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from marl_agents.modules import module_spec
+    from marl_agents.modules import GRUModule, module_spec
     from scenarios.rllib_env import RLlibGraphEnv
 
     plan = plan or resolve(cfg)
@@ -297,10 +312,15 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config.environment(RLlibGraphEnv, env_config=plan.env_config)
     config.framework("torch")
     credit = cfg.credit.method != "team"
+    # credit needs whole episodes; so do recurrent pools: RLlib 2.60 fails to recover the
+    # state of an agent that skips env steps at the start of a cut continuation chunk
+    specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
+    stateful = any(isinstance(s.module_class, type) and issubclass(s.module_class, GRUModule)
+                   for s in specs.values())  # fmt: skip
     config.env_runners(
         num_env_runners=res.num_env_runners,
         num_envs_per_env_runner=res.num_envs_per_env_runner,
-        batch_mode="complete_episodes" if credit else "truncate_episodes",
+        batch_mode="complete_episodes" if credit or stateful else "truncate_episodes",
         num_cpus_per_env_runner=1,
     )
     learners: dict[str, Any] = {
@@ -315,11 +335,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         policy_mapping_fn=PoolMapping(plan.agent_to_pool),
         policies_to_train=plan.trainable,
     )
-    config.rl_module(
-        rl_module_spec=MultiRLModuleSpec(
-            rl_module_specs={pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
-        )
-    )
+    config.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
     config.training(**_training_kwargs(cfg))
     config.callbacks(EpisodeMetrics)
     config.debugging(seed=cfg.seed, log_level="ERROR")

@@ -196,7 +196,7 @@ class ResourcesConfig:
     num_env_runners: int = 0
     num_envs_per_env_runner: int = 8
     num_learners: int = 0
-    num_gpus_per_learner: float = 0
+    num_gpus_per_learner: float = 0.0
     num_cpus: int | None = None
 
     def check(self) -> None:
@@ -411,7 +411,15 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
 # ----- generic dataclass <-> plain conversion -----------------------------------------------
 def _to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        hints = _hints(type(value))
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            floaty = hints[f.name] in (float, float | None)
+            if floaty and isinstance(item, int) and not isinstance(item, bool):
+                item = float(item)  # 0 and 0.0 must write the same YAML
+            out[f.name] = _to_plain(item)
+        return out
     if isinstance(value, dict):
         return {str(k): _to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -1,0 +1,314 @@
+"""Experiment configs: exact YAML round trip, conversion to RLlib, and every config error.
+
+No test here starts Ray: ``ray.init`` is patched to fail, so each error is proven to be raised
+before Ray would start.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from marl_agents.pools import ModelConfig, PoolConfig
+from trainers.algo import resolve, to_algorithm_config
+from trainers.config import (
+    AlgoConfig,
+    BudgetConfig,
+    ConfigError,
+    CreditConfig,
+    ExperimentConfig,
+    ResourcesConfig,
+)
+
+SCRIPTED_WORKER = ModelConfig(type="scripted", policy="delegate.scripted_worker")
+
+
+@pytest.fixture(autouse=True)
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.init was called: config errors must come before Ray starts")
+
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+def rich_config() -> ExperimentConfig:
+    return ExperimentConfig(
+        scenario="delegate",
+        scenario_kwargs={"parts": 2, "types": 2, "latency_cost": 0.1},
+        topology="star:2",
+        sharing="agent",
+        pools={
+            "orchestrator": PoolConfig(model=ModelConfig(hidden=[32], activation="relu")),
+            "workers": PoolConfig(agents=["worker_0", "worker_1"], model=SCRIPTED_WORKER),
+        },
+        train=["orchestrator"],
+        credit=CreditConfig(method="shapley", estimator="kernel", budget=12, normalize=True),
+        algorithm=AlgoConfig(
+            lr=3e-5, train_batch_size=400, minibatch_size=100, extra={"kl_coeff": 0.0}
+        ),
+        budget=BudgetConfig(iterations=None, env_steps=5000, time_s=60.5),
+        seed=7,
+        resources=ResourcesConfig(num_envs_per_env_runner=4, num_cpus=1),
+    )
+
+
+# ----- YAML round trip ----------------------------------------------------------------------
+@pytest.mark.parametrize("cfg", [ExperimentConfig(), rich_config()], ids=["defaults", "rich"])
+def test_yaml_round_trip_is_exact(cfg: ExperimentConfig) -> None:
+    text = cfg.to_yaml()
+    back = ExperimentConfig.from_yaml(text)
+    assert back == cfg
+    assert back.to_yaml() == text
+    assert ExperimentConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_yaml_file_round_trip(tmp_path) -> None:
+    path = tmp_path / "exp.yaml"
+    rich_config().to_yaml(path)
+    assert ExperimentConfig.from_yaml(path) == rich_config()
+    assert ExperimentConfig.from_yaml(str(path)) == rich_config()
+
+
+def test_hand_written_yaml_with_shorthands() -> None:
+    text = """
+        scenario: delegate
+        topology: star:3
+        algorithm: PPO
+        credit: loo
+        train: [orchestrator]
+        pools:
+          worker: {model: {type: scripted, policy: delegate.scripted_worker}}
+    """
+    cfg = ExperimentConfig.from_yaml(textwrap.dedent(text))
+    assert cfg.algorithm.name == "PPO" and cfg.credit.method == "loo"
+    assert cfg.pools["worker"].model == SCRIPTED_WORKER
+    # YAML 1.1 reads 1e-3 as a string: numbers are coerced for float fields
+    assert ExperimentConfig.from_yaml("algorithm: {lr: 1e-3}").algorithm.lr == 1e-3
+
+
+def test_replace_dotted_paths() -> None:
+    cfg = ExperimentConfig().replace(**{"algorithm.lr": 0.01, "topology": "star:2"})
+    assert cfg.algorithm.lr == 0.01 and cfg.topology == "star:2"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("scenaro: delegate", r"unknown field\(s\) \['scenaro'\]"),
+        ("algorithm: {name: PPO, learning_rate: 1}", "learning_rate"),
+        ("seed: one", "seed must be an integer"),
+        ("pools: {worker: {model: {type: transformer}}}", "type='transformer' is not one of"),
+        ("train: orchestrator", "train must be a list"),
+        ("- a\n- b", "must be a mapping"),
+    ],
+)
+def test_bad_yaml_names_the_field(text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ExperimentConfig.from_yaml(text)
+
+
+# ----- conversion ---------------------------------------------------------------------------
+def test_frozen_subagent_orchestrator_config() -> None:
+    cfg = ExperimentConfig(topology="star:3", train=["orchestrator"])
+    plan = resolve(cfg)
+    assert plan.trainable == ["orchestrator"] and plan.frozen == ["worker"]
+    # a frozen pool with no configured model gets the scenario's scripted policy for its role
+    assert plan.pools["worker"].model == SCRIPTED_WORKER
+    algo_config = to_algorithm_config(cfg, plan)
+    assert algo_config.is_multi_agent
+    assert set(algo_config.policies) == {"orchestrator", "worker"}
+    assert list(algo_config.policies_to_train) == ["orchestrator"]
+    mapping = algo_config.policy_mapping_fn
+    assert [mapping(a, None) for a in plan.agents] == ["orchestrator"] + ["worker"] * 3
+    specs = algo_config.rl_module_spec.rl_module_specs
+    assert specs["worker"].module_class.__name__ == "ScriptedModule"
+    assert specs["orchestrator"].model_config.fcnet_hiddens == [64, 64]
+
+
+def test_parameter_sharing_choices() -> None:
+    role = resolve(ExperimentConfig(topology="star:3"))
+    assert {p: v.agents for p, v in role.pools.items()} == {
+        "orchestrator": ["orchestrator"],
+        "worker": ["worker_0", "worker_1", "worker_2"],
+    }
+    agent = resolve(ExperimentConfig(topology="star:3", sharing="agent"))
+    assert list(agent.pools) == ["orchestrator", "worker_0", "worker_1", "worker_2"]
+    single = resolve(ExperimentConfig(topology="single"))
+    assert list(single.pools) == ["agent"] and single.trainable == ["agent"]
+
+
+def test_heterogeneous_pools_resolve() -> None:
+    cfg = ExperimentConfig(
+        topology="star:2",
+        sharing="agent",
+        pools={
+            "worker_0": PoolConfig(model=ModelConfig(type="gru", hidden=[16], gru_size=8)),
+            "worker_1": PoolConfig(model=ModelConfig(hidden=[128, 128])),
+        },
+    )
+    specs = to_algorithm_config(cfg).rl_module_spec.rl_module_specs
+    assert specs["worker_0"].module_class.__name__ == "GRUModule"
+    assert specs["worker_1"].model_config.fcnet_hiddens == [128, 128]
+
+
+# ----- every config error, before Ray -------------------------------------------------------
+CASES = {
+    "unknown scenario": (dict(scenario="nope"), "unknown scenario 'nope'"),
+    "bad topology": (dict(topology="chain:3"), "delegate runs on single or star:N"),
+    "unknown agent in a pool": (
+        dict(pools={"w": PoolConfig(agents=["worker_9"])}),
+        "pool 'w' lists unknown agent 'worker_9'",
+    ),
+    "agent in two pools": (
+        dict(
+            sharing="explicit",
+            pools={
+                "a": PoolConfig(agents=["orchestrator", "worker_0"]),
+                "b": PoolConfig(agents=["worker_0"]),
+            },
+        ),
+        "agent 'worker_0' is listed in pools 'a' and 'b'",
+    ),
+    "pool with no agents": (
+        dict(pools={"spare": PoolConfig()}),
+        "pool 'spare' has no agents: list them with pools.spare.agents",
+    ),
+    "agent in no pool": (
+        dict(sharing="explicit", pools={"o": PoolConfig(agents=["orchestrator"])}),
+        r"agents \['worker_0', 'worker_1', 'worker_2'\] are in no pool",
+    ),
+    "pool mixing spaces": (dict(sharing="team"), "pool 'team' shares one module"),
+    "unknown agent or pool in train": (
+        dict(train=["boss"]),
+        "train lists 'boss', which is neither",
+    ),
+    "training one agent of a shared pool": (
+        dict(train=["worker_0"]),
+        "pool 'worker' also serves",
+    ),
+    "training a frozen pool": (
+        dict(pools={"worker": PoolConfig(model=SCRIPTED_WORKER)}, train=["worker"]),
+        "frozen by construction",
+    ),
+    "nothing to train": (
+        dict(
+            topology="single",
+            pools={"agent": PoolConfig(model=ModelConfig(type="scripted", policy="default"))},
+        ),
+        "nothing to train",
+    ),
+    "unknown scripted policy": (
+        dict(pools={"worker": PoolConfig(model=ModelConfig(type="scripted", policy="nope"))}),
+        "unknown scripted policy 'nope'",
+    ),
+    "scripted policy of another scenario": (
+        dict(
+            pools={"worker": PoolConfig(model=ModelConfig(type="scripted", policy="relay.optimal"))}
+        ),
+        "belongs to scenario 'relay'",
+    ),
+    "missing checkpoint": (
+        dict(
+            pools={"worker": PoolConfig(model=ModelConfig(type="checkpoint", path="/nonexistent"))}
+        ),
+        "no algorithm checkpoint at /nonexistent",
+    ),
+    "bad model sizes": (
+        dict(pools={"worker": PoolConfig(model=ModelConfig(hidden=[0]))}),
+        "model.hidden must be a list of positive layer sizes",
+    ),
+    "gru with APPO": (
+        dict(
+            algorithm=AlgoConfig(name="APPO"),
+            pools={"worker": PoolConfig(model=ModelConfig(type="gru"))},
+        ),
+        "APPO needs a target network",
+    ),
+    "local credit without Outcome.local": (
+        dict(scenario="relay", topology="star:2", credit=CreditConfig(method="local")),
+        "credit 'local' needs Outcome.local",
+    ),
+    "shapley budget below the estimator's minimum": (
+        dict(credit=CreditConfig(method="shapley", estimator="kernel", budget=3)),
+        r"set credit.budget ≥ 10",
+    ),
+    "credit repeats": (
+        dict(credit=CreditConfig(method="loo", repeats=3)),
+        "set credit.repeats=1",
+    ),
+    "normalized credit without PPO": (
+        dict(
+            algorithm=AlgoConfig(name="IMPALA"), credit=CreditConfig(method="loo", normalize=True)
+        ),
+        "credit.normalize needs the PPO credit learner",
+    ),
+    "unknown credit method": (
+        dict(credit=CreditConfig(method="banzhaf")),
+        "credit.method='banzhaf'",
+    ),
+    "unknown algorithm": (dict(algorithm=AlgoConfig(name="DQN")), "use one of PPO, APPO, IMPALA"),
+    "minibatch above batch": (
+        dict(algorithm=AlgoConfig(train_batch_size=100, minibatch_size=200)),
+        "minibatch_size=200 exceeds",
+    ),
+    "no budget": (
+        dict(budget=BudgetConfig(iterations=None)),
+        "budget has no limit",
+    ),
+    "negative budget": (
+        dict(budget=BudgetConfig(iterations=-3)),
+        "budget.iterations must be positive",
+    ),
+    "zero time budget": (dict(budget=BudgetConfig(time_s=0.0)), "budget.time_s must be positive"),
+    "more CPUs than the machine": (
+        dict(resources=ResourcesConfig(num_cpus=10_000)),
+        "this machine has",
+    ),
+    "runners that do not fit": (
+        dict(resources=ResourcesConfig(num_env_runners=10_000)),
+        "lower resources.num_env_runners",
+    ),
+    "unknown sharing": (dict(sharing="some"), "sharing='some' is unknown"),
+    "unknown wandb mode": (dict(logging={"wandb": "cloud"}), "logging.wandb='cloud'"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_config_error_names_the_fix(case: str) -> None:
+    fields, match = CASES[case]
+    data = {k: v for k, v in fields.items() if k != "logging"}
+    cfg = ExperimentConfig(**data)
+    if "logging" in fields:
+        cfg.logging.wandb = fields["logging"]["wandb"]
+    with pytest.raises(ConfigError, match=match):
+        to_algorithm_config(cfg)
+
+
+def test_gpu_request_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    cfg = ExperimentConfig(resources=ResourcesConfig(num_learners=1, num_gpus_per_learner=1))
+    with pytest.raises(ConfigError, match="this machine has no GPU"):
+        to_algorithm_config(cfg)
+
+
+def test_train_rejects_a_bad_config_before_creating_anything(tmp_path) -> None:
+    from trainers.run import train
+
+    cfg = ExperimentConfig(train=["boss"])
+    cfg.output.dir = str(tmp_path / "runs")
+    with pytest.raises(ConfigError, match="boss"):
+        train(cfg)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_credit_methods_build_the_credit_learner() -> None:
+    cfg = ExperimentConfig(credit=CreditConfig(method="shapley", normalize=True))
+    algo_config = to_algorithm_config(cfg)
+    assert algo_config.batch_mode == "complete_episodes"
+    assert algo_config.learner_class.__name__ == "CreditPPOTorchLearner"

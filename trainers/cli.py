@@ -1,0 +1,195 @@
+"""``marl run``, ``marl sweep`` and ``marl eval``: training commands for the ``marl`` app.
+
+:func:`register` adds the commands to the main app (``scenarios/cli.py``). Ray and torch are
+imported inside the commands only, so ``marl --help`` stays fast. ``python -m trainers.cli``
+runs the same commands standalone.
+
+Runs are bit-reproducible only with a fixed ``PYTHONHASHSEED`` (RLlib orders agents through
+sets): when it is unset, the commands re-execute the process once with ``PYTHONHASHSEED=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+TRAIN_HELP = "Agent or pool ids that learn, comma-separated (default: all). 'orchestrator' trains the orchestrator against frozen subagents."  # noqa: E501
+
+
+def _fixed_hash_seed() -> None:
+    """Re-exec with ``PYTHONHASHSEED=0`` when unset (not under pytest's in-process runner)."""
+    if "PYTHONHASHSEED" in os.environ or "PYTEST_CURRENT_TEST" in os.environ:
+        return
+    os.environ["PYTHONHASHSEED"] = "0"
+    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
+    try:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+    except OSError:  # cannot re-exec: carry on, reproducible within this process only
+        return
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    return None if items in ([], ["all"]) else items
+
+
+def _fail(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code=2)
+
+
+def run_command(
+    scenario: Annotated[
+        str | None, typer.Argument(help="Scenario name (default: the config's, or delegate).")
+    ] = None,
+    topology: Annotated[
+        str | None, typer.Option(help="Topology spec, e.g. star:3 or single.")
+    ] = None,
+    train: Annotated[str | None, typer.Option(help=TRAIN_HELP)] = None,
+    credit: Annotated[str | None, typer.Option(help="Credit: team, local, loo or shapley.")] = None,
+    iterations: Annotated[int | None, typer.Option(help="Training iterations.")] = None,
+    env_steps: Annotated[int | None, typer.Option(help="Stop after this many env steps.")] = None,
+    time_s: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Experiment seed.")] = None,
+    algo: Annotated[str | None, typer.Option(help="PPO, APPO or IMPALA.")] = None,
+    sharing: Annotated[
+        str | None, typer.Option(help="Pooling: role (default), agent, team or explicit.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Parent directory of run directories (default runs/).")
+    ] = None,
+    wandb: Annotated[
+        str | None, typer.Option(help="wandb mode: offline (default), online or disabled.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Experiment YAML; options override it.")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue a run directory or checkpoint.")
+    ] = None,
+    dump: Annotated[
+        bool, typer.Option("--dump", help="Print the resolved config YAML and exit.")
+    ] = False,
+) -> None:
+    """Train a team on a scenario: progress bar, summary table, learning-curve PNG."""
+    from trainers.config import ConfigError, ExperimentConfig
+
+    try:
+        cfg = ExperimentConfig.from_yaml(config) if config else ExperimentConfig()
+        if resume is not None and config is None:
+            from trainers.run import find_checkpoint
+
+            _, run_dir = find_checkpoint(resume)
+            cfg = ExperimentConfig.from_yaml(run_dir / "config.yaml")
+        changes: dict[str, Any] = {}
+        for key, value in (
+            ("scenario", scenario),
+            ("topology", topology),
+            ("credit.method", credit),
+            ("budget.iterations", iterations),
+            ("seed", seed),
+            ("algorithm.name", algo),
+            ("sharing", sharing),
+            ("output.dir", str(output) if output else None),
+            ("logging.wandb", wandb),
+        ):
+            if value is not None:
+                changes[key] = value
+        if train is not None:
+            changes["train"] = _split(train)
+        if env_steps is not None or time_s is not None:
+            changes["budget.env_steps"] = env_steps
+            changes["budget.time_s"] = time_s
+            if iterations is None:
+                changes["budget.iterations"] = None
+        cfg = cfg.replace(**changes) if changes else cfg
+        if dump:
+            typer.echo(cfg.to_yaml(), nl=False)
+            return
+        cfg.check()
+    except ConfigError as exc:
+        _fail(str(exc))
+    _fixed_hash_seed()
+    from trainers.run import train as run_train
+
+    try:
+        result = run_train(cfg, resume=resume)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if result.status != "completed":
+        raise typer.Exit(code=1)
+
+
+def sweep_command(
+    file: Annotated[Path, typer.Argument(help="Sweep YAML: base, param_space, search, ...")],
+) -> None:
+    """Run a Ray Tune sweep (grid or random; topology, pools and credit can be dimensions)."""
+    from trainers.config import ConfigError
+    from trainers.sweep import SweepSpec
+
+    try:
+        spec = SweepSpec.from_yaml(file)
+    except (ConfigError, OSError) as exc:
+        _fail(str(exc))
+    _fixed_hash_seed()
+    from trainers.sweep import sweep
+
+    try:
+        sweep(
+            spec.base,
+            spec.param_space,
+            search=spec.search,
+            num_samples=spec.num_samples,
+            metric=spec.metric,
+            mode=spec.mode,
+            name=spec.name,
+        )
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def eval_command(
+    checkpoint: Annotated[Path, typer.Argument(help="A run directory or checkpoint.")],
+    episodes: Annotated[int, typer.Option(help="Episodes to run.")] = 100,
+    seed: Annotated[int | None, typer.Option(help="First episode seed.")] = None,
+    credit: Annotated[
+        str | None, typer.Option(help="Credit to report (default: the run's method).")
+    ] = None,
+) -> None:
+    """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency."""
+    from trainers.config import ConfigError
+    from trainers.evaluate import EVAL_SEED, evaluate
+
+    try:
+        evaluate(checkpoint, episodes, seed=EVAL_SEED if seed is None else seed, credit=credit)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run``, ``sweep`` and ``eval`` to the main ``marl`` app."""
+    app.command("run")(run_command)
+    app.command("sweep")(sweep_command)
+    app.command("eval")(eval_command)
+
+
+app = typer.Typer(
+    name="marl-train",
+    help="Training commands (also available as `marl run|sweep|eval`).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+register(app)
+
+
+if __name__ == "__main__":
+    app()
