@@ -13,7 +13,8 @@ from scenarios.engine import run_inline
 from scenarios.registry import build, get
 from scenarios.relay import Relay
 
-TOPOLOGIES = ["single", "chain:1", "chain:3", "chain:5", "star:1", "star:3", "tree:2x1", "tree:2x2"]
+TOPOLOGIES = ["single", "chain:1", "chain:3", "chain:4", "star:1", "star:3", "tree:2x1", "tree:2x2"]
+TARGETS = ["bits", "count"]
 SEEDS = range(25)
 
 
@@ -36,54 +37,71 @@ def rewards(relay: Relay, policy: Callable[[str, Any], Any], seeds: range) -> li
     return [run_inline(relay, policy, seed, graph=graph)[1].reward for seed in seeds]
 
 
-def random_policy(relay: Relay, seed: int = 0) -> Callable[[str, Any], int]:
+def random_policy(relay: Relay, seed: int = 0) -> Callable[[str, Any], Any]:
     rng = np.random.default_rng(seed)
-    return lambda agent, obs: int(rng.integers(relay.action_space(agent).n))
+
+    def policy(agent: str, obs: Any) -> Any:
+        space = relay.action_space(agent)
+        return rng.integers(space.nvec) if hasattr(space, "nvec") else int(rng.integers(space.n))
+
+    return policy
 
 
 @pytest.mark.parametrize("spec", [*TOPOLOGIES, "tree:3x2"])
 @pytest.mark.parametrize("bits", [1, 2])
-def test_optimal_protocol_always_solves(spec: str, bits: int) -> None:
-    relay = Relay(spec, bits=bits)
+@pytest.mark.parametrize("target", TARGETS)
+def test_optimal_protocol_always_solves(spec: str, bits: int, target: str) -> None:
+    relay = Relay(spec, bits=bits, target=target)
     assert relay.oracle_value(np.random.default_rng(0)) == 1.0
     assert rewards(relay, relay.optimal_policy(), SEEDS) == [1.0] * len(SEEDS)
-    _, outcome, _ = run_inline(relay, relay.optimal_policy(), 0)
-    assert outcome.success and outcome.metrics["relay/abs_error"] == 0.0
+    state, outcome, _ = run_inline(relay, relay.optimal_policy(), 0)
+    assert outcome.success and outcome.metrics["relay/error"] == 0.0
+    truth = [b for h in relay.holders for b in state["pieces"][h]]
+    assert state["answer"] == (truth if target == "bits" else sum(truth))
 
 
 @pytest.mark.parametrize(
-    ("spec", "decisions", "messages", "required"),
+    ("spec", "decisions", "messages", "bits_alphabet", "count_alphabet"),
     [
-        ("single", 1, 0, 2),
-        ("chain:3", 3, 2, 3),  # agent_1 passes a count in 0..2
-        ("star:3", 4, 3, 2),  # each worker passes its own bit
-        ("tree:2x2", 7, 6, 3),  # each lead passes a count in 0..2
+        ("single", 1, 0, 2, 2),
+        ("chain:3", 3, 2, 4, 3),  # agent_1 passes two bits / a count in 0..2
+        ("star:3", 4, 3, 2, 2),  # each worker passes its own bit
+        ("tree:2x2", 7, 6, 4, 3),  # each lead passes two bits / a count in 0..2
+        ("tree:3x2", 13, 12, 8, 4),
     ],
 )
-def test_wiring(spec: str, decisions: int, messages: int, required: int) -> None:
+def test_wiring(
+    spec: str, decisions: int, messages: int, bits_alphabet: int, count_alphabet: int
+) -> None:
+    assert Relay(spec, target="count").required_alphabet == count_alphabet
     relay = Relay(spec)
-    assert relay.required_alphabet == required == relay.alphabet
+    assert relay.required_alphabet == bits_alphabet == relay.alphabet
     _, outcome, n = run_inline(relay, relay.optimal_policy(), 0)
     assert n == decisions
     assert outcome.metrics["relay/messages"] == messages
 
 
 def test_root_answers_and_holders() -> None:
-    relay = Relay("tree:2x2", bits=3)
+    relay = Relay("tree:2x2", bits=3, target="count")
     assert relay.answerer == "orchestrator"
     assert set(relay.holders) == {"worker_0_0", "worker_0_1", "worker_1_0", "worker_1_1"}
     assert relay.total_bits == 12
     assert relay.action_space("orchestrator").n == 13
     assert relay.action_space("lead_0").n == relay.alphabet == 7
+    bits = Relay("tree:2x2", bits=3)
+    assert bits.action_space("orchestrator").nvec.tolist() == [2] * 12
+    assert bits.action_space("lead_0").n == bits.alphabet == 64
     chain = Relay("chain:4")
     assert chain.answerer == "agent_3" and chain.holders == chain.possible_agents
+    assert chain.covers["agent_2"] == ["agent_2", "agent_1", "agent_0"]
 
 
 @pytest.mark.parametrize("spec", ["chain:3", "star:3", "tree:2x2"])
-def test_random_policy_scores_lower(spec: str) -> None:
-    relay = Relay(spec)
+@pytest.mark.parametrize("target", TARGETS)
+def test_random_policy_scores_lower(spec: str, target: str) -> None:
+    relay = Relay(spec, target=target)
     policy = random_policy(relay)
-    assert np.mean(rewards(relay, policy, range(200))) < 0.5
+    assert np.mean(rewards(relay, policy, range(100))) < 0.5
 
 
 @pytest.mark.parametrize("spec", TOPOLOGIES)
@@ -100,9 +118,10 @@ def test_deterministic_given_seed(spec: str) -> None:
 def test_observations_in_space_and_private(spec: str) -> None:
     """An agent's observation is its own bits and its in-edge messages, nothing else."""
     relay = Relay(spec, bits=2)
+    graph = relay.build_graph().compile()
     for seed in range(15):
         rec = Recorder(random_policy(relay, seed))
-        state, _, _ = run_inline(relay, rec, seed)
+        state, _, _ = run_inline(relay, rec, seed, graph=graph)
         sent = {(m["src"], m["dst"]): m["symbol"] for m in state["messages"]}
         for agent, obs, _ in rec.seen:
             assert relay.observation_space(agent).contains(obs)
@@ -120,30 +139,34 @@ def test_observation_independent_of_other_pieces(spec: str) -> None:
     """With fixed messages, an agent's observation is a function of its own piece only."""
     relay = Relay(spec, bits=2)
     views: dict[tuple[str, str], set[bytes]] = {}
+    graph = relay.build_graph().compile()
     for seed in range(40):
-        rec = Recorder(lambda agent, obs: 0)
-        state, _, _ = run_inline(relay, rec, seed)
+        rec = Recorder(lambda agent, obs: relay.default_action(agent))
+        state, _, _ = run_inline(relay, rec, seed, graph=graph)
         for agent, obs, _ in rec.seen:
             key = (agent, str(state["pieces"].get(agent)))
             views.setdefault(key, set()).add(obs.tobytes())
     assert all(len(v) == 1 for v in views.values())
 
 
-def test_partial_credit() -> None:
-    relay = Relay("star:3", bits=2, partial_credit=True)
-    state, outcome, _ = run_inline(relay, lambda agent, obs: 0, 5)
-    truth = sum(sum(p) for p in state["pieces"].values())
-    assert truth > 0
-    assert outcome.reward == pytest.approx(1 - truth / 6)
+@pytest.mark.parametrize("target", TARGETS)
+def test_partial_credit(target: str) -> None:
+    """All-zero answers: ``count`` is off by the number of ones, ``bits`` gets the ones wrong."""
+    relay = Relay("star:3", bits=2, target=target, partial_credit=True)
+    state, outcome, _ = run_inline(relay, lambda agent, obs: relay.default_action(agent), 5)
+    ones = sum(sum(p) for p in state["pieces"].values())
+    assert 0 < ones < 6
+    assert outcome.reward == pytest.approx(1 - ones / 6)
     assert outcome.success is False
-    assert outcome.metrics["relay/abs_error"] == truth
-    exact = Relay("star:3", bits=2)
-    assert run_inline(exact, lambda agent, obs: 0, 5)[1].reward == 0.0
+    assert outcome.metrics["relay/error"] == ones
+    exact = Relay("star:3", bits=2, target=target)
+    assert run_inline(exact, lambda agent, obs: exact.default_action(agent), 5)[1].reward == 0.0
 
 
-def test_small_alphabet_has_no_oracle_and_clips() -> None:
-    relay = Relay("chain:3", alphabet=2)
-    assert relay.required_alphabet == 3
+@pytest.mark.parametrize(("target", "required"), [("bits", 4), ("count", 3)])
+def test_small_alphabet_has_no_oracle_and_clips(target: str, required: int) -> None:
+    relay = Relay("chain:3", alphabet=2, target=target)
+    assert relay.required_alphabet == required
     assert relay.oracle_value(np.random.default_rng(0)) is None
     assert 0.0 < np.mean(rewards(relay, relay.optimal_policy(), range(50))) < 1.0
 
@@ -151,7 +174,9 @@ def test_small_alphabet_has_no_oracle_and_clips() -> None:
 def test_default_action_and_invalid_action() -> None:
     relay = Relay("star:2")
     assert relay.default_action("worker_0") == 0
-    assert relay.action_space("worker_0").contains(relay.default_action("worker_0"))
+    assert relay.default_action("orchestrator").tolist() == [0, 0]
+    for agent in relay.possible_agents:
+        assert relay.action_space(agent).contains(relay.default_action(agent))
     with pytest.raises(ValueError, match=r"agent .worker_[01]. chose 5"):
         run_inline(relay, lambda agent, obs: 5, 0)
     with pytest.raises(ScenarioError, match="unknown agent"):
@@ -176,6 +201,7 @@ def test_registry() -> None:
         ({"bits": 9}, "bits"),
         ({"bits": "2"}, "bits"),
         ({"partial_credit": 1}, "partial_credit"),
+        ({"target": "parity"}, "target"),
         ({"topology": "mesh:3"}, "single, chain:N, star:N, tree:BxD"),
         ({"topology": "ring:3"}, "relay runs on"),
         ({"topology": "chain:0"}, "relay runs on"),
@@ -191,11 +217,12 @@ GraphEnv = getattr(engine, "GraphEnv", None)
 
 @pytest.mark.skipif(GraphEnv is None, reason="scenarios.engine.GraphEnv has not landed")
 @pytest.mark.parametrize("spec", ["single", "chain:3", "star:3", "tree:2x2"])
-def test_pettingzoo_parallel_api(spec: str) -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_pettingzoo_parallel_api(spec: str, target: str) -> None:
     from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-    parallel_api_test(GraphEnv(Relay(spec)), num_cycles=40)
-    parallel_seed_test(lambda: GraphEnv(Relay(spec)), num_cycles=20)
+    parallel_api_test(GraphEnv(Relay(spec, target=target)), num_cycles=40)
+    parallel_seed_test(lambda: GraphEnv(Relay(spec, target=target)), num_cycles=20)
 
 
 @pytest.mark.skipif(GraphEnv is None, reason="scenarios.engine.GraphEnv has not landed")
