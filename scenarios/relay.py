@@ -47,6 +47,7 @@ import numpy as np
 from langgraph.graph import StateGraph
 
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.delegate_args import int_arg
 from scenarios.engine import Policy, decide, zero_action
 from scenarios.registry import register
 from topologies import Topology, TopologyError
@@ -64,18 +65,7 @@ class RelayState(TypedDict, total=False):
     pieces: dict[str, list[int]]
     messages: Annotated[list[dict[str, Any]], operator.add]
     route: Annotated[dict[str, list[str]], merge_routes]
-    answer: int | None
-
-
-def int_kwarg(name: str, value: Any, low: int, high: int) -> int:
-    """``value`` as an int in ``[low, high]``, else a :class:`ScenarioError` naming ``name``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or not (low <= value <= high)
-    ):
-        raise ScenarioError(f"{name}={value!r}: give an integer in [{low}, {high}]")
-    return int(value)
+    answer: int | list[int] | None
 
 
 def checked_action(space: gym.Space, action: Any, agent: str) -> np.ndarray:
@@ -83,8 +73,8 @@ def checked_action(space: gym.Space, action: Any, agent: str) -> np.ndarray:
     raw = np.asarray(action)
     arr = raw.astype(np.int64) if raw.dtype.kind in "iuf" else None
     if arr is None or raw.shape != space.shape or not np.array_equal(arr, raw):
-        arr = None
-    if arr is None or not space.contains(arr):
+        raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
+    if not space.contains(arr):
         raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
     return arr
 
@@ -135,7 +125,7 @@ class Relay(Scenario):
         if self.topology.kind not in self.topologies:
             label = self.topology.spec or self.topology.name
             raise ScenarioError(f"relay runs on {ACCEPTED}, not {label!r}")
-        self.bits = int_kwarg("bits", bits, 1, MAX_BITS)
+        self.bits = int_arg("bits", bits, 1, MAX_BITS)
         if target not in TARGETS:
             raise ScenarioError(f"target={target!r}: use one of {', '.join(TARGETS)}")
         self.target = target
@@ -146,7 +136,7 @@ class Relay(Scenario):
         self.total_bits = self.bits * len(self.holders)
         if alphabet is None:
             alphabet = min(self.required_alphabet, MAX_ALPHABET)
-        self.alphabet = int_kwarg("alphabet", alphabet, 2, MAX_ALPHABET)
+        self.alphabet = int_arg("alphabet", alphabet, 2, MAX_ALPHABET)
         self.slots = max(len(s) for s in self.senders.values())
         size = self.bits + self.slots * self.alphabet
         self._obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)

@@ -42,7 +42,6 @@ final_weight · answer_correct``: the final verification always counts (``final_
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Mapping
 from typing import Annotated, Any, TypedDict
@@ -52,9 +51,10 @@ import numpy as np
 from langgraph.graph import StateGraph
 
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.delegate_args import cost_arg, int_arg
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
-from scenarios.relay import checked_action, int_kwarg
+from scenarios.relay import checked_action
 from topologies import Topology, TopologyError
 
 TOOLS = ("lookup", "calc", "answer", "done")
@@ -131,16 +131,13 @@ class Toolchain(Scenario):
         if self.topology.kind not in self.topologies:
             label = self.topology.spec or self.topology.name
             raise ScenarioError(f"toolchain runs on {ACCEPTED}, not {label!r}")
-        self.n_keys = int_kwarg("n_keys", n_keys, 2, 16)
-        self.n_ops = int_kwarg("n_ops", n_ops, 1, len(OPS))
-        self.max_calls = int_kwarg("max_calls", max_calls, 4, 32)
+        self.n_keys = int_arg("n_keys", n_keys, 2, 16)
+        self.n_ops = int_arg("n_ops", n_ops, 1, len(OPS))
+        self.max_calls = int_arg("max_calls", max_calls, 4, 32)
         self.weights = _weights(checklist_weights)
-        if not _number(final_weight) or not final_weight > 0:
-            raise ScenarioError(
-                f"final_weight={final_weight!r}: give a finite number > 0 (the final "
-                "verification always counts)"
-            )
-        self.final_weight = float(final_weight)
+        self.final_weight = cost_arg("final_weight", final_weight)
+        if self.final_weight == 0:
+            raise ScenarioError("final_weight must be > 0: the final verification always counts")
         if fail_tool not in (None, *TOOLS[:DONE]):
             raise ScenarioError(f"fail_tool={fail_tool!r}: give None, 'lookup', 'calc' or 'answer'")
         self.fail_tool = fail_tool
@@ -350,11 +347,6 @@ class Toolchain(Scenario):
         return policy
 
 
-def _number(value: Any) -> bool:
-    real = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
-    return real and math.isfinite(value)
-
-
 def _weights(given: Mapping[str, float] | None) -> dict[str, float]:
     """The checklist weights: defaults updated with ``given`` (checked)."""
     if given is None:
@@ -366,7 +358,7 @@ def _weights(given: Mapping[str, float] | None) -> dict[str, float]:
         raise ScenarioError(
             f"checklist_weights has unknown criteria {unknown}: use {', '.join(CRITERIA)}"
         )
-    for c, w in given.items():
-        if not _number(w) or w < 0:
-            raise ScenarioError(f"checklist_weights[{c!r}]={w!r}: give a finite number ≥ 0")
-    return {**DEFAULT_WEIGHTS, **{c: float(w) for c, w in given.items()}}
+    return {
+        **DEFAULT_WEIGHTS,
+        **{c: cost_arg(f"checklist_weights[{c!r}]", w) for c, w in given.items()},
+    }
