@@ -361,6 +361,9 @@ def _training_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     }
     if a.name in ("PPO", "APPO"):
         kw.update(lambda_=a.gae_lambda, clip_param=a.clip_param)
+    if a.name in ("APPO", "IMPALA"):
+        # asynchronous learners consume whole rollout fragments: no PPO-style minibatches
+        kw["minibatch_size"] = None
     if a.name == "PPO":
         kw["vf_clip_param"] = 10.0
     kw.update(a.extra)
