@@ -7,6 +7,10 @@ a thread pool; each worker's chat model calls its backend separately. Wrapping t
 :meth:`~marl_agents.llm.backend.LLMBackend.generate` — the "fan out in parallel" that
 ``bench/llm_rollout.py`` measures. Per-prompt seeds are kept, so with
 :class:`~marl_agents.llm.hf_backend.HFBackend` the results equal unbatched calls.
+
+LangGraph's default thread pool runs at most ``min(32, cpus + 4)`` tasks at once (6 on a
+2-core machine): for a wider fan-out, invoke the graph with ``config={"max_concurrency": k}``
+or the calls beyond the pool size come in a later, smaller batch.
 """
 
 from __future__ import annotations
