@@ -176,12 +176,13 @@ class Relay(Scenario):
                 self.covers[n] = own + [h for s in self.senders[n] for h in cover(s)]
             return self.covers[n]
 
-        sizes = [self.bits * len(cover(n)) for n in self.receiver]
+        for n in t.agents:
+            cover(n)
+        sizes = [self.bits * len(self.covers[n]) for n in self.receiver]
         #: smallest alphabet that carries every message a sender must pass on.
         self.required_alphabet = max(
             [2**k if self.target == "bits" else k + 1 for k in sizes] or [2]
         )
-        cover(self.answerer)
 
     # ----- the Dec-POMDP -------------------------------------------------------------------
     @property

@@ -149,7 +149,7 @@ class Toolchain(Scenario):
         self.arg_size = max(self.n_keys, self.n_ops)
         #: where a log slot's tool, arg, x and y one-hots start; ``ok`` is its last entry.
         self._starts = np.cumsum([0, 3, self.arg_size, self.max_calls])
-        self.slot = 3 + self.arg_size + 2 * self.max_calls + 1
+        self.slot = int(self._starts[-1]) + self.max_calls + 1
         size = 2 * self.n_keys + self.n_ops + self.max_calls * self.slot
         self._obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
         nvec = [len(TOOLS), self.arg_size, self.max_calls, self.max_calls]
