@@ -114,3 +114,17 @@ def test_cli_eval_and_errors(two_runs: tuple[Path, Path, list[str]]) -> None:
     res = runner.invoke(app, ["run", "delegate", "--train", "orchestrator", "--dump"])
     assert res.exit_code == 0
     assert ExperimentConfig.from_yaml(res.output).train == ["orchestrator"]
+
+
+def test_cli_sweep_file_errors_before_ray(tmp_path: Path) -> None:
+    from scenarios.cli import app
+
+    runner = CliRunner()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: {topology: star:2}\nparam_space: {topology: [star:2, chain:3]}\n")
+    res = runner.invoke(app, ["sweep", str(bad)])
+    assert res.exit_code == 2 and "sweep point {'topology': 'chain:3'}" in res.output
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("base: {}\nparam_space: {topology: [star:2]}\nsamples: 3\n")
+    res = runner.invoke(app, ["sweep", str(typo)])
+    assert res.exit_code == 2 and "unknown field(s) ['samples']" in res.output
