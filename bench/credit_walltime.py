@@ -15,7 +15,7 @@ shows the episodes per iteration, the players per episode, the replays the credi
 per episode, and the seconds it spent per iteration (``credit_cost/seconds``).
 
 Run: ``python bench/credit_walltime.py`` (about 10 minutes on 2 cores); ``--help`` lists the
-knobs (``--sizes 2 3``, ``--iterations``, ``--estimator``).
+knobs (``--sizes 2 3``, ``--iterations``, ``--method loo``, ``--estimator kernel``).
 """
 
 from __future__ import annotations
@@ -84,9 +84,11 @@ def _peek(value: Any) -> Any:
     return value.peek() if hasattr(value, "peek") else value
 
 
-def measure(n: int, iterations: int, estimator: str, seed: int) -> tuple[Timing, Timing]:
-    """Alternate ``team`` and ``shapley`` iterations on ``n`` agents; one warm-up each."""
-    algos = {m: build(n, m, estimator, seed) for m in ("team", "shapley")}
+def measure(
+    n: int, iterations: int, method: str, estimator: str, seed: int
+) -> tuple[Timing, Timing]:
+    """Alternate ``team`` and ``method`` iterations on ``n`` agents; one warm-up each."""
+    algos = {m: build(n, m, estimator, seed) for m in ("team", method)}
     timings = {m: Timing() for m in algos}
     try:
         for algo in algos.values():
@@ -97,13 +99,16 @@ def measure(n: int, iterations: int, estimator: str, seed: int) -> tuple[Timing,
     finally:
         for algo in algos.values():
             algo.stop()
-    return timings["team"], timings["shapley"]
+    return timings["team"], timings[method]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4, 5, 6])
     parser.add_argument("--iterations", type=int, default=4, help="timed iterations per method")
+    parser.add_argument(
+        "--method", default="shapley", choices=["shapley", "loo", "local"], help="credit method"
+    )
     parser.add_argument("--estimator", default="exact", help="Shapley estimator (default exact)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-cpus", type=int, default=2)
@@ -115,18 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     print(
-        f"delegate, PPO (trainers.algo defaults), credit=shapley/{args.estimator} vs team; "
+        f"delegate, PPO (trainers.algo defaults), credit={args.method}"
+        f"{'/' + args.estimator if args.method == 'shapley' else ''} vs team; "
         f"median of {args.iterations} alternating iterations after one warm-up each"
     )
     header = (
-        f"{'n':>2} {'topology':>8} {'team s/it':>9} {'shap s/it':>9} {'ratio':>6} "
+        f"{'n':>2} {'topology':>8} {'team s/it':>9} {'cred s/it':>9} {'ratio':>6} "
         f"{'eps/it':>6} {'players':>7} {'replays/ep':>10} {'coal/ep':>7} {'credit s/it':>11}"
     )
     print(header)
     print("-" * len(header))
     try:
         for n in args.sizes:
-            team, shap = measure(n, args.iterations, args.estimator, args.seed)
+            team, shap = measure(n, args.iterations, args.method, args.estimator, args.seed)
             ratio = shap.median("seconds") / team.median("seconds")
             print(
                 f"{n:>2} {f'star:{n - 1}':>8} {team.median('seconds'):>9.2f} "

@@ -586,3 +586,33 @@ def test_normalisation_piece_only_when_asked() -> None:
     pieces = learner._learner_connector.connectors
     assert isinstance(pieces[-1], GeneralAdvantageEstimation)
     assert not any(isinstance(p, PerAgentAdvantageNormalization) for p in pieces)
+
+
+def test_one_ppo_iteration_with_shapley_credit(ray_session: Any) -> None:
+    """The real training path (trainers.algo → RLlib PPO, one local env runner) credits episodes."""
+    from trainers.algo import to_algorithm_config
+    from trainers.config import ExperimentConfig
+
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": "delegate",
+            "topology": "star:2",
+            "credit": {"method": "shapley", "normalize": True},
+            "algorithm": {"train_batch_size": 128, "minibatch_size": 64, "num_epochs": 1},
+            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
+        }
+    )
+    config = to_algorithm_config(cfg)
+    assert config.batch_mode == "complete_episodes"
+    algo = config.build_algo()
+    try:
+        learners = algo.train()["learners"]
+        learner = algo.learner_group._learner
+        pieces = [type(p).__name__ for p in learner._learner_connector.connectors]
+    finally:
+        algo.stop()
+    assert pieces.index("CreditConnector") < pieces.index("GeneralAdvantageEstimation")
+    assert pieces[-1] == "PerAgentAdvantageNormalization"
+    cost = {k: v.peek() if hasattr(v, "peek") else v for k, v in learners["credit_cost"].items()}
+    assert cost["episodes"] > 0 and cost["coalitions"] >= cost["episodes"]
+    assert "orchestrator" in learners["credit"]

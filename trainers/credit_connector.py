@@ -77,7 +77,7 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -795,16 +795,3 @@ class CreditPPOTorchLearner(PPOTorchLearner):
                 pipeline.insert_after(GeneralAdvantageEstimation, PerAgentAdvantageNormalization())
             else:
                 pipeline.append(PerAgentAdvantageNormalization())
-
-
-def credit_summary(records: Iterable[EpisodeCredit]) -> dict[str, float]:
-    """Mean credit per agent over ``records`` (what the connector logs as ``credit/<agent>``)."""
-    per_agent: dict[str, list[float]] = {}
-    for rec in records:
-        for agent, c in rec.credits.items():
-            per_agent.setdefault(agent, []).append(c)
-    return {a: float(np.mean(v)) for a, v in per_agent.items()}
-
-
-# a public name for the callable type RLlib expects, for annotations elsewhere
-LearnerConnectorFactory = Callable[[Any, Any], ConnectorV2]
