@@ -14,6 +14,30 @@ orchestrator delegates in fewer rounds and touches fewer workers. Besides the ra
 shows the episodes per iteration, the players per episode, the replays the credit connector ran
 per episode, and the seconds it spent per iteration (``credit_cost/seconds``).
 
+A second table times the connector alone on sampled episodes (no RLlib), for random policies
+and for the delegate oracle standing in for a trained team.
+
+Measured (2 shared cores, load average 5–18 from other jobs, so ±20%; random initial policies;
+``trainers.algo`` defaults: 1000 env steps per iteration, 8 envs, one local env runner):
+
+====  =========  ==============  =====  ===========  ==============  =============
+ n    team s/it  shapley s/it    ratio  replays/ep   credit s/it     LOO ratio
+====  =========  ==============  =====  ===========  ==============  =============
+ 2    3.96       5.79            1.46x  1.8          1.7
+ 3    5.50       9.73            1.77x  3.6          4.6             1.38x
+ 4    3.52       12.15           3.45x  6.9          8.8
+ 5    5.35       26.21           4.90x  12.7         22.3
+ 6    3.04       26.28           8.64x  22.2         23.5            2.64x
+====  =========  ==============  =====  ===========  ==============  =============
+
+The goal of ≤ 1.3x is not met: one replay of a delegate episode costs 4–17 ms (LangGraph
+supersteps; ~10 per random episode), about half of what sampling *and* learning the episode
+cost in PPO (~30–40 ms), and exact Shapley needs 2–22 replays per episode at n = 2–6 even after
+the trie shares every replay whose actions coincide (≈ half of the 2**n coalitions). With the
+oracle team the connector spent 5–40 ms per episode at every n in three runs (2–4 replays of
+3–9 ms: short episodes, at most 3 workers touched), which would put the ratio near 1.2–2x late
+in training; random policies cost 9 ms (n = 2) to 400–500 ms (n = 6) per episode.
+
 Run: ``python bench/credit_walltime.py`` (about 10 minutes on 2 cores); ``--help`` lists the
 knobs (``--sizes 2 3``, ``--iterations``, ``--method loo``, ``--estimator kernel``).
 """
@@ -102,6 +126,71 @@ def measure(
     return timings["team"], timings[method]
 
 
+def connector_probe(sizes: list[int], episodes: int, method: str, estimator: str) -> None:
+    """Credit cost per episode outside RLlib: random policies against the delegate oracle.
+
+    Episodes are sampled by stepping ``RLlibGraphEnv`` (the oracle orchestrator plus scripted
+    workers stands in for a trained team) and credited by the connector directly, past its
+    verification window (``v(N)`` from the episode, as for most episodes in training).
+    """
+    import numpy as np
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+
+    from scenarios.rllib_env import RLlibGraphEnv
+    from trainers.config import CreditConfig
+    from trainers.credit_connector import VERIFY_FIRST, make_credit_connector
+
+    def sample(env: RLlibGraphEnv, seed: int, policy: Any) -> MultiAgentEpisode:
+        episode = MultiAgentEpisode(
+            observation_space=env.observation_spaces, action_space=env.action_spaces
+        )
+        obs, infos = env.reset(seed=seed)
+        episode.add_env_reset(observations=obs, infos=infos)
+        while True:
+            actions = {a: policy(a, o) for a, o in obs.items()}
+            obs, rewards, terms, truncs, infos = env.step(actions)
+            episode.add_env_step(
+                observations=obs,
+                actions=actions,
+                rewards=rewards,
+                infos=infos,
+                terminateds=terms,
+                truncateds=truncs,
+            )
+            if terms["__all__"] or truncs["__all__"]:
+                return episode.to_numpy()
+
+    print(f"\ncredit connector alone ({episodes} episodes per row, no RLlib): cost per episode")
+    header = (
+        f"{'n':>2} {'policy':>7} {'players':>7} {'replays/ep':>10} {'ms/replay':>9} {'ms/ep':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in sizes:
+        env_config = {"scenario": "delegate", "topology": f"star:{n - 1}"}
+        env = RLlibGraphEnv(env_config)
+        rng = np.random.default_rng(0)
+        policies = {
+            "random": lambda a, o, rng=rng, env=env: rng.integers(env.action_spaces[a].nvec),
+            "oracle": env.env.scenario.oracle_policy,
+        }
+        for name, policy in policies.items():
+            eps = [sample(env, seed, policy) for seed in range(episodes)]
+            credit = CreditConfig(method=method, estimator=estimator)
+            conn = make_credit_connector(credit, env_config)(None, None)
+            conn.totals["episodes"] = VERIFY_FIRST + 1  # past the verification window
+            start = time.perf_counter()
+            records = [conn.assign(ep) for ep in eps]
+            seconds = time.perf_counter() - start
+            replays = sum(r.replays for r in records)
+            print(
+                f"{n:>2} {name:>7} {np.mean([len(r.credits) for r in records]):>7.2f} "
+                f"{replays / episodes:>10.1f} {seconds / max(replays, 1) * 1e3:>9.1f} "
+                f"{seconds / episodes * 1e3:>7.1f}",
+                flush=True,
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4, 5, 6])
@@ -112,7 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimator", default="exact", help="Shapley estimator (default exact)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument(
+        "--probe-only", action="store_true", help="only the connector-alone table (no Ray)"
+    )
+    parser.add_argument("--probe-episodes", type=int, default=40)
     args = parser.parse_args(argv)
+    if args.probe_only:
+        connector_probe(args.sizes, args.probe_episodes, args.method, args.estimator)
+        return 0
 
     import ray
     import torch
@@ -144,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         ray.shutdown()
+    connector_probe(args.sizes, args.probe_episodes, args.method, args.estimator)
     return 0
 
 
