@@ -49,15 +49,9 @@ import numpy as np
 from langgraph.graph import StateGraph
 from typing_extensions import override
 
+from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.delegate_args import (
-    check_parallel,
-    check_skills,
-    check_topology,
-    check_unknown,
-    cost_arg,
-    int_arg,
-)
+from scenarios.delegate_args import check_parallel, check_skills, check_topology, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.engine import decide
 from scenarios.registry import register

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -50,23 +49,6 @@ def check_topology(topology: str | Topology) -> Topology:
             f"delegate runs on single or star:N, not {topo.spec or topo.name!r}: {fix}"
         )
     return topo
-
-
-def int_arg(name: str, value: Any, low: int, high: int | None) -> int:
-    """An integer in ``[low, high]`` (no upper bound when ``high`` is None); bools rejected."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or value < low or (high is not None and value > high):
-        valid = f"an integer in [{low}, {high}]" if high is not None else f"an integer ≥ {low}"
-        raise ScenarioError(f"{name} must be {valid}, got {value!r}")
-    return int(value)
-
-
-def cost_arg(name: str, value: Any) -> float:
-    """A finite, non-negative cost coefficient."""
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:
-        raise ScenarioError(f"{name} must be a finite number ≥ 0, got {value!r}")
-    return float(value)
 
 
 def check_skills(skills: Any, rows: int, types: int, any_rows: bool) -> np.ndarray:

@@ -289,8 +289,9 @@ class GraphEnv(ParallelEnv):
             for a in self.agents
         }
         if run.finished and self.outcome is not None:
+            actions = self.episode_actions()  # what was executed, for exact replays
             for a in self.agents:
-                infos[a].update(outcome=self.outcome, error=self.error)
+                infos[a].update(outcome=self.outcome, error=self.error, actions=actions)
         return obs, infos
 
     def _rewards(self) -> dict[str, float]:

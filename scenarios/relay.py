@@ -46,8 +46,8 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
+from scenarios.args import checked_action, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.delegate_args import int_arg
 from scenarios.engine import Policy, decide, zero_action
 from scenarios.registry import register
 from topologies import Topology, TopologyError
@@ -66,17 +66,6 @@ class RelayState(TypedDict, total=False):
     messages: Annotated[list[dict[str, Any]], operator.add]
     route: Annotated[dict[str, list[str]], merge_routes]
     answer: int | list[int] | None
-
-
-def checked_action(space: gym.Space, action: Any, agent: str) -> np.ndarray:
-    """``action`` as an int64 array inside ``space``, else a ``ValueError`` naming ``agent``."""
-    raw = np.asarray(action)
-    arr = raw.astype(np.int64) if raw.dtype.kind in "iuf" else None
-    if arr is None or raw.shape != space.shape or not np.array_equal(arr, raw):
-        raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
-    if not space.contains(arr):
-        raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
-    return arr
 
 
 @register

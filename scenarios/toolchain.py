@@ -50,11 +50,10 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
+from scenarios.args import checked_action, cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.delegate_args import cost_arg, int_arg
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
-from scenarios.relay import checked_action
 from topologies import Topology, TopologyError
 
 TOOLS = ("lookup", "calc", "answer", "done")
