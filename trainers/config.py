@@ -162,7 +162,7 @@ class BudgetConfig:
         time_s: wall-clock seconds.
     """
 
-    iterations: int | None = 60
+    iterations: int | None = 40
     env_steps: int | None = None
     time_s: float | None = None
 

@@ -235,7 +235,7 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
     from rich.table import Table
 
     s = result.summary
-    table = Table(title=f"evaluation · {plan.scenario_id} · {checkpoint}", title_justify="left")
+    table = Table(title=f"evaluation · {plan.scenario_id}", title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     table.add_row("episodes", f"{int(s['episodes'])}")
@@ -250,6 +250,7 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
     table.add_row("latency per decision", f"{s['decision_ms']:.2f} ms")
     table.add_row("latency per episode", f"{s['episode_ms']:.1f} ms")
     console = Console()
+    console.print(f"checkpoint: {checkpoint}", overflow="fold")
     console.print(table)
     if result.credit:
         ctable = Table(title=f"per-agent credit ({method})", title_justify="left")

@@ -541,8 +541,8 @@ def print_summary(console: Any, result: TrainResult) -> None:
 
     final = result.final
     table = Table(title="run summary", title_justify="left", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value")
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     steps_per_s = [h.get("charts/env_steps_per_s", 0.0) for h in result.history]
     rows = [
         ("status", result.status),

@@ -305,12 +305,12 @@ def print_sweep(result: SweepResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"sweep · {result.path}", title_justify="left")
+    table = Table(title=f"sweep · ranked by final {result.metric}", title_justify="left")
     table.add_column("#", justify="right")
     keys = list(result.trials[0]["params"]) if result.trials else []
     for k in keys:
         table.add_column(k)
-    table.add_column(f"final {result.metric}", justify="right")
+    table.add_column("final", justify="right")
     table.add_column("best", justify="right")
     table.add_column("oracle", justify="right")
     table.add_column("status")
@@ -327,6 +327,7 @@ def print_sweep(result: SweepResult) -> None:
         )
     console = Console()
     console.print(table)
+    console.print(f"sweep directory: {result.path}", overflow="fold")
     if result.trials and result.trials[0]["run_dir"]:
         console.print(f"best trial run: {result.trials[0]['run_dir']}")
 
@@ -336,6 +337,8 @@ def _fmt(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
     text = (
         yaml.safe_dump(value, default_flow_style=True).strip()
         if not isinstance(value, str)
