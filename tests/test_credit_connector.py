@@ -462,8 +462,9 @@ def test_actions_that_do_not_replay_the_episode_are_caught(delegate_env: RLlibGr
         if abs(final(e := sample(delegate_env, seed, random_policy(delegate_env, seed)))[0].reward)
         > 1e-6
     )
-    # as if the env had executed something else than what the episode stores: assign nothing
-    ep.agent_episodes["orchestrator"].set_actions(new_data=np.zeros(3, np.int64), at_indices=0)
+    # as if the env had reported other actions than it executed: the orchestrator assigns nothing
+    for sa in ep.agent_episodes.values():
+        sa.get_infos(-1)["actions"]["orchestrator"][0] = np.zeros(3, np.int64)
     with pytest.raises(CreditError, match="not the ones the env executed"):
         connector(DELEGATE, method="shapley").assign(ep)
 
