@@ -195,6 +195,10 @@ def test_heterogeneous_pools_train_one_iteration(tmp_path: Path) -> None:
     for pool in ("orchestrator", "worker_0", "worker_1"):
         assert f"losses/{pool}/policy_loss" in row, pool
     assert result.iterations == 1
+    from trainers.evaluate import evaluate
+
+    # greedy evaluation carries the GRU's state from decision to decision
+    assert evaluate(result.run_dir, episodes=2, show=False).summary["episodes"] == 2
 
 
 def test_message_passing_pools_train_on_relay(tmp_path: Path) -> None:

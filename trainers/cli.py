@@ -124,6 +124,10 @@ def run_command(
         result = run_train(cfg, resume=resume)
     except ConfigError as exc:
         _fail(str(exc))
+    except KeyboardInterrupt as exc:
+        notes = " ".join(getattr(exc, "__notes__", []))
+        typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
+        raise typer.Exit(code=130) from None
     if result.status != "completed":
         raise typer.Exit(code=1)
 

@@ -194,7 +194,7 @@ class ResourcesConfig:
     """
 
     num_env_runners: int = 0
-    num_envs_per_env_runner: int = 8
+    num_envs_per_env_runner: int = 16
     num_learners: int = 0
     num_gpus_per_learner: float = 0.0
     num_cpus: int | None = None

@@ -79,13 +79,18 @@ class TrainResult:
 
 
 # ----- process setup ------------------------------------------------------------------------
+_WARNED_HASH_SEED = False
+
+
 def setup_process() -> None:
     """One thread for torch and OpenMP (on small CPU boxes extra threads only spin-wait)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
-    if "PYTHONHASHSEED" not in os.environ:
+    global _WARNED_HASH_SEED
+    if "PYTHONHASHSEED" not in os.environ and not _WARNED_HASH_SEED:
+        _WARNED_HASH_SEED = True
         log.warning(
             "PYTHONHASHSEED is not set: runs with the same seed can differ across processes "
             "(RLlib orders agents through sets); the marl CLI sets it"
@@ -117,6 +122,7 @@ def quiet_ray_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*new API stack.*")
+    warnings.filterwarnings("ignore", message=".*Overriding environment.*")
 
 
 # ----- run directories ----------------------------------------------------------------------
@@ -294,8 +300,7 @@ def train(
     setup_process()
     run = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     run.mkdir(parents=True, exist_ok=True)
-    if resume is None or not (run / "config.yaml").exists():
-        cfg.to_yaml(run / "config.yaml")
+    cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
     started_ray = ensure_ray(cfg)
     console = _console(cfg)
     history = load_history(run / "metrics.jsonl")
@@ -346,6 +351,7 @@ def train(
         final_ckpt = tracker.final(algo, history)
     except BaseException as exc:
         status = f"failed: {type(exc).__name__}: {exc}"
+        exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
         if algo is not None:
             with contextlib.suppress(Exception):
                 final_ckpt = tracker.final(algo, history)
