@@ -1,0 +1,258 @@
+"""``CausalLMModule``: a Hugging Face causal LM as an RLlib policy (new API stack).
+
+The module acts in a text environment whose spaces come from
+:class:`~marl_agents.llm.text_space.TextSpaces`: the observation is the prompt's token ids,
+the action the generated token ids, both right-padded with ``pad_id = vocab_size``.
+
+* **Exploration** (``forward_exploration``, what env runners call while sampling): sample a
+  completion per row with :class:`~marl_agents.llm.hf_backend.HFBackend`'s KV-cache loop and
+  return the token ids as ``Columns.ACTIONS`` (RLlib's ``GetActions`` passes them through
+  unchanged: nothing is re-sampled or re-tokenised), their summed logprob as
+  ``Columns.ACTION_LOGP`` and the per-token logprobs as the extra model output
+  :data:`TOKEN_LOGP` — the raw temperature-1 logprobs that a teacher-forced pass recomputes
+  (the ``old_logprobs`` of the GRPO ratio).
+* **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
+  ``model_config["inference_temperature"]`` says otherwise.
+* **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
+  gradients, returning :data:`TOKEN_LOGP` and :data:`TOKEN_ENTROPY` ``[B, max_new_tokens]``
+  aligned with the action ids (zeros on padding).
+
+There is no value head (GRPO needs none); dropout is kept off in every pass so that the
+trained distribution is the one that sampled the tokens.
+
+``model_config`` keys:
+
+* ``model``: ``"tiny"`` (:func:`~marl_agents.llm.tiny.make_tiny_model`, built from
+  ``tiny_seed``) or a directory with a saved HF model and tokenizer.
+* ``tiny_seed`` (default 0), ``dtype`` (``"float32"``, ``"bfloat16"``, …).
+* ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling.
+* ``inference_temperature`` (0.0): evaluation sampling (0 = greedy).
+
+Example:
+    >>> from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    >>> from marl_agents.llm.text_space import TextSpaces
+    >>> spaces = TextSpaces(vocab_size=384, max_prompt_tokens=16, max_new_tokens=4)
+    >>> spec = RLModuleSpec(module_class=CausalLMModule,
+    ...                     observation_space=spaces.observation_space,
+    ...                     action_space=spaces.action_space, model_config={"model": "tiny"})
+    >>> module = spec.build()
+    >>> obs = torch.as_tensor(spaces.encode_prompt([5, 6, 7]))[None]
+    >>> out = module.forward_exploration({"obs": obs})
+    >>> tuple(out["actions"].shape), tuple(out[TOKEN_LOGP].shape)
+    ((1, 4), (1, 4))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from typing_extensions import override
+
+from marl_agents.llm.backend import Generation, SamplingParams
+from marl_agents.llm.text_space import TextSpaces
+
+#: extra model output / train-forward key: per-token logprobs ``[B, max_new_tokens]``.
+TOKEN_LOGP = "token_logp"
+#: train-forward key: per-token next-token entropy (nats) ``[B, max_new_tokens]``.
+TOKEN_ENTROPY = "token_entropy"
+
+
+def load_causal_lm(
+    model: str, *, tiny_seed: int = 0, dtype: str | torch.dtype = "float32"
+) -> tuple[Any, Any]:
+    """``(tokenizer, model)`` for ``"tiny"`` or a saved HF directory; eval mode, CPU.
+
+    Raises:
+        FileNotFoundError: ``model`` is neither ``"tiny"`` nor a directory with a ``config.json``.
+    """
+    from pathlib import Path
+
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if model == "tiny":
+        from marl_agents.llm.tiny import make_tiny_model
+
+        return make_tiny_model(seed=int(tiny_seed), dtype=torch_dtype)
+    path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"no Hugging Face model at {model!r} (no config.json): give a directory saved with "
+            "save_pretrained (model + tokenizer), or 'tiny'"
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    return tok, lm.eval()
+
+
+class CausalLMModule(TorchRLModule):
+    """A causal LM policy over :class:`~marl_agents.llm.text_space.TextSpaces` (module doc)."""
+
+    @override
+    def setup(self) -> None:
+        cfg = dict(self.model_config or {})
+        self.spaces = spaces_from(self.observation_space, self.action_space)
+        self.tokenizer, self.model = load_causal_lm(
+            str(cfg.get("model", "tiny")),
+            tiny_seed=int(cfg.get("tiny_seed", 0)),
+            dtype=cfg.get("dtype", "float32"),
+        )
+        vocab = int(self.model.config.vocab_size)
+        if vocab > self.spaces.vocab_size:
+            raise ValueError(
+                f"the model has {vocab} token ids but the spaces allow {self.spaces.vocab_size}: "
+                "size the spaces with TextSpaces.for_tokenizer(tokenizer, ..., model=model)"
+            )
+        self.model.eval()
+        self.temperature = float(cfg.get("temperature", 1.0))
+        self.top_p = float(cfg.get("top_p", 1.0))
+        self.inference_temperature = float(cfg.get("inference_temperature", 0.0))
+        pad = self.tokenizer.pad_token_id
+        self._lm_pad = int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    # ----- helpers -------------------------------------------------------------------------
+    @property
+    def pad_id(self) -> int:
+        """The padding value of observation and action arrays (``vocab_size``)."""
+        return self.spaces.pad_id
+
+    def prompts(self, obs: torch.Tensor | np.ndarray) -> list[list[int]]:
+        """Per row, the prompt ids of a ``[B, max_prompt_tokens]`` observation batch."""
+        rows = obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
+        return [self.spaces.decode_prompt(r) for r in rows.reshape(len(rows), -1)]
+
+    def completions(self, actions: torch.Tensor | np.ndarray) -> list[list[int]]:
+        """Per row, the generated ids of a ``[B, max_new_tokens]`` action batch."""
+        rows = (
+            actions.detach().cpu().numpy()
+            if isinstance(actions, torch.Tensor)
+            else np.asarray(actions)
+        )
+        return [self.spaces.decode_action(r) for r in rows.reshape(len(rows), -1)]
+
+    def generate(self, prompts: list[list[int]], temperature: float) -> list[Generation]:
+        """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM."""
+        from marl_agents.llm.hf_backend import HFBackend
+
+        params = SamplingParams(
+            temperature=temperature,
+            top_p=self.top_p if temperature > 0 else 1.0,
+            max_new_tokens=self.spaces.max_new_tokens,
+        )
+        return HFBackend(self.model, self.tokenizer).generate(prompts, params)
+
+    def _act(self, batch: Mapping[str, Any], temperature: float) -> dict[str, Any]:
+        obs = batch[Columns.OBS]
+        gens = self.generate(self.prompts(obs), temperature)
+        width = self.spaces.max_new_tokens
+        actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
+        token_lp = np.zeros((len(gens), width), dtype=np.float32)
+        for r, g in enumerate(gens):
+            token_lp[r, : len(g.logprobs)] = g.logprobs
+        device = obs.device if isinstance(obs, torch.Tensor) else None
+        return {
+            Columns.ACTIONS: torch.as_tensor(actions, device=device),
+            Columns.ACTION_LOGP: torch.as_tensor(token_lp.sum(-1), device=device),
+            TOKEN_LOGP: torch.as_tensor(token_lp, device=device),
+        }
+
+    # ----- RLlib forwards ------------------------------------------------------------------
+    @override
+    def _forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._act(batch, self.temperature)
+
+    @override
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._act(batch, self.inference_temperature)
+
+    @override
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._act(batch, self.temperature)
+
+    @override
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        lp, ent = self.score(batch[Columns.OBS], batch[Columns.ACTIONS], with_entropy=True)
+        return {TOKEN_LOGP: lp, TOKEN_ENTROPY: ent}
+
+    def score(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        *,
+        with_entropy: bool = False,
+        model: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher-forced logprobs (and entropies) of ``actions`` after ``obs``, with gradients.
+
+        Args:
+            obs: ``[B, max_prompt_tokens]`` padded prompt ids.
+            actions: ``[B, max_new_tokens]`` padded generated ids.
+            with_entropy: also return the next-token entropies.
+            model: score with this LM instead of the module's (e.g. a frozen reference).
+
+        Returns:
+            ``(logprobs, entropy)``, each ``[B, max_new_tokens]`` float32, zeros on padding
+            (``entropy`` is ``None`` unless asked).
+        """
+        from marl_agents.llm.hf_backend import teacher_forced_logprobs
+
+        lm = self.model if model is None else model
+        lm.eval()  # no dropout: score under the distribution that sampled
+        width = self.spaces.max_new_tokens
+        n = len(obs)
+        device = next(lm.parameters()).device
+        lp = torch.zeros((n, width), dtype=torch.float32, device=device)
+        ent = torch.zeros((n, width), dtype=torch.float32, device=device) if with_entropy else None
+        if n == 0:
+            return lp, ent
+        prompts, tokens = self.prompts(obs), self.completions(actions)
+        rows = [r for r in range(n) if tokens[r]]
+        if not rows:
+            return lp + 0.0 * sum(p.sum() for p in lm.parameters()), ent
+        out_lp, out_ent = teacher_forced_logprobs(
+            lm,
+            [prompts[r] for r in rows],
+            [tokens[r] for r in rows],
+            pad_id=self._lm_pad,
+            with_entropy=with_entropy,
+        )
+        index = torch.as_tensor(rows, device=device)
+        t = out_lp.shape[1]
+        lp = lp.index_copy(0, index, torch.nn.functional.pad(out_lp, (0, width - t)))
+        if ent is not None and out_ent is not None:
+            ent = ent.index_copy(0, index, torch.nn.functional.pad(out_ent, (0, width - t)))
+        return lp, ent
+
+    def save_pretrained(self, path: str) -> None:
+        """Save the LM and its tokenizer as a Hugging Face directory."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+
+def spaces_from(observation_space: Any, action_space: Any) -> TextSpaces:
+    """Recover :class:`TextSpaces` from a text agent's gym spaces.
+
+    Raises:
+        TypeError: the spaces are not the ``MultiDiscrete`` text spaces.
+    """
+    from gymnasium import spaces as gym_spaces
+
+    ok = (
+        isinstance(observation_space, gym_spaces.MultiDiscrete)
+        and isinstance(action_space, gym_spaces.MultiDiscrete)
+        and observation_space.nvec.ndim == 1
+        and action_space.nvec.ndim == 1
+        and len(set(observation_space.nvec.tolist()) | set(action_space.nvec.tolist())) == 1
+    )
+    if not ok:
+        raise TypeError(
+            "CausalLMModule needs text spaces (MultiDiscrete([vocab_size + 1] * length) for both "
+            f"observation and action, see TextSpaces); got {observation_space} and {action_space}"
+        )
+    vocab = int(observation_space.nvec[0]) - 1
+    return TextSpaces(vocab, int(observation_space.shape[0]), int(action_space.shape[0]))
