@@ -1,0 +1,271 @@
+"""``EnvChatModel``: an app's chat model whose replies come from the environment in a GraphEnv.
+
+Swap it in for the chat model of an existing LangGraph app (your own nodes, a supervisor with
+handoff tools, ``langgraph.prebuilt.create_react_agent``) and the app trains without being
+rewritten:
+
+* **Inside a GraphEnv run** (the graph is executed by :class:`scenarios.engine.GraphEnv`, or
+  :func:`scenarios.engine.run_inline`), a call renders the messages (and the bound tools'
+  descriptions) with the tokenizer's chat template into prompt token ids, encodes them as the
+  agent's observation (:meth:`TextSpaces.encode_prompt`: right-padded, the *last*
+  ``max_prompt_tokens`` ids kept), and asks ``scenarios.decide(agent, observation)``. The
+  action is the token ids the learner's policy generated (:meth:`TextSpaces.decode_action`);
+  they are cut after the first EOS (a generation stops there), decoded to text, parsed for
+  tool calls in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
+  :mod:`marl_agents.llm.toolcalls`, and returned as an ``AIMessage`` with ``tool_calls``.
+  Unparseable output never raises: the message carries no tool call, the step is recorded
+  with ``format_ok=False`` (also in ``response_metadata["format_ok"]``), ``format_penalty``
+  (if > 0) is paid to the agent at once with ``scenarios.emit_reward``, and the episode goes
+  on. Sampling parameters are ignored here: the policy samples.
+* **Outside** (plain ``graph.invoke``), the same model generates with its backend, exactly
+  as :class:`~marl_agents.llm.chat_model.PolicyChatModel` does.
+
+**Agent ids.** The decision is asked for, and recorded under, the first of: an ``agent``
+call argument (``model.bind(agent=...)``); a *string* ``"agent"`` in the run metadata
+(``config={"metadata": {"agent": ...}}``; the boolean ``agent`` flag of node metadata that
+:meth:`Topology.from_langgraph` reads is ignored); the model's ``agent`` field; the calling
+LangGraph node's name (``langgraph_node``); ``"agent"`` outside a graph. Leave ``agent``
+unset in a GraphEnv app: the default is the node's name, which is the GraphEnv agent id (for
+a ``Send`` target with ``max_instances > 1`` the environment itself names the parallel
+instances ``<node>_<i>``). An explicit id must be one of the scenario's ``possible_agents``.
+In a prebuilt ReAct agent run directly as the graph, the model is called in node ``"agent"``.
+
+The recorder gets one :class:`~marl_agents.llm.chat_model.LLMStep` per call in both modes.
+In env mode its ``generation.prompt_ids`` are the observed (possibly truncated) ids, its
+``token_ids`` the ids up to the first EOS, and its ``logprobs`` are ``nan``: the behaviour
+logprobs belong to the learner's module, which recorded them with the action.
+
+Example:
+    >>> from marl_agents.llm.tiny import make_tiny_tokenizer
+    >>> from marl_agents.llm.text_space import TextSpaces
+    >>> tok = make_tiny_tokenizer()
+    >>> spaces = TextSpaces.for_tokenizer(tok, max_prompt_tokens=256, max_new_tokens=32)
+    >>> chat = EnvChatModel(tokenizer=tok, spaces=spaces)  # env-only: no backend
+    >>> chat.spaces.action_space.shape
+    (32,)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field, model_validator
+
+from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt, stop_ids
+from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, to_chat_dicts
+from marl_agents.llm.text_space import TextSpaces
+from marl_agents.llm.toolcalls import parse_tool_calls
+
+
+def in_env_run() -> bool:
+    """Whether the caller runs inside a marl-orchestra episode (GraphEnv or ``run_inline``)."""
+    from langgraph.config import get_config
+
+    from scenarios.bridge import BRIDGE_KEY
+
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable at all
+        return False
+    return BRIDGE_KEY in (config.get("configurable") or {})
+
+
+class EnvChatModel(PolicyChatModel):
+    """A chat model answered by the environment in a GraphEnv run, by its backend outside.
+
+    Attributes:
+        spaces: the agent's text spaces (observation = prompt ids, action = generated ids);
+            use the same object for the scenario's ``observation_space``/``action_space``.
+        tokenizer: renders prompts and decodes actions; default: ``backend.tokenizer``.
+        backend: generates outside an env run (optional when the model only runs in envs).
+        format_penalty: reward (≥ 0, subtracted) paid to the agent through
+            ``scenarios.emit_reward`` when its output has a malformed tool call in an env
+            run; ``0`` only records the flag.
+        agent, params, recorder: as in :class:`PolicyChatModel` (see the module docstring
+            for how the agent id is resolved). ``params.max_new_tokens`` defaults to
+            ``spaces.max_new_tokens`` and may not exceed it, so direct generations fit the
+            action space.
+    """
+
+    backend: Any = None
+    spaces: TextSpaces
+    tokenizer: Any = None
+    format_penalty: float = Field(default=0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvChatModel:
+        if self.tokenizer is None:
+            if self.backend is None:
+                raise ValueError("EnvChatModel needs a tokenizer or a backend that has one")
+            self.tokenizer = self.backend.tokenizer
+        if len(self.tokenizer) > self.spaces.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {len(self.tokenizer)} tokens but the spaces only "
+                f"{self.spaces.vocab_size}: build them with TextSpaces.for_tokenizer"
+            )
+        if "params" not in self.model_fields_set:
+            self.params = SamplingParams(max_new_tokens=self.spaces.max_new_tokens)
+        elif self.params.max_new_tokens > self.spaces.max_new_tokens:
+            raise ValueError(
+                f"params.max_new_tokens={self.params.max_new_tokens} > the action length "
+                f"spaces.max_new_tokens={self.spaces.max_new_tokens}: lower it or widen the spaces"
+            )
+        return self
+
+    @property
+    def _llm_type(self) -> str:
+        return "marl-env-chat-model"
+
+    # ----- LangChain entry point -----------------------------------------------------------
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if not in_env_run():
+            if self.backend is None:
+                raise RuntimeError(
+                    "EnvChatModel without a backend was called outside a GraphEnv run: give it "
+                    "backend=... to generate directly, or run the graph with scenarios.GraphEnv"
+                )
+            return super()._generate(messages, stop, run_manager, **kwargs)
+        from scenarios.engine import decide, emit_reward
+
+        del stop
+        tools = kwargs.pop("tools", None)
+        agent = self._agent_key(run_manager, kwargs)
+        chat = to_chat_dicts(messages, tools)
+        obs = self.spaces.encode_prompt(encode_prompt(self.tokenizer, chat))
+        action = decide(agent, obs)
+        gen = self.generation_of(obs, action)
+        names = [t["function"]["name"] for t in tools] if tools else None
+        parsed = parse_tool_calls(gen.text, names) if tools else None
+        step = LLMStep(
+            agent=agent,
+            generation=gen,
+            tool_calls=parsed.tool_calls if parsed else [],
+            format_ok=parsed.format_ok if parsed else True,
+            errors=parsed.errors if parsed else [],
+            messages=chat,
+        )
+        index = self.recorder.add(step)
+        if not step.format_ok and self.format_penalty:
+            emit_reward(-self.format_penalty, [agent])
+        return ChatResult(
+            generations=[
+                ChatGeneration(
+                    message=reply_message(step, index, parsed.content if parsed else gen.text)
+                )
+            ]
+        )
+
+    def _agent_key(
+        self, run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any]
+    ) -> str:
+        if "agent" in kwargs:
+            return str(kwargs["agent"])
+        meta = getattr(run_manager, "metadata", None) or {}
+        if isinstance(meta.get("agent"), str):  # node metadata's boolean flag is not an id
+            return meta["agent"]
+        if self.agent is not None:
+            return self.agent
+        return str(meta.get("langgraph_node", "agent"))
+
+    # ----- actions → text ------------------------------------------------------------------
+    def generation_of(self, observation: Any, action: Any) -> Generation:
+        """The generation an (observation, action) pair stands for; logprobs are ``nan``.
+
+        The action's ids are cut after the first EOS / stop id of ``params`` (generation ends
+        there); ids the tokenizer does not know (model vocabularies may be padded) decode to
+        nothing.
+        """
+        ids = self.spaces.decode_action(action)
+        stops = stop_ids(self.tokenizer, self.params)
+        end = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
+        ids = ids[:end] if end is not None else ids
+        known = [t for t in ids if t < len(self.tokenizer)]
+        return Generation(
+            prompt_ids=self.spaces.decode_prompt(observation),
+            token_ids=ids,
+            logprobs=[math.nan] * len(ids),
+            text=self.tokenizer.decode(known, skip_special_tokens=True),
+            finish_reason="stop" if end is not None else "length",
+        )
+
+
+def reply_message(step: LLMStep, index: int, content: str) -> AIMessage:
+    """The ``AIMessage`` of a recorded step, built as :class:`PolicyChatModel` builds it."""
+    gen, agent = step.generation, step.agent
+    return AIMessage(
+        content=content,
+        tool_calls=[
+            {
+                "name": c.name,
+                "args": c.arguments,
+                "id": f"call_{agent}_{index}_{i}",
+                "type": "tool_call",
+            }
+            for i, c in enumerate(step.tool_calls)
+        ],
+        response_metadata={
+            "agent": agent,
+            "step": index,
+            "finish_reason": gen.finish_reason,
+            "num_tokens": len(gen.token_ids),
+            "format_ok": step.format_ok,
+        },
+    )
+
+
+def backend_policy(
+    backend: Any,
+    spaces: TextSpaces,
+    params: SamplingParams | Mapping[str, SamplingParams] | None = None,
+) -> Callable[[str, Any], np.ndarray]:
+    """A GraphEnv policy ``(agent, observation) → action`` that generates with ``backend``.
+
+    The observation's prompt ids go to the backend as ids (no re-tokenisation) and the
+    generated ids come back as the action: with the same sampling parameters and seed, an
+    episode stepped with this policy gives the app the same replies as running it directly
+    on the backend. Stands in for the learner's policy in tests and evaluation.
+
+    Args:
+        backend: an :class:`~marl_agents.llm.backend.LLMBackend`.
+        spaces: the agents' text spaces.
+        params: sampling parameters, or agent id → parameters; ``max_new_tokens`` is capped
+            at the action length. Default: ``SamplingParams(max_new_tokens=action length)``.
+    """
+
+    def params_for(agent: str) -> SamplingParams:
+        p = params.get(agent) if isinstance(params, Mapping) else params
+        p = p or SamplingParams(max_new_tokens=spaces.max_new_tokens)
+        return dataclasses.replace(p, max_new_tokens=min(p.max_new_tokens, spaces.max_new_tokens))
+
+    def policy(agent: str, observation: Any) -> np.ndarray:
+        [gen] = backend.generate([spaces.decode_prompt(observation)], params_for(agent))
+        return spaces.encode_action(gen.token_ids)
+
+    return policy
+
+
+def tokens_action(spaces: TextSpaces, tokenizer: Any, text: str, eos: bool = True) -> np.ndarray:
+    """The action array of ``text`` (tokenised without special tokens, then EOS if ``eos``).
+
+    Handy for scripted episodes: ``tokens_action(spaces, tok, render_tool_call("add", {...}))``.
+    """
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if eos and tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return spaces.encode_action(ids)
+
+
+__all__ = ["EnvChatModel", "backend_policy", "in_env_run", "reply_message", "tokens_action"]
