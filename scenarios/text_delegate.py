@@ -425,7 +425,7 @@ class TextDelegate(Scenario):
 
     def prefill_text(self, part: int) -> str:
         """The opened call the prompt ends with in prefill mode."""
-        return '<tool>{"name": "assign", "arguments": {"part": %d, "worker": ' % part
+        return '<tool>{"name": "assign", "arguments": {"part": ' + f'{part}, "worker": '
 
     def orchestrator_messages(self, state: Mapping[str, Any]) -> list[dict[str, str]]:
         """The chat messages of the orchestrator's prompt (before the generation header)."""
