@@ -115,7 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=12, help="iterations per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
-    parser.add_argument("--envs", default="1,4,8,16", help="plain num_envs_per_env_runner grid")
+    parser.add_argument("--envs", default="1,4,8,16,32", help="plain num_envs_per_env_runner grid")
     args = parser.parse_args()
 
     import logging
@@ -134,19 +134,26 @@ def main() -> None:
     found = {}
     for n in (int(x) for x in args.envs.split(",")):
         found[n] = run_plain(n, search_iters)
-        print(f"  num_envs={n:>2}: {found[n]:7.1f} env steps/s")
+        print(f"  num_envs={n:>2}: {found[n]:7.1f} env steps/s", flush=True)
     best = max(found, key=found.get)
     ours_envs = ResourcesConfig().num_envs_per_env_runner
     print(f"best plain: num_envs={best}; our default: num_envs={ours_envs}")
-    plain, ours = [], []
+    plain, same, ours = [], [], []
     with tempfile.TemporaryDirectory() as out:
         for r in range(args.rounds):
             plain.append(run_plain(best, args.iterations))
+            line = f"  round {r + 1}: plain(num_envs={best}) {plain[-1]:7.1f}"
+            if best != ours_envs:  # the same settings as ours: isolates train()'s overhead
+                same.append(run_plain(ours_envs, args.iterations))
+                line += f"  plain(num_envs={ours_envs}) {same[-1]:7.1f}"
             ours.append(run_ours(args.iterations, out))
-            print(f"  round {r + 1}: plain {plain[-1]:7.1f}  train() {ours[-1]:7.1f} env steps/s")
+            print(f"{line}  train() {ours[-1]:7.1f} env steps/s", flush=True)
     p, o = statistics.median(plain), statistics.median(ours)
-    print(f"median plain {p:.1f} env steps/s, train() {o:.1f} env steps/s")
-    print(f"ratio train()/plain = {o / p:.3f} (goal ≥ 0.9)")
+    print(f"median: best plain {p:.1f}, train() {o:.1f} env steps/s")
+    print(f"ratio train()/best plain = {o / p:.3f} (goal ≥ 0.9)")
+    if same:
+        q = statistics.median(same)
+        print(f"ratio train()/plain at our settings = {o / q:.3f} (train()'s own overhead)")
     ray.shutdown()
 
 
