@@ -37,6 +37,7 @@ from marl_agents.llm.tiny import make_tiny_model
 from marl_agents.llm.toolcalls import render_tool_call
 from scenarios.custom import GraphScenario
 from scenarios.engine import GraphEnv
+from scenarios.testing import check_rllib
 
 PENALTY = 0.1
 MALFORMED = '<tool>{"name": "multiply", "arguments": {"a": 3</tool>'
@@ -387,14 +388,17 @@ def test_random_token_actions_never_break_an_episode(
 
 
 @pytest.mark.parametrize("app", ["supervisor", "react"])
-def test_parallel_api(app: str, backend: HFBackend, spaces: TextSpaces) -> None:
-    if app == "supervisor":
-        env = Team(backend, spaces).env
-    else:
-        env = GraphEnv(scenario(react_app(EnvChatModel(backend=backend, spaces=spaces)), spaces))
+def test_parallel_api_and_rllib_checker(app: str, backend: HFBackend, spaces: TextSpaces) -> None:
+    def make() -> GraphEnv:
+        if app == "supervisor":
+            return Team(backend, spaces).env
+        chat = EnvChatModel(backend=backend, spaces=spaces)
+        return GraphEnv(scenario(react_app(chat), spaces))
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        parallel_api_test(env, num_cycles=8)
+        parallel_api_test(make(), num_cycles=8)
+        check_rllib(make())
 
 
 # ----- agent ids ---------------------------------------------------------------------------------
@@ -449,6 +453,23 @@ def test_agent_id_precedence_outside_an_env(backend: HFBackend, spaces: TextSpac
         agent="c"
     ).invoke("hi", config={"metadata": {"agent": True}})
     assert [s.agent for s in rec] == ["agent", "a", "b", "c"]
+
+
+def test_unrecorded_calls_keep_unique_tool_call_ids(backend: HFBackend, spaces: TextSpaces) -> None:
+    tok = backend.tokenizer
+    spaces = TextSpaces.for_tokenizer(tok, max_prompt_tokens=1024, max_new_tokens=80)
+    chat = EnvChatModel(backend=backend, spaces=spaces, record=False)
+    env = GraphEnv(scenario(react_app(chat), spaces))
+    obs, _ = env.reset(seed=0)
+    a, b = factors(spaces.prompt_text(obs["agent"], tok))
+    twice = render_tool_call("multiply", {"a": a, "b": b}) * 2
+    env.step({"agent": tokens_action(spaces, tok, twice)})
+    env.step({"agent": tokens_action(spaces, tok, f"{a * b}")})
+    assert len(chat.recorder) == 0 and env.outcome is not None and env.outcome.reward == 1.0
+    msgs = final_state(env)["messages"]
+    ids = [c["id"] for c in msgs[1].tool_calls]
+    assert len(set(ids)) == 2 and {m.tool_call_id for m in msgs[2:4]} == set(ids)
+    assert msgs[1].response_metadata["step"] is None
 
 
 def test_configuration_errors(backend: HFBackend, spaces: TextSpaces) -> None:

@@ -56,7 +56,7 @@ import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt, stop_ids
 from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, to_chat_dicts
@@ -88,6 +88,10 @@ class EnvChatModel(PolicyChatModel):
         format_penalty: reward (≥ 0, subtracted) paid to the agent through
             ``scenarios.emit_reward`` when its output has a malformed tool call in an env
             run; ``0`` only records the flag.
+        record: whether env-mode calls are recorded in ``recorder`` (the env's trace and the
+            learner's episodes hold the same observations and actions). An env runner never
+            empties the recorder: in long training runs set ``False`` or call
+            ``recorder.pop_all()`` between episodes.
         agent, params, recorder: as in :class:`PolicyChatModel` (see the module docstring
             for how the agent id is resolved). ``params.max_new_tokens`` defaults to
             ``spaces.max_new_tokens`` and may not exceed it, so direct generations fit the
@@ -98,6 +102,8 @@ class EnvChatModel(PolicyChatModel):
     spaces: TextSpaces
     tokenizer: Any = None
     format_penalty: float = Field(default=0.0, ge=0.0)
+    record: bool = True
+    _calls: int = PrivateAttr(default=0)
 
     @model_validator(mode="after")
     def _check(self) -> EnvChatModel:
@@ -157,16 +163,13 @@ class EnvChatModel(PolicyChatModel):
             errors=parsed.errors if parsed else [],
             messages=chat,
         )
-        index = self.recorder.add(step)
+        index = self.recorder.add(step) if self.record else None
+        self._calls += 1
         if not step.format_ok and self.format_penalty:
             emit_reward(-self.format_penalty, [agent])
-        return ChatResult(
-            generations=[
-                ChatGeneration(
-                    message=reply_message(step, index, parsed.content if parsed else gen.text)
-                )
-            ]
-        )
+        content = parsed.content if parsed else gen.text
+        message = reply_message(step, index, content, self._calls)
+        return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _agent_key(
         self, run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any]
@@ -202,8 +205,16 @@ class EnvChatModel(PolicyChatModel):
         )
 
 
-def reply_message(step: LLMStep, index: int, content: str) -> AIMessage:
-    """The ``AIMessage`` of a recorded step, built as :class:`PolicyChatModel` builds it."""
+def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -> AIMessage:
+    """The ``AIMessage`` of a step, built as :class:`PolicyChatModel` builds it.
+
+    Args:
+        step: the call's record.
+        index: its index in the recorder (``response_metadata["step"]``), ``None`` if not
+            recorded.
+        content: the text outside tool calls.
+        serial: a number unique to this call, for the tool call ids.
+    """
     gen, agent = step.generation, step.agent
     return AIMessage(
         content=content,
@@ -211,7 +222,7 @@ def reply_message(step: LLMStep, index: int, content: str) -> AIMessage:
             {
                 "name": c.name,
                 "args": c.arguments,
-                "id": f"call_{agent}_{index}_{i}",
+                "id": f"call_{agent}_{serial}_{i}",
                 "type": "tool_call",
             }
             for i, c in enumerate(step.tool_calls)
