@@ -160,18 +160,24 @@ class TextToolchain(Scenario):
         return self.base.possible_agents
 
     def observation_space(self, agent: str) -> gym.Space:
-        self.base._known(agent)
+        self._known(agent)
         return self._obs_space
 
     def action_space(self, agent: str) -> gym.Space:
-        self.base._known(agent)
+        self._known(agent)
         return self._act_space
+
+    def _known(self, agent: str) -> None:
+        if agent not in self.base.visible:
+            raise ScenarioError(
+                f"unknown agent {agent!r}: text-toolchain's agents are {self.possible_agents}"
+            )
 
     def default_action(self, agent: str) -> np.ndarray:
         """``done``: an absent agent passes its turn."""
         from marl_agents.llm.toolcalls import render_tool_call
 
-        self.base._known(agent)
+        self._known(agent)
         return self.action_of(render_tool_call("done", {}))
 
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -259,7 +265,7 @@ class TextToolchain(Scenario):
         names = TOOL_ARGS[call.name]
         if set(call.arguments) != set(names):
             return None, f"{call.name} takes arguments {list(names)}, got {sorted(call.arguments)}"
-        values = []
+        values: list[int] = []
         for key in names:
             v = call.arguments[key]
             if key == "op":
@@ -272,9 +278,9 @@ class TextToolchain(Scenario):
             else:
                 values.append(v)
         tool = TOOLS.index(call.name)
-        if tool == ANSWER:
-            return (tool, 0, values[0], 0), ""
-        return (tool, *values, *[0] * (3 - len(values))), ""  # type: ignore[return-value]
+        fields = [0, *values] if tool == ANSWER else values  # answer's x is the x field
+        arg, x, y = fields + [0] * (3 - len(fields))
+        return (tool, arg, x, y), ""
 
     # ----- the agents' node ----------------------------------------------------------------
     def _node(self, node: str) -> Any:

@@ -64,6 +64,8 @@ def test_registered_and_built_by_name(tok: Any) -> None:
     space = env.action_space("agent_0")
     assert space.shape == (32,) and int(space.nvec[0]) == len(tok) + 1
     assert env.observation_space("agent_1").shape == (1024,)
+    with pytest.raises(ScenarioError, match="unknown agent 'agent'"):
+        env.scenario.action_space("agent")
 
 
 @pytest.mark.parametrize("spec", ["single", "chain:2", "chain:3"])
@@ -212,6 +214,13 @@ def test_views_follow_toolchain_visibility(tok: Any) -> None:
     assert tt.spaces.prompt_text(obs, tok).startswith("<|im_start|>system\nYou are agent_0")
 
 
+def test_failing_tool_truncates_the_episode_with_the_error(tok: Any) -> None:
+    tt = TextToolchain("single", tokenizer=tok, fail_tool="lookup")
+    env = GraphEnv(tt)
+    play(env, tt.optimal_policy(), seed=0)
+    assert env.truncated and env.error is not None and "ToolError" in env.error
+
+
 def test_long_prompts_keep_their_end(tok: Any) -> None:
     tt = TextToolchain("single", tokenizer=tok, max_prompt_tokens=64)
     state = tt.initial_state(np.random.default_rng(0))
@@ -241,6 +250,7 @@ def test_absent_agents_pass(tok: Any) -> None:
         ({"max_new_tokens": 4}, "max_new_tokens"),
         ({"tokenizer": object()}, "chat template"),
         ({"final_weight": 0.0}, "final_weight"),
+        ({"n_keys": 1}, "n_keys"),
     ],
 )
 def test_argument_errors(kwargs: dict[str, Any], match: str, tok: Any) -> None:

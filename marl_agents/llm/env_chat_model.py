@@ -20,17 +20,22 @@ rewritten:
 * **Outside** (plain ``graph.invoke``), the same model generates with its backend, exactly
   as :class:`~marl_agents.llm.chat_model.PolicyChatModel` does.
 
-**Agent ids.** The decision is asked for, and recorded under, the first of: an ``agent``
-call argument (``model.bind(agent=...)``); a *string* ``"agent"`` in the run metadata
+**Agent ids.** A call's agent id is the first of: an ``agent`` call argument
+(``model.bind(agent=...)``); a *string* ``"agent"`` in the run metadata
 (``config={"metadata": {"agent": ...}}``; the boolean ``agent`` flag of node metadata that
-:meth:`Topology.from_langgraph` reads is ignored); the model's ``agent`` field; the calling
-LangGraph node's name (``langgraph_node``); ``"agent"`` outside a graph. Leave ``agent``
-unset in a GraphEnv app: the default is the node's name, which is the GraphEnv agent id (for
-a ``Send`` target with ``max_instances > 1`` the environment itself names the parallel
-instances ``<node>_<i>``). An explicit id must be one of the scenario's ``possible_agents``.
-In a prebuilt ReAct agent run directly as the graph, the model is called in node ``"agent"``.
+:meth:`Topology.from_langgraph` reads is not an id and is ignored); the model's ``agent``
+field; the calling LangGraph node's name (``langgraph_node``); ``"agent"`` outside a graph.
+The recorder keys steps by it and ``decide`` is asked with it. In a GraphEnv the environment
+has the last word: when several agent tasks run in one superstep it names each decision after
+its task (``<node>``, or ``<node>_<i>`` for the parallel instances of a ``Send`` target with
+``max_instances > 1``, in LangGraph's scheduling order); otherwise it takes the id given, which
+must be one of the scenario's ``possible_agents``. So leave ``agent`` unset in a GraphEnv app:
+the node's name *is* its GraphEnv agent id (the recorder then keys fan-out instances under the
+node's name; the env's trace has ``<node>_<i>``). In a prebuilt ReAct agent run directly as
+the graph, the model is called in node ``"agent"``.
 
-The recorder gets one :class:`~marl_agents.llm.chat_model.LLMStep` per call in both modes.
+The recorder gets one :class:`~marl_agents.llm.chat_model.LLMStep` per call in both modes
+(in env mode unless ``record=False``).
 In env mode its ``generation.prompt_ids`` are the observed (possibly truncated) ids, its
 ``token_ids`` the ids up to the first EOS, and its ``logprobs`` are ``nan``: the behaviour
 logprobs belong to the learner's module, which recorded them with the action.
