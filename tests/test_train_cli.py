@@ -128,3 +128,14 @@ def test_cli_sweep_file_errors_before_ray(tmp_path: Path) -> None:
     typo.write_text("base: {}\nparam_space: {topology: [star:2]}\nsamples: 3\n")
     res = runner.invoke(app, ["sweep", str(typo)])
     assert res.exit_code == 2 and "unknown field(s) ['samples']" in res.output
+
+
+def test_documented_sweep_file_validates() -> None:
+    from trainers.sweep import SweepSpec, validate_space
+
+    doc = SweepSpec.__doc__ or ""
+    text = textwrap.dedent(doc.split("Example file::")[1].split("Attributes:")[0])
+    spec = SweepSpec.from_yaml(text)
+    assert spec.search == "grid" and spec.base.budget.iterations == 20
+    # 2 topologies × 2 train settings × 3 credit methods × both ends of the lr range
+    assert validate_space(spec.base, spec.param_space, spec.search) == 24

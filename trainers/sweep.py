@@ -60,7 +60,21 @@ class SweepResult:
 
 @dataclasses.dataclass
 class SweepSpec:
-    """A sweep file: the base experiment plus the search.
+    """A sweep file (``marl sweep FILE.yaml``): the base experiment plus the search.
+
+    Example file::
+
+        name: delegate-credit
+        base:
+          scenario: delegate
+          budget: {iterations: 20}
+          output: {dir: runs}
+        search: grid
+        param_space:
+          topology: [star:2, star:3]
+          train: [[orchestrator], null]
+          credit.method: [team, loo, shapley]
+          algorithm.lr: {loguniform: [0.0003, 0.003]}
 
     Attributes:
         base: the experiment every trial starts from.
@@ -83,9 +97,13 @@ class SweepSpec:
     @classmethod
     def from_yaml(cls, source: str | Path) -> SweepSpec:
         """Load ``{base: {...}, param_space: {...}, search, num_samples, metric, mode, name}``."""
-        path = Path(source)
-        text = path.read_text() if path.exists() else str(source)
-        data = yaml.safe_load(text) or {}
+        text = str(source)
+        if isinstance(source, Path) or ("\n" not in text and text.endswith((".yaml", ".yml"))):
+            text = Path(source).read_text()
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"sweep file is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError("a sweep file must be a mapping with base: and param_space:")
         known = {f.name for f in dataclasses.fields(cls)}
