@@ -376,15 +376,39 @@ def test_supervisor_format_error_is_penalised_and_the_episode_goes_on(
 def test_random_token_actions_never_break_an_episode(
     backend: HFBackend, spaces: TextSpaces
 ) -> None:
-    team = Team(backend, spaces)
-    react = GraphEnv(scenario(react_app(EnvChatModel(backend=backend, spaces=spaces)), spaces))
-    for env in (team.env, react):
+    """Uniform random ids decode to plain text (no ``<tool>`` block: a final reply, no
+    penalty); random ids inside ``<tool>…</tool>`` are malformed calls: flagged, penalised,
+    and the episode still ends normally."""
+    tok = backend.tokenizer
+    rng = np.random.default_rng(0)
+    open_ids, close_ids = (
+        tok(t, add_special_tokens=False)["input_ids"] for t in ("<tool>", "</tool>")
+    )
+
+    def tagged(agent: str, obs: np.ndarray) -> np.ndarray:
+        body = rng.integers(3, len(tok), size=20).tolist()  # no pad / EOS / <|im_start|>
+        return spaces.encode_action([*open_ids, *body, *close_ids, tok.eos_token_id])
+
+    for app in ("supervisor", "react"):
+        if app == "supervisor":
+            team = Team(backend, spaces)
+            env, chat = team.env, team.chat
+        else:
+            chat = EnvChatModel(backend=backend, spaces=spaces, format_penalty=PENALTY)
+            env = GraphEnv(scenario(react_app(chat), spaces))
         for a in env.possible_agents:
             env.action_space(a).seed(0)
         for seed in range(3):
             rewards = play(env, lambda a, o, env=env: env.action_space(a).sample(), seed=seed)
-            assert env.error is None and env.outcome is not None
-            assert all(np.isfinite(r) for r in rewards.values())
+            assert env.error is None and not env.truncated
+            assert rewards == {env.trace[0].agent: 0.0}  # the first agent replied, no answer
+        assert all(s.format_ok and not s.tool_calls for s in chat.recorder.pop_all())
+        for seed in range(3):
+            rewards = play(env, tagged, seed=seed)
+            assert env.error is None and not env.truncated
+            assert rewards == {env.trace[0].agent: pytest.approx(-PENALTY)}
+        steps = chat.recorder.pop_all()
+        assert len(steps) == 3 and not any(s.format_ok or s.tool_calls for s in steps)
 
 
 @pytest.mark.parametrize("app", ["supervisor", "react"])
