@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +28,9 @@ class GraphScenario(Scenario):
         initial_state: ``rng → input dict``, or a fixed input dict.
         absent: what an agent left out of a counterfactual coalition does.
         max_supersteps: LangGraph recursion limit of an episode.
+        node_metadata: node name → metadata merged over the graph's own, for an app whose
+            ``add_node`` calls you cannot edit (e.g. ``{"tools": {"agent": False}}`` for the
+            tool node of ``create_react_agent``).
 
     Example:
         >>> env = GraphEnv(GraphScenario(builder, observation_space=Box(0, 1, (4,)),
@@ -47,9 +52,10 @@ class GraphScenario(Scenario):
         initial_state: Callable[[np.random.Generator], dict[str, Any]] | dict[str, Any],
         absent: AbsentPolicy = "default",
         max_supersteps: int = 64,
+        node_metadata: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        self.builder = getattr(graph, "builder", graph)
-        self.topology = Topology.from_langgraph(graph)
+        self.builder = _with_metadata(getattr(graph, "builder", graph), node_metadata or {})
+        self.topology = Topology.from_langgraph(self.builder)
         self._obs = {
             a: _space(observation_space, a, "observation_space") for a in self.possible_agents
         }
@@ -78,6 +84,26 @@ class GraphScenario(Scenario):
     def score(self, state: dict[str, Any]) -> Outcome:
         out = self._score(state)
         return out if isinstance(out, Outcome) else Outcome(reward=float(out))
+
+
+def _with_metadata(builder: Any, extra: Mapping[str, Mapping[str, Any]]) -> Any:
+    """A shallow copy of ``builder`` whose nodes carry ``extra`` metadata (the user's is kept)."""
+    if not extra:
+        return builder
+    unknown = sorted(set(extra) - set(builder.nodes))
+    if unknown:
+        raise ScenarioError(
+            f"node_metadata names {unknown}, which the graph does not have: its nodes are "
+            f"{sorted(builder.nodes)}"
+        )
+    copied = copy.copy(builder)
+    copied.nodes = {
+        name: dataclasses.replace(spec, metadata={**(spec.metadata or {}), **extra[name]})
+        if name in extra
+        else spec
+        for name, spec in builder.nodes.items()
+    }
+    return copied
 
 
 def _space(spec: SpaceSpec, agent: str, what: str) -> gym.Space:

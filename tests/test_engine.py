@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
+import toys
 from toys import ToyStar, handoff_graph, join_graph, map_reduce_graph, user_scenario
 
 from scenarios import GraphEnv, ScenarioError, run_inline
@@ -196,3 +198,21 @@ def test_observation_is_own_view():
     obs, _ = env.reset(seed=0)
     assert env.observation_space("orchestrator").contains(obs["orchestrator"])
     assert isinstance(obs["orchestrator"], np.ndarray)
+
+
+def test_node_metadata_marks_nodes_of_an_app_you_cannot_edit():
+    scenario = user_scenario(join_graph())
+    assert scenario.possible_agents == ["a", "b", "c"]
+    from scenarios.custom import GraphScenario
+
+    def build(**kw):
+        return GraphScenario(
+            join_graph(), observation_space=toys.OBS,
+            action_space=gym.spaces.Discrete(3), score=lambda s: 0.0,
+            initial_state={"results": []}, **kw,
+        )  # fmt: skip
+
+    marked = build(node_metadata={"c": {"agent": False}})
+    assert marked.possible_agents == ["a", "b"]
+    with pytest.raises(ScenarioError, match=r"names \['z'\]"):
+        build(node_metadata={"z": {"agent": False}})

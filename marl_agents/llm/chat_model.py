@@ -256,8 +256,10 @@ class PolicyChatModel(BaseChatModel):
         if "agent" in kwargs:
             return str(kwargs["agent"])
         meta = getattr(run_manager, "metadata", None) or {}
-        if "agent" in meta:
-            return str(meta["agent"])
+        # LangGraph merges node metadata into the run's: ``{"agent": True}`` marks an agent node
+        # and is no agent id, so only a string counts
+        if isinstance(meta.get("agent"), str):
+            return meta["agent"]
         if self.agent is not None:
             return self.agent
         return str(meta.get("langgraph_node", "agent"))

@@ -176,18 +176,6 @@ class EnvChatModel(PolicyChatModel):
         message = reply_message(step, index, content, self._calls)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _agent_key(
-        self, run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any]
-    ) -> str:
-        if "agent" in kwargs:
-            return str(kwargs["agent"])
-        meta = getattr(run_manager, "metadata", None) or {}
-        if isinstance(meta.get("agent"), str):  # node metadata's boolean flag is not an id
-            return meta["agent"]
-        if self.agent is not None:
-            return self.agent
-        return str(meta.get("langgraph_node", "agent"))
-
     # ----- actions → text ------------------------------------------------------------------
     def generation_of(self, observation: Any, action: Any) -> Generation:
         """The generation an (observation, action) pair stands for; logprobs are ``nan``.
