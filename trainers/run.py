@@ -134,7 +134,7 @@ def run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
 
 def new_run_dir(cfg: ExperimentConfig) -> Path:
     """Create a fresh run directory under ``cfg.output.dir`` (suffix ``-2``… on a clash)."""
-    base = Path(cfg.output.dir).expanduser()
+    base = Path(cfg.output.dir).expanduser().resolve()  # RLlib checkpoints need absolute paths
     name = cfg.output.name or run_name(cfg)
     path = base / name
     k = 2
