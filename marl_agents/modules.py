@@ -190,7 +190,7 @@ def checkpoint_module_dir(path: str | Path, module: str) -> Path:
     Raises:
         PoolError: nothing found; the message lists the modules that exist.
     """
-    root = Path(path).expanduser()
+    root = Path(path).expanduser().resolve()  # RLlib loads state from absolute paths only
     candidates = [root, root / "checkpoint"]
     for base in candidates:
         modules = base / "learner_group" / "learner" / "rl_module"

@@ -214,10 +214,16 @@ def test_message_passing_pools_train_on_relay(tmp_path: Path) -> None:
     assert "losses/orchestrator/policy_loss" in train(cfg).final
 
 
-def test_single_topology_trains_through_the_same_path(tmp_path: Path) -> None:
+def test_single_topology_trains_through_the_same_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trainers.run import train
 
-    result = train(tiny(tmp_path, topology="single", **{"budget.iterations": 1}))
+    monkeypatch.chdir(tmp_path)  # and with the default, relative output dir
+    cfg = tiny(tmp_path, topology="single", **{"budget.iterations": 1, "output.dir": "runs"})
+    result = train(cfg)
+    assert result.run_dir.parent == tmp_path / "runs"
+    assert result.final_checkpoint is not None and result.final_checkpoint.exists()
     assert result.iterations == 1
     assert "losses/agent/policy_loss" in result.final
     assert "agent/return" in result.final and "charts/team_return" in result.final

@@ -298,7 +298,7 @@ def train(
     plan = resolve(cfg)
     algo_config = to_algorithm_config(cfg, plan)  # every config error is raised by now
     setup_process()
-    run = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+    run = Path(run_dir).expanduser().resolve() if run_dir is not None else new_run_dir(cfg)
     run.mkdir(parents=True, exist_ok=True)
     cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
     started_ray = ensure_ray(cfg)
