@@ -67,9 +67,11 @@ class CreditConfig:
             agents and a sampled one beyond.
         budget: Coalition evaluations per episode for sampled estimators (``None``: the
             estimator's default).
-        repeats: Replays per coalition (averaged; reduces verifier noise).
+        repeats: Replays per coalition. Replays are deterministic (same seed, same draws), so
+            it must be 1; it exists for scenarios with noisy verifiers.
         exact_max: Largest team for which ``"auto"`` computes exact Shapley values.
-        normalize: Rescale credits so they sum to the team return.
+        normalize: Standardise advantages per agent after GAE (matters when agents share a
+            module; see ``trainers.credit_connector.PerAgentAdvantageNormalization``).
     """
 
     method: CreditMethod = "team"

@@ -10,6 +10,8 @@ LangChain or vLLM) on first use.
 * :class:`BatchingBackend` — concurrent calls of parallel subagents → one batch.
 * :class:`PolicyChatModel`, :class:`GenerationRecorder` — LangChain chat model recording
   token ids and logprobs per agent.
+* :class:`EnvChatModel` — the same chat model driven by a ``GraphEnv``: an existing LangGraph
+  app trains by swapping its chat model (prompt ids → ``decide()`` → generated ids).
 * :func:`parse_tool_calls` — the ``<tool>{...}</tool>`` format, never raising.
 * :func:`make_tiny_model` — tiny tokenizer + Qwen2 built in code, for tests and benchmarks.
 """
@@ -32,6 +34,10 @@ _EXPORTS = {
     "VLLMServer": "vllm_backend",
     "BatchingBackend": "batching",
     "PolicyChatModel": "chat_model",
+    "EnvChatModel": "env_chat_model",
+    "backend_policy": "env_chat_model",
+    "in_env_run": "env_chat_model",
+    "tokens_action": "env_chat_model",
     "GenerationRecorder": "chat_model",
     "LLMStep": "chat_model",
     "ToolCall": "toolcalls",
