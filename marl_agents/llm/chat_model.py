@@ -229,25 +229,7 @@ class PolicyChatModel(BaseChatModel):
             messages=chat,
         )
         index = self.recorder.add(step)
-        message = AIMessage(
-            content=parsed.content if parsed else gen.text,
-            tool_calls=[
-                {
-                    "name": c.name,
-                    "args": c.arguments,
-                    "id": f"call_{agent}_{index}_{i}",
-                    "type": "tool_call",
-                }
-                for i, c in enumerate(step.tool_calls)
-            ],
-            response_metadata={
-                "agent": agent,
-                "step": index,
-                "finish_reason": gen.finish_reason,
-                "num_tokens": len(gen.token_ids),
-                "format_ok": step.format_ok,
-            },
-        )
+        message = reply_message(step, index, parsed.content if parsed else gen.text, index)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _agent_key(
@@ -263,3 +245,35 @@ class PolicyChatModel(BaseChatModel):
         if self.agent is not None:
             return self.agent
         return str(meta.get("langgraph_node", "agent"))
+
+
+def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -> AIMessage:
+    """The ``AIMessage`` answering one recorded call (tool calls included).
+
+    Args:
+        step: the call's record.
+        index: its index in the recorder (``response_metadata["step"]``), ``None`` if not
+            recorded.
+        content: the text outside tool calls.
+        serial: a number unique to this call, for the tool call ids.
+    """
+    gen, agent = step.generation, step.agent
+    return AIMessage(
+        content=content,
+        tool_calls=[
+            {
+                "name": c.name,
+                "args": c.arguments,
+                "id": f"call_{agent}_{serial}_{i}",
+                "type": "tool_call",
+            }
+            for i, c in enumerate(step.tool_calls)
+        ],
+        response_metadata={
+            "agent": agent,
+            "step": index,
+            "finish_reason": gen.finish_reason,
+            "num_tokens": len(gen.token_ids),
+            "format_ok": step.format_ok,
+        },
+    )

@@ -59,12 +59,12 @@ from typing import Any
 
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt, stop_ids
-from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, to_chat_dicts
+from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, reply_message, to_chat_dicts
 from marl_agents.llm.text_space import TextSpaces
 from marl_agents.llm.toolcalls import parse_tool_calls
 
@@ -198,38 +198,6 @@ class EnvChatModel(PolicyChatModel):
         )
 
 
-def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -> AIMessage:
-    """The ``AIMessage`` of a step, built as :class:`PolicyChatModel` builds it.
-
-    Args:
-        step: the call's record.
-        index: its index in the recorder (``response_metadata["step"]``), ``None`` if not
-            recorded.
-        content: the text outside tool calls.
-        serial: a number unique to this call, for the tool call ids.
-    """
-    gen, agent = step.generation, step.agent
-    return AIMessage(
-        content=content,
-        tool_calls=[
-            {
-                "name": c.name,
-                "args": c.arguments,
-                "id": f"call_{agent}_{serial}_{i}",
-                "type": "tool_call",
-            }
-            for i, c in enumerate(step.tool_calls)
-        ],
-        response_metadata={
-            "agent": agent,
-            "step": index,
-            "finish_reason": gen.finish_reason,
-            "num_tokens": len(gen.token_ids),
-            "format_ok": step.format_ok,
-        },
-    )
-
-
 def backend_policy(
     backend: Any,
     spaces: TextSpaces,
@@ -272,4 +240,4 @@ def tokens_action(spaces: TextSpaces, tokenizer: Any, text: str, eos: bool = Tru
     return spaces.encode_action(ids)
 
 
-__all__ = ["EnvChatModel", "backend_policy", "in_env_run", "reply_message", "tokens_action"]
+__all__ = ["EnvChatModel", "backend_policy", "in_env_run", "tokens_action"]
