@@ -59,6 +59,17 @@ def zero_action(space: gym.Space) -> Any:
     return np.zeros(space.shape, dtype=space.dtype)
 
 
+def action_in_space(space: gym.Space, action: Any) -> tuple[Any, bool]:
+    """``action`` in the form the env executes it (a 1-element array becomes the int of a
+    ``Discrete`` space), and whether it lies in ``space``."""
+    if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
+        action = action.item() if action.size == 1 else action
+    try:
+        return action, bool(space.contains(action))
+    except (TypeError, ValueError):
+        return action, False
+
+
 def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
     """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update".
 
@@ -254,12 +265,7 @@ class GraphEnv(ParallelEnv):
 
     def _check_action(self, agent: str, action: Any) -> Any:
         space = self._act_spaces[agent]
-        if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
-            action = action.item() if action.size == 1 else action
-        try:
-            ok = space.contains(action)
-        except (TypeError, ValueError):
-            ok = False
+        action, ok = action_in_space(space, action)
         if ok:
             return action
         penalty = self.scenario.invalid_action_penalty

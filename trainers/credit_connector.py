@@ -90,6 +90,7 @@ from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.postprocessing.zero_padding import split_and_zero_pad_n_episodes
 
+from scenarios.engine import action_in_space
 from trainers.credit import CachedValue, leave_one_out, min_budget, shapley
 
 if TYPE_CHECKING:
@@ -285,13 +286,7 @@ class EpisodeReplays:
 
     def _sanitize(self, agent: str, action: Any) -> Any:
         """The action as the env executed it (mirrors ``GraphEnv._check_action``, no penalty)."""
-        space = self.env.action_space(agent)
-        if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
-            action = action.item() if action.size == 1 else action
-        try:
-            ok = space.contains(action)
-        except (TypeError, ValueError):
-            ok = False
+        action, ok = action_in_space(self.env.action_space(agent), action)
         if not ok and self.scenario.invalid_action_penalty is not None:
             return self.scenario.default_action(agent)
         return action
