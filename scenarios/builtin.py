@@ -3,4 +3,5 @@
 import scenarios.delegate
 import scenarios.relay
 import scenarios.spread
+import scenarios.text_toolchain
 import scenarios.toolchain  # noqa: F401
