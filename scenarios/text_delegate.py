@@ -25,7 +25,7 @@ orchestrator messages.
 first unsolved part, just before its worker number::
 
     <|im_start|>assistant
-    <tool>{"name": "assign", "arguments": {"part": 0, "worker":
+    <tool>{"name": "assign", "arguments": {"part": 0, "type": "code", "worker":
 
 and the orchestrator's text continues it. The environment parses ``prefill + text``; when that
 is not a valid call and the text starts with an integer, it reads the integer and closes the
@@ -55,11 +55,16 @@ with ``latency`` the dispatch rounds and ``calls`` the assignments executed. Met
 
 **Levels** set the defaults of every argument not given explicitly:
 
-* ``"easy"``: 1 part, 2 types, prefill, 1 round, ``max_new_tokens=4``, no latency / call cost,
-  ``format_penalty=0.5``, skills ``0.9`` for worker ``i`` on type ``i mod T`` and ``0.1``
-  elsewhere. A random tiny model writes a valid worker number a few percent of the time, which
-  is enough signal for GRPO: on the 378k-parameter tiny model the mean reward rises from about
-  ``−0.45`` to above ``0.5`` in a few minutes of CPU (see ``tests/test_finetune.py``).
+* ``"easy"``: 1 part, 2 types, prefill, 1 round, ``max_new_tokens=4``, no latency cost,
+  ``μ=0.3`` per call, ``format_penalty=0.1``, skills ``0.9`` for worker ``i`` on type
+  ``i mod T`` and ``0.1`` elsewhere. So a malformed answer earns ``−0.1``, a call to a wrong
+  worker usually ``−0.3`` and a call to a right one usually ``0.7`` (oracle ``0.6``). A wrong
+  call costing more than a malformed message matters: with ``μ ≤ format_penalty`` GRPO
+  reinforces *any* well-formed number at first and the policy collapses onto one worker for
+  every type (measured). Use ``star:8`` with the tiny model: the eight worker numbers cover
+  both parities of the digit tokens a random model emits (about 2% of its first-token mass),
+  and on ``star:8`` the tiny model goes from about ``−0.1`` to about ``0.55`` in ~60 GRPO
+  iterations (~1.5 min of CPU; see ``tests/test_finetune.py``).
 * ``"full"``: 3 parts, 3 types, free-form calls (no prefill), ``2·K`` rounds,
   ``max_new_tokens=96``, ``λ=0.05``, ``μ=0.02``, ``format_penalty=0.2``, skills drawn from
   ``skills_seed`` (:func:`scenarios.delegate_oracle.make_skills`). Meant for real LLMs.
@@ -112,8 +117,8 @@ LEVELS: dict[str, dict[str, Any]] = {
         "max_new_tokens": 4,
         "max_prompt_tokens": 160,
         "latency_cost": 0.0,
-        "call_cost": 0.0,
-        "format_penalty": 0.5,
+        "call_cost": 0.3,
+        "format_penalty": 0.1,
     },
     "full": {
         "parts": 3,
@@ -423,9 +428,13 @@ class TextDelegate(Scenario):
         """The name of part type ``type_`` in prompts (``math``, ``code``, …)."""
         return TYPE_NAMES[type_]
 
-    def prefill_text(self, part: int) -> str:
-        """The opened call the prompt ends with in prefill mode."""
-        return '<tool>{"name": "assign", "arguments": {"part": ' + f'{part}, "worker": '
+    def prefill_text(self, part: int, state: Mapping[str, Any]) -> str:
+        """The opened call the prompt ends with in prefill mode (it names the part's type)."""
+        name = self.type_name(state["types"][part])
+        return (
+            '<tool>{"name": "assign", "arguments": {"part": '
+            + f'{part}, "type": "{name}", "worker": '
+        )
 
     def orchestrator_messages(self, state: Mapping[str, Any]) -> list[dict[str, str]]:
         """The chat messages of the orchestrator's prompt (before the generation header)."""
@@ -457,7 +466,7 @@ class TextDelegate(Scenario):
         )
         first = self._first_unsolved(state)
         if self.prefill and first is not None:
-            text += self.prefill_text(first)
+            text += self.prefill_text(first, state)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def orchestrator_obs(self, state: Mapping[str, Any]) -> np.ndarray:
@@ -482,13 +491,13 @@ class TextDelegate(Scenario):
             first = self._first_unsolved(state)
             if first is None:
                 return Assignment({}, [], text)
-            full = self.prefill_text(first) + text
+            full = self.prefill_text(first, state) + text
             parsed = parse_tool_calls(full, tool_names={ASSIGN})
             if not parsed.tool_calls:
                 m = re.match(r"\s*(\d+)", text)
                 if m is None:
                     return Assignment({}, ["expected a worker number"], full)
-                closed = self.prefill_text(first) + m.group(1) + "}}</tool>"
+                closed = self.prefill_text(first, state) + m.group(1) + "}}</tool>"
                 parsed = parse_tool_calls(closed, tool_names={ASSIGN})
                 full = closed
             calls, errors = parsed.tool_calls[:1], list(parsed.errors)

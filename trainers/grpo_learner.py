@@ -1,0 +1,463 @@
+"""Token-level GRPO through RLlib's Learner API (new API stack), for LLM policies.
+
+The pieces, each an RLlib seam:
+
+* :class:`GroupedEnv` (env side): an :class:`~scenarios.rllib_env.RLlibGraphEnv` whose task
+  seeds come from a **group schedule**, so that ``G`` rollouts share one task. Every env
+  repeats each task seed ``repeat`` times (counted in *finished* episodes: an episode cut off
+  by a reset is re-run with the same seed), and with ``shared_seeds`` all vector sub-envs of
+  an env runner draw the same seed stream, so the ``k``-th finished episode of each sub-env has
+  the same task. With ``num_envs_per_env_runner = G``, ``repeat = 1`` and ``shared_seeds`` the
+  ``G`` rollouts of a task are sampled side by side, in one batched generation per step.
+  (The seed RLlib passes to ``reset()`` is ignored: it passes the same config seed at every
+  forced reset, which would replay the same tasks every iteration.)
+* :class:`GRPOAdvantages` (a learner connector piece appended after RLlib's default pipeline;
+  it replaces GAE): per module, one sample per (episode, agent) with reward = the agent's
+  return in the episode — the team reward, or the per-agent credit when a credit connector
+  (``trainers.credit_connector``) rewrote the rewards earlier in the pipeline. Samples are
+  grouped by (task seed, agent) and turned into advantages by
+  :func:`trainers.grpo.compute_advantages` (format penalty, length dual, dynamic sampling,
+  std scaling), then broadcast to every step of the episode. Modules that do not learn
+  (``policies_to_train``) are skipped.
+* :class:`GRPOLearner` (a ``TorchLearner``): ``compute_loss_for_module`` calls
+  :func:`trainers.grpo.grpo_loss` with every knob of :class:`~trainers.grpo.GRPOConfig` on the
+  module's teacher-forced token logprobs (``CausalLMModule.forward_train``) against those
+  recorded at sampling. Only the module's own sampled tokens carry gradient: the observation
+  (prompt, other agents' messages, tool outputs) is never scored, and padding is masked. It
+  logs ``logprob_gap_fresh``, the largest ``|new − old|`` logprob on the first minibatch of an
+  update (weights still equal to the samplers': the agreement check), a frozen KL reference
+  when ``kl_coef > 0``, and the length dual's ``λ``.
+* :class:`GRPO` (a ``PPO`` subclass) samples exactly ``episodes_per_iteration`` finished
+  episodes per iteration (so groups are whole) and updates the learners like PPO;
+  :class:`GRPOAlgorithmConfig` carries the knobs (``config.grpo(...)``).
+
+Example:
+    >>> cfg = GRPOAlgorithmConfig().grpo(group_size=4, groups_per_iteration=2, clip_high=0.3)
+    >>> cfg.learner_config_dict["grpo"]["clip_high"], cfg.episodes_per_iteration
+    (0.3, 8)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+from typing_extensions import override
+
+import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
+from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
+from scenarios.rllib_env import RLlibGraphEnv
+from trainers.grpo import GRPOConfig, LengthDual, compute_advantages, grpo_loss
+
+#: batch column: the GRPO advantage of the row's episode (one value per row).
+ADVANTAGES = "advantages"
+#: batch column: whether the row's group was kept by dynamic sampling.
+GRPO_KEEP = "grpo_keep"
+#: ``learner_config_dict`` key holding the :class:`~trainers.grpo.GRPOConfig` fields.
+CONFIG_KEY = "grpo"
+
+
+# ----- group sampling (env side) ------------------------------------------------------------
+class GroupedEnv(RLlibGraphEnv):
+    """An RLlib view of a scenario whose task seeds follow a group schedule (module doc).
+
+    Args:
+        config: the :class:`~scenarios.rllib_env.RLlibGraphEnv` config plus ``seed`` (base of
+            the seed stream, default 0), ``repeat`` (finished episodes per task seed and env,
+            default 1) and ``shared_seeds`` (all sub-envs of a runner share the stream,
+            default True). An RLlib ``EnvContext`` supplies ``worker_index`` (and
+            ``vector_index``, used when ``shared_seeds`` is False).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        cfg = config or {}
+        self.repeat = int(cfg.get("repeat", 1))
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+        stream = [int(cfg.get("seed", 0)), int(getattr(cfg, "worker_index", 0))]
+        if not cfg.get("shared_seeds", True):
+            stream.append(int(getattr(cfg, "vector_index", 0)))
+        self._seeds = np.random.default_rng(stream)
+        self._task_seed = int(self._seeds.integers(2**31))
+        self._finished = 0  # finished episodes of the current task seed
+
+    @property
+    def task_seed(self) -> int:
+        """The task seed the next (or current) episode runs."""
+        return self._task_seed
+
+    @override
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        return super().reset(seed=self._task_seed, options=options)
+
+    @override
+    def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+        out = super().step(action_dict)
+        if out[2].get("__all__") or out[3].get("__all__"):
+            self._finished += 1
+            if self._finished >= self.repeat:
+                self._finished = 0
+                self._task_seed = int(self._seeds.integers(2**31))
+        return out
+
+
+# ----- advantages (learner connector) -------------------------------------------------------
+def episode_seed(sa_episode: Any) -> int | None:
+    """The task seed recorded in an agent episode's infos (``GraphEnv`` writes ``seed``)."""
+    infos = sa_episode.get_infos()
+    for info in (infos[-1], infos[0]) if len(infos) else ():
+        if isinstance(info, Mapping) and info.get("seed") is not None:
+            return int(info["seed"])
+    return None
+
+
+def episode_format_ok(sa_episode: Any) -> bool | None:
+    """``False`` when the episode's outcome reports a format error (``None``: not reported)."""
+    infos = sa_episode.get_infos()
+    last = infos[-1] if len(infos) else None
+    outcome = last.get("outcome") if isinstance(last, Mapping) else None
+    metrics = getattr(outcome, "metrics", None) or {}
+    if "format_errors" in metrics:
+        return float(metrics["format_errors"]) == 0
+    if "format_ok" in metrics:
+        return bool(metrics["format_ok"])
+    return None
+
+
+class GRPOAdvantages(ConnectorV2):
+    """Group-normalised advantages per (episode, agent), broadcast to the episode's rows.
+
+    Args:
+        grpo: the knobs.
+        duals: module id → :class:`~trainers.grpo.LengthDual` (filled on first use when
+            ``grpo.length_budget`` is set; owned by the learner so it is checkpointed).
+        trainable: a predicate ``module_id -> bool``; other modules get no advantages.
+    """
+
+    def __init__(
+        self,
+        input_observation_space: Any = None,
+        input_action_space: Any = None,
+        *,
+        grpo: GRPOConfig | None = None,
+        duals: dict[str, LengthDual] | None = None,
+        trainable: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.grpo = grpo or GRPOConfig()
+        self.duals = duals if duals is not None else {}
+        self.trainable = trainable or (lambda mid: True)
+
+    @override
+    def __call__(
+        self,
+        *,
+        rl_module: Any,
+        batch: dict[str, Any],
+        episodes: list[Any],
+        metrics: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        sa_episodes = list(
+            self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False)
+        )
+        for module_id, module_batch in batch.items():
+            if not self.trainable(module_id) or Columns.ACTIONS not in module_batch:
+                continue
+            module = rl_module[module_id].unwrapped()
+            mine = [e for e in sa_episodes if e.module_id in (None, module_id)]
+            lens = [len(e) for e in mine]
+            rows = len(module_batch[Columns.ACTIONS])
+            if sum(lens) != rows:
+                raise RuntimeError(
+                    f"GRPO: module {module_id!r} has {rows} rows but its episodes have "
+                    f"{sum(lens)} steps; GRPO needs complete, unpadded episodes (no recurrent "
+                    "modules, batch_mode='complete_episodes')"
+                )
+            adv, keep, stats = self.advantages(module_id, module, mine)
+            device = module_batch[Columns.ACTIONS].device
+            module_batch[ADVANTAGES] = torch.as_tensor(np.repeat(adv, lens), device=device)
+            module_batch[GRPO_KEEP] = torch.as_tensor(np.repeat(keep, lens), device=device)
+            if metrics is not None:
+                metrics.log_dict(
+                    {f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1
+                )
+        return batch
+
+    def advantages(
+        self, module_id: str, module: Any, sa_episodes: list[Any]
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """``(advantage, keep)`` per agent episode, and summary statistics."""
+        n = len(sa_episodes)
+        rewards = np.array([float(np.sum(e.get_rewards())) for e in sa_episodes], np.float32)
+        keys: dict[tuple[Any, ...], int] = {}
+        groups = np.empty(n, dtype=np.int64)
+        for i, e in enumerate(sa_episodes):
+            seed = episode_seed(e)
+            key = (seed, e.agent_id) if seed is not None else ("batch", e.agent_id)
+            groups[i] = keys.setdefault(key, len(keys))
+        pad = getattr(module, "pad_id", None)
+        lengths = np.zeros(n, dtype=np.float32)
+        for i, e in enumerate(sa_episodes):
+            acts = np.asarray(e.get_actions())
+            lengths[i] = float((acts != pad).sum()) if pad is not None else float(acts.size)
+        ok = [episode_format_ok(e) for e in sa_episodes]
+        format_ok = None if any(o is None for o in ok) else torch.tensor(ok, dtype=torch.bool)
+        dual = None
+        if self.grpo.length_budget is not None:
+            dual = self.duals.setdefault(module_id, LengthDual.from_config(self.grpo))
+        adv, keep = compute_advantages(
+            torch.as_tensor(rewards),
+            torch.as_tensor(groups),
+            self.grpo,
+            lengths=torch.as_tensor(lengths),
+            format_ok=format_ok,
+            dual=dual,
+        )
+        stats = {
+            "reward_mean": float(rewards.mean()) if n else 0.0,
+            "groups": float(len(keys)),
+            "group_size_mean": n / max(len(keys), 1),
+            "kept_fraction": float(keep.float().mean()) if n else 0.0,
+            "completion_tokens_mean": float(lengths.mean()) if n else 0.0,
+        }
+        if dual is not None:
+            stats["length_dual"] = dual.update(torch.as_tensor(lengths))
+        return adv.numpy().astype(np.float32), keep.numpy(), stats
+
+
+# ----- the learner ---------------------------------------------------------------------------
+class GRPOLearner(TorchLearner):
+    """Token-level GRPO for :class:`~marl_agents.llm.rl_module.CausalLMModule` modules.
+
+    Reads its knobs from ``config.learner_config_dict["grpo"]`` (the fields of
+    :class:`~trainers.grpo.GRPOConfig`). See the module doc for what each part does.
+    """
+
+    @override
+    def build(self) -> None:
+        super().build()
+        fields = dict(self.config.learner_config_dict.get(CONFIG_KEY, {}))
+        self.grpo = GRPOConfig(**fields)
+        self.duals: dict[str, LengthDual] = {}
+        self._refs: dict[str, Any] = {}
+        self._fresh = False
+        if self._learner_connector is not None:
+            self._learner_connector.append(
+                GRPOAdvantages(
+                    grpo=self.grpo,
+                    duals=self.duals,
+                    trainable=lambda mid: self.should_module_be_updated(mid),
+                )
+            )
+        if self.grpo.kl_coef:
+            for mid in self.module:
+                if self.should_module_be_updated(mid):
+                    ref = copy.deepcopy(self.module[mid].unwrapped().model)
+                    for p in ref.parameters():
+                        p.requires_grad_(False)
+                    self._refs[mid] = ref.eval()
+
+    @override
+    def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        self._fresh = True  # weights equal the samplers' until the first optimizer step
+
+    @override
+    def apply_gradients(self, gradients_dict: Any) -> None:
+        super().apply_gradients(gradients_dict)
+        self._fresh = False
+
+    @override
+    def compute_loss_for_module(
+        self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> torch.Tensor:
+        module = self.module[module_id].unwrapped()
+        if not isinstance(module, CausalLMModule):
+            raise TypeError(
+                f"GRPOLearner trains CausalLMModule policies; module {module_id!r} is "
+                f"{type(module).__name__}: freeze it (leave it out of policies_to_train)"
+            )
+        lp = fwd_out[TOKEN_LOGP]
+        entropy = fwd_out.get(TOKEN_ENTROPY)
+        old = batch[TOKEN_LOGP].float()
+        actions = batch[Columns.ACTIONS]
+        mask = actions != module.pad_id  # the module's own sampled tokens only
+        if GRPO_KEEP in batch:
+            mask = mask & batch[GRPO_KEEP].bool()[:, None]
+        adv = batch[ADVANTAGES].float()
+        ref = None
+        if self.grpo.kl_coef:
+            with torch.no_grad():
+                ref, _ = module.score(batch[Columns.OBS], actions, model=self._refs[module_id])
+        loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy)
+        with torch.no_grad():
+            own = actions != module.pad_id
+            gap = float(((lp - old).abs() * own).max()) if own.any() else 0.0
+            stats["logprob_gap"] = gap
+            if entropy is not None and own.any():
+                stats["entropy"] = float((entropy * own).sum() / own.sum())
+            stats["advantage_abs_mean"] = float(adv.abs().mean()) if len(adv) else 0.0
+        self.metrics.log_dict({f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1)
+        if self._fresh:
+            self.metrics.log_value((module_id, "grpo/logprob_gap_fresh"), gap, window=1)
+        return loss
+
+    @override
+    def get_state(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        state = super().get_state(*args, **kwargs)
+        if self.duals:
+            state["grpo_duals"] = {mid: d.state_dict() for mid, d in self.duals.items()}
+        return state
+
+    @override
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        for mid, d in (state.pop("grpo_duals", None) or {}).items():
+            self.duals.setdefault(mid, LengthDual(1.0)).load_state_dict(d)
+        super().set_state(state)
+
+
+# ----- the algorithm -------------------------------------------------------------------------
+class GRPOAlgorithmConfig(PPOConfig):
+    """``PPOConfig`` for :class:`GRPO`: the GRPO learner, whole episodes, group knobs.
+
+    ``.grpo(group_size=G, groups_per_iteration=B, **GRPOConfig fields)`` sets the sampling
+    schedule (``G·B`` finished episodes per iteration) and the loss knobs.
+    """
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or GRPO)
+        self.group_size = 4
+        self.groups_per_iteration = 4
+        self.batch_mode = "complete_episodes"
+        self.learner_config_dict = {CONFIG_KEY: {}}
+
+    @property
+    def episodes_per_iteration(self) -> int:
+        """Finished episodes sampled per training iteration (``group_size · groups``)."""
+        return int(self.group_size) * int(self.groups_per_iteration)
+
+    def grpo(
+        self,
+        *,
+        group_size: int | None = None,
+        groups_per_iteration: int | None = None,
+        **knobs: Any,
+    ) -> GRPOAlgorithmConfig:
+        """Set the group schedule and :class:`~trainers.grpo.GRPOConfig` knobs.
+
+        Raises:
+            ValueError: an unknown knob or a bad value (checked by ``GRPOConfig``).
+        """
+        if group_size is not None:
+            self.group_size = int(group_size)
+        if groups_per_iteration is not None:
+            self.groups_per_iteration = int(groups_per_iteration)
+        names = {f.name for f in dataclasses.fields(GRPOConfig)}
+        unknown = sorted(set(knobs) - names)
+        if unknown:
+            raise ValueError(f"unknown GRPO knob(s) {unknown}; known: {sorted(names)}")
+        merged = {**self.learner_config_dict.get(CONFIG_KEY, {}), **knobs}
+        GRPOConfig(**merged)  # validate now, not on the learner
+        self.learner_config_dict = {**self.learner_config_dict, CONFIG_KEY: merged}
+        return self
+
+    @override
+    def get_default_learner_class(self) -> type:
+        return GRPOLearner
+
+    @override
+    def validate(self) -> None:
+        super().validate()
+        if self.group_size < 1 or self.groups_per_iteration < 1:
+            self._value_error("group_size and groups_per_iteration must be >= 1")
+
+
+class GRPO(PPO):
+    """PPO's loop with episode-count sampling: ``episodes_per_iteration`` finished episodes."""
+
+    @classmethod
+    @override
+    def get_default_config(cls) -> GRPOAlgorithmConfig:
+        return GRPOAlgorithmConfig(cls)
+
+    @override
+    def training_step(self) -> None:
+        cfg = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            episodes, runner_metrics = sample_episodes(
+                self.env_runner_group, cfg.episodes_per_iteration
+            )
+            if not episodes:
+                return
+            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
+                    ),
+                    NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
+                        (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME),
+                        default=0,
+                    ),
+                },
+                num_epochs=cfg.num_epochs,
+                minibatch_size=cfg.minibatch_size,
+                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
+            )
+            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            modules = set(learner_results[0].keys()) - {ALL_MODULES}
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group,
+                policies=modules,
+                inference_only=True,
+            )
+
+
+def sample_episodes(group: Any, n: int) -> tuple[list[Any], list[Any]]:
+    """Sample ``n`` finished episodes: from the local runner, or split over remote runners.
+
+    Returns:
+        ``(episodes, per-runner metrics)``.
+    """
+    remote = group.num_remote_env_runners()
+    if remote == 0:
+        runner = group.local_env_runner
+        episodes = runner.sample(num_episodes=n, explore=True)
+        return list(episodes), [runner.get_metrics()]
+    share = [n // remote + (1 if i < n % remote else 0) for i in range(remote)]
+
+    def work(runner: Any) -> tuple[list[Any], Any]:
+        k = share[(runner.worker_index - 1) % remote]
+        return runner.sample(num_episodes=k, explore=True), runner.get_metrics()
+
+    results = group.foreach_env_runner(work, local_env_runner=False)
+    episodes = [e for eps, _ in results for e in eps]
+    return episodes, [m for _, m in results]
