@@ -200,11 +200,13 @@ def check_subagents(spec: Any, n_workers: int) -> list[dict[str, Any]]:
     Raises:
         ScenarioError: an unknown type, a missing path / url, or a list of the wrong length.
     """
-    items = list(spec) if isinstance(spec, (list, tuple)) else [spec] * n_workers
+    items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    if len(items) == 1:
+        items = items * n_workers
     if len(items) != n_workers:
         raise ScenarioError(
-            f"subagents lists {len(items)} specs for {n_workers} workers: give one spec for "
-            "all workers or exactly one per worker"
+            f"subagents lists {len(items)} specs for {n_workers} workers: give one spec (or a "
+            "list of one) for all workers, or exactly one per worker"
         )
     out = []
     for i, item in enumerate(items):
