@@ -66,7 +66,7 @@ with ``latency`` the dispatch rounds and ``calls`` the assignments executed. Met
   and on ``star:8`` the tiny model goes from about ``−0.1`` to about ``0.55`` in ~60 GRPO
   iterations (~1.5 min of CPU; see ``tests/test_finetune.py``).
 * ``"full"``: 3 parts, 3 types, free-form calls (no prefill), ``2·K`` rounds,
-  ``max_new_tokens=96``, ``λ=0.05``, ``μ=0.02``, ``format_penalty=0.2``, skills drawn from
+  ``max_new_tokens=160``, ``λ=0.05``, ``μ=0.02``, ``format_penalty=0.2``, skills drawn from
   ``skills_seed`` (:func:`scenarios.delegate_oracle.make_skills`). Meant for real LLMs.
 
 The oracle (:meth:`TextDelegate.oracle_value`) is the skill-aware optimal orchestrator of
@@ -125,7 +125,7 @@ LEVELS: dict[str, dict[str, Any]] = {
         "types": 3,
         "prefill": False,
         "max_rounds": None,
-        "max_new_tokens": 96,
+        "max_new_tokens": 160,
         "max_prompt_tokens": 512,
         "latency_cost": 0.05,
         "call_cost": 0.02,
