@@ -274,7 +274,7 @@ class GRPOLearner(TorchLearner):
                 )
             )
         if self.grpo.kl_coef:
-            for mid in self.module:
+            for mid in self.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
                 if self.should_module_be_updated(mid):
                     ref = copy.deepcopy(self.module[mid].unwrapped().model)
                     for p in ref.parameters():

@@ -5,12 +5,14 @@ token ids it generated. Both are fixed-length, right-padded integer arrays, beca
 batches observations and actions as arrays of one shape per module.
 
 **Why ``MultiDiscrete`` and not ``Box``.** RLlib's module-to-env pipeline
-(``NormalizeAndClipActions``) unsquashes ``Box`` actions from ``[-1, 1]`` into the space's
-bounds when ``normalize_actions=True`` (the default), and clips them otherwise; a ``Box`` of
-token ids would come out of the runner as different ids. ``MultiDiscrete`` actions pass
-through unchanged, and ``MultiDiscrete`` observations are batched as integer arrays without
-flattening or one-hot encoding (no default env-to-module piece touches them). So both spaces
-are ``MultiDiscrete([vocab_size + 1] * length)``, dtype ``int64``.
+(``NormalizeAndClipActions``) rewrites ``Box`` actions: with ``normalize_actions=True`` (the
+default) a float ``Box`` action is "unsquashed" from ``[-1, 1]`` into the space's bounds and an
+integer ``Box`` action is shifted by ``low``; with ``clip_actions`` it is clipped. A float
+``Box`` of token ids would reach the environment as different ids. ``MultiDiscrete`` actions
+pass through unchanged, and ``MultiDiscrete`` observations are batched as integer arrays
+without flattening or one-hot encoding (no default env-to-module piece touches them). So both
+spaces are ``MultiDiscrete([vocab_size + 1] * length)``, dtype ``int64``
+(``tests/test_llm_rllib.py`` checks RLlib's functions on both kinds of space).
 
 **Padding.** The padding value is :attr:`TextSpaces.pad_id` ``= vocab_size``: one id past
 the model's vocabulary, so it can never be confused with a real token (not even the
