@@ -34,13 +34,11 @@ def list_command() -> None:
 
 
 def _register_training_commands() -> None:
-    try:
-        from trainers.cli import register
-    except ModuleNotFoundError as exc:  # only while the trainers package is incomplete
-        if not (exc.name or "").startswith("trainers"):
-            raise
-        return
+    from trainers.cli import register
+    from trainers.finetune_cli import register as register_finetune
+
     register(app)
+    register_finetune(app)
 
 
 _register_training_commands()
