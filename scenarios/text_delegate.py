@@ -87,7 +87,7 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, ClassVar, TypedDict
 
 import gymnasium as gym
 import numpy as np
@@ -326,6 +326,8 @@ class TextDelegate(Scenario):
     topologies = ("star",)
     default_topology = "star:2"
     absent = "default"  # an absent orchestrator writes nothing, which ends the episode
+    #: agents acting with text spaces (token ids); fine-tuning jobs look for this marker.
+    text_agents: ClassVar[tuple[str, ...]] = ("orchestrator",)
 
     def __init__(
         self, topology: str | Topology = "star:2", *, level: str = "easy", **kwargs: Any

@@ -450,29 +450,30 @@ class FinetuneJob:
                 does not act with text spaces.
         """
         import scenarios.text_delegate  # noqa: F401  (registers text-delegate)
+        from marl_agents.llm.rl_module import spaces_from
         from scenarios.base import ScenarioError
-        from scenarios.registry import build
+        from scenarios.registry import build, get
         from topologies import TopologyError
 
+        try:
+            cls = get(self.scenario)
+        except ScenarioError as exc:
+            raise ConfigError(str(exc)) from None
+        if ORCHESTRATOR not in getattr(cls, "text_agents", ()):
+            raise ConfigError(
+                f"scenario {self.scenario!r} has no orchestrator acting with text (token ids): "
+                "fine-tuning jobs need a text scenario such as text-delegate"
+            )
         try:
             scenario = build(self.scenario, self.topology, **self.scenario_args())
         except (ScenarioError, TopologyError, TypeError) as exc:
             raise ConfigError(f"scenario {self.scenario!r}: {exc}") from None
-        if ORCHESTRATOR not in scenario.possible_agents:
-            raise ConfigError(
-                f"scenario {self.scenario!r} has no {ORCHESTRATOR!r} agent: use text-delegate"
-            )
-        from marl_agents.llm.rl_module import spaces_from
-
         try:
             spaces_from(
                 scenario.observation_space(ORCHESTRATOR), scenario.action_space(ORCHESTRATOR)
             )
-        except TypeError:
-            raise ConfigError(
-                f"scenario {self.scenario!r}: its orchestrator does not act with text spaces "
-                "(token ids): fine-tuning jobs need a text scenario such as text-delegate"
-            ) from None
+        except TypeError as exc:
+            raise ConfigError(f"scenario {self.scenario!r}: {exc}") from None
         n = getattr(scenario, "n_workers", None)
         if n is not None and len(self.subagents) not in (1, n):
             raise ConfigError(
