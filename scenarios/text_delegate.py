@@ -63,8 +63,9 @@ with ``latency`` the dispatch rounds and ``calls`` the assignments executed. Met
   reinforces *any* well-formed number at first and the policy collapses onto one worker for
   every type (measured). Use ``star:8`` with the tiny model: the eight worker numbers cover
   both parities of the digit tokens a random model emits (about 2% of its first-token mass),
-  and on ``star:8`` the tiny model goes from about ``−0.1`` to about ``0.55`` in ~60 GRPO
-  iterations (~1.5 min of CPU; see ``tests/test_finetune.py``).
+  and on ``star:8`` the tiny model goes from about ``−0.1`` to ``0.5–0.65`` in 70 GRPO
+  iterations of 64 episodes (~1.5 min of CPU; ``examples/finetune_tiny.yaml``,
+  ``tests/test_finetune.py``).
 * ``"full"``: 3 parts, 3 types, free-form calls (no prefill), ``2·K`` rounds,
   ``max_new_tokens=160``, ``λ=0.05``, ``μ=0.02``, ``format_penalty=0.2``, skills drawn from
   ``skills_seed`` (:func:`scenarios.delegate_oracle.make_skills`). Meant for real LLMs.

@@ -18,7 +18,9 @@ writes a run directory:
 * ``model/`` — the trained orchestrator in Hugging Face format (``save_pretrained``, with its
   tokenizer): ``AutoModelForCausalLM.from_pretrained(run / "model")`` or a vLLM server loads it;
 * ``checkpoint/`` — the RLlib algorithm checkpoint (``Algorithm.from_checkpoint``);
-* ``summary.json`` (status, reward before/after, time per iteration, logprob agreement, paths),
+* ``summary.json`` (status; ``reward_first``: the first iteration's mean episode reward, sampled
+  before any update; ``reward_last``: the mean of the last three iterations; time per
+  iteration; ``logprob_gap_fresh_max``: the logprob agreement; paths),
   ``curve.png`` and ``wandb/`` (offline by default).
 
 Example:
@@ -720,11 +722,11 @@ def _summary(
         "episodes": len(history) * job.episodes_per_iteration,
         "time_s": round(total_s, 2),
         "iteration_s_mean": float(sum(times) / len(times)) if times else None,
-        "reward_first": _mean(history[:k], RETURN_KEY) if k else None,
+        "reward_first": _mean(history[:1], RETURN_KEY),  # the initial policy's episodes
         "reward_last": _mean(history[-k:], RETURN_KEY) if k else None,
         "reward_best": max((h[RETURN_KEY] for h in history if RETURN_KEY in h), default=None),
         "oracle": _mean(history, "charts/oracle"),
-        "format_ok_first": _mean(history[:k], "charts/format_ok") if k else None,
+        "format_ok_first": _mean(history[:1], "charts/format_ok"),
         "format_ok_last": _mean(history[-k:], "charts/format_ok") if k else None,
         "logprob_gap_fresh_max": max(gaps) if gaps else None,
         "window": k,
