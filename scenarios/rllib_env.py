@@ -22,7 +22,9 @@ class RLlibGraphEnv(MultiAgentEnv):
 
     Args:
         config: either ``{"env": GraphEnv}`` or the arguments of :func:`scenarios.make`:
-            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``.
+            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``; with
+            ``"seed_once": True`` a repeated ``reset(seed=s)`` continues the episode stream
+            instead of replaying task ``s`` (what RLlib's env runners need).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -47,10 +49,19 @@ class RLlibGraphEnv(MultiAgentEnv):
         self.observation_spaces = {a: env.observation_space(a) for a in self.possible_agents}
         self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
         self._held: dict[str, float] = {}
+        self._seed: int | None = None  # the last seed given to reset()
+        self._seed_once = bool(config.get("seed_once", False))
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        # RLlib passes its config seed to every reset when it samples complete episodes: with
+        # ``seed_once`` reseed only on the first reset or a new seed, or every batch would
+        # replay the same tasks
+        if self._seed_once and seed is not None and seed == self._seed:
+            seed = None
+        else:
+            self._seed = seed if seed is not None else self._seed
         obs, infos = self.env.reset(seed=seed, options=options)
         self._held = dict.fromkeys(self.possible_agents, 0.0)
         acting = [a for a in obs if infos[a]["acting"]]

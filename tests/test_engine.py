@@ -216,3 +216,18 @@ def test_node_metadata_marks_nodes_of_an_app_you_cannot_edit():
     assert marked.possible_agents == ["a", "b"]
     with pytest.raises(ScenarioError, match=r"names \['z'\]"):
         build(node_metadata={"z": {"agent": False}})
+
+
+def test_rllib_view_reseeds_only_on_a_new_seed():
+    """RLlib passes its config seed to every reset when sampling complete episodes."""
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    env = RLlibGraphEnv({"env": GraphEnv(ToyStar("star:2", rounds=1)), "seed_once": True})
+    env.reset(seed=5)
+    first = env.env.seed_used
+    env.reset(seed=5)
+    assert env.env.seed_used != first  # the episode stream goes on
+    env.reset(seed=6)
+    again = RLlibGraphEnv({"env": GraphEnv(ToyStar("star:2", rounds=1))})
+    again.reset(seed=6)
+    assert env.env.seed_used == again.env.seed_used == 6

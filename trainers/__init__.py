@@ -34,6 +34,10 @@ _EXPORTS = {
     "evaluate": "trainers.evaluate",
     "SweepResult": "trainers.sweep",
     "sweep": "trainers.sweep",
+    "FinetuneJob": "trainers.finetune",
+    "run_finetune": "trainers.finetune",
+    "GRPO": "trainers.grpo_learner",
+    "GRPOLearner": "trainers.grpo_learner",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -117,6 +117,7 @@ def resolve(cfg: ExperimentConfig) -> Plan:
         "scenario": cfg.scenario,
         "topology": topology if topology is not None else topo.spec or topo,
         "kwargs": dict(cfg.scenario_kwargs),
+        "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
     }
     _check_models(cfg, pools, env_config)
     _check_credit(cfg, scenario, agents)

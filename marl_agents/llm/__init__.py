@@ -45,6 +45,8 @@ _EXPORTS = {
     "parse_tool_calls": "toolcalls",
     "render_tool_call": "toolcalls",
     "make_tiny_model": "tiny",
+    "TextSpaces": "text_space",
+    "CausalLMModule": "rl_module",
     "make_tiny_tokenizer": "tiny",
 }
 
