@@ -38,7 +38,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -595,7 +595,13 @@ def run_finetune(
     Raises:
         ConfigError: a bad job, before Ray starts.
     """
-    from trainers.run import flatten_result, plot_curve, quiet_ray_logs, setup_process
+    from trainers.run import (
+        flatten_result,
+        plot_curve,
+        progress_bar,
+        quiet_ray_logs,
+        setup_process,
+    )
 
     job.check()
     scenario = job.build_scenario()
@@ -616,7 +622,10 @@ def run_finetune(
     try:
         algo = config.build_algo()
         build_s = time.monotonic() - t0
-        with (run / "metrics.jsonl").open("a") as out, _progress(console, job) as advance:
+        with (
+            (run / "metrics.jsonl").open("a") as out,
+            progress_bar(console, "finetune", _row_info) as advance,
+        ):
             it = 0
             while not _done(job, it, t0 + build_s):
                 result = algo.train()
@@ -795,34 +804,14 @@ def _console(job: FinetuneJob) -> Any:
     return Console()
 
 
-@contextlib.contextmanager
-def _progress(console: Any, job: FinetuneJob) -> Iterator[Callable[[float, dict[str, Any]], None]]:
-    if console is None:
-        yield lambda fraction, row: None
-        return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("[bold]finetune"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-    )
-    task = progress.add_task("finetune", total=1.0, info="building")
-
-    def advance(fraction: float, row: dict[str, Any]) -> None:
-        parts = [f"it {row.get('charts/iteration', 0)}"]
-        if RETURN_KEY in row:
-            parts.append(f"reward {row[RETURN_KEY]:+.3f}")
-        if "charts/format_ok" in row:
-            parts.append(f"format ok {100 * row['charts/format_ok']:.0f}%")
-        parts.append(f"{row.get('charts/iteration_s', 0):.1f} s/it")
-        progress.update(task, completed=fraction, info=" · ".join(parts))
-
-    with progress:
-        yield advance
+def _row_info(row: Mapping[str, Any]) -> str:
+    parts = [f"it {row.get('charts/iteration', 0)}"]
+    if RETURN_KEY in row:
+        parts.append(f"reward {row[RETURN_KEY]:+.3f}")
+    if "charts/format_ok" in row:
+        parts.append(f"format ok {100 * row['charts/format_ok']:.0f}%")
+    parts.append(f"{row.get('charts/iteration_s', 0):.1f} s/it")
+    return " · ".join(parts)
 
 
 def _print_summary(console: Any, summary: dict[str, Any]) -> None:

@@ -327,7 +327,7 @@ def train(
         start_time = float(history[-1]["charts/time_s"]) if history else 0.0
         budget = _Budget(cfg, start_time)
         with (
-            _progress(console, budget) as advance,
+            progress_bar(console, "train") as advance,
             open(run / "metrics.jsonl", "a") as metrics_file,
         ):
             iteration = int(algo.iteration)
@@ -486,24 +486,31 @@ def _console(cfg: ExperimentConfig) -> Any:
 
 
 @contextlib.contextmanager
-def _progress(console: Any, budget: _Budget) -> Iterator[Callable[[float, dict[str, Any]], None]]:
+def progress_bar(
+    console: Any, label: str, info: Callable[[Mapping[str, Any]], str] | None = None
+) -> Iterator[Callable[[float, dict[str, Any]], None]]:
+    """A rich progress bar for long work; yields ``advance(fraction, metrics_row)``.
+
+    ``info`` turns the latest metrics row into the text beside the bar. No console, no bar.
+    """
     if console is None:
         yield lambda fraction, row: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    describe = info or _row_info
     progress = Progress(
-        TextColumn("[bold]train"),
+        TextColumn(f"[bold]{label}"),
         BarColumn(),
         TextColumn("{task.percentage:>3.0f}%"),
         TimeElapsedColumn(),
         TextColumn("{task.fields[info]}"),
         console=console,
     )
-    task = progress.add_task("train", total=1.0, info="")
+    task = progress.add_task(label, total=1.0, info="")
 
     def advance(fraction: float, row: dict[str, Any]) -> None:
-        progress.update(task, completed=fraction, info=_row_info(row))
+        progress.update(task, completed=fraction, info=describe(row) if row else "")
 
     with progress:
         yield advance
