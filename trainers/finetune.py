@@ -596,9 +596,12 @@ def run_finetune(
         ConfigError: a bad job, before Ray starts.
     """
     from trainers.run import (
+        ensure_ray,
         flatten_result,
+        fresh_dir,
         plot_curve,
         progress_bar,
+        progress_console,
         quiet_ray_logs,
         setup_process,
     )
@@ -608,10 +611,11 @@ def run_finetune(
     quiet_ray_logs()
     config = algorithm_config(job, scenario)
     setup_process()
-    run = _new_run_dir(job)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run = fresh_dir(job.output_dir, job.name or f"finetune__{job.scenario}__{job.seed}__{stamp}")
     job.to_yaml(run / "job.yaml")
-    started_ray = _ensure_ray(job)
-    console = _console(job)
+    started_ray = ensure_ray(job)
+    console = progress_console(job)
     wb = _wandb_init(job, run)
     history: list[dict[str, Any]] = []
     status = "completed"
@@ -746,35 +750,6 @@ def _summary(
 
 
 # ----- process, run dir, wandb, display -------------------------------------------------------
-def _new_run_dir(job: FinetuneJob) -> Path:
-    base = Path(job.output_dir).expanduser()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = job.name or f"finetune__{job.scenario}__{job.seed}__{stamp}"
-    path, k = base / name, 2
-    while path.exists():
-        path, k = base / f"{name}-{k}", k + 1
-    path.mkdir(parents=True)
-    return path
-
-
-def _ensure_ray(job: FinetuneJob) -> bool:
-    import ray
-
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {
-        "include_dashboard": False,
-        "logging_level": logging.ERROR,
-        "log_to_driver": False,
-    }
-    if os.environ.get("RAY_ADDRESS"):
-        kwargs["address"] = os.environ["RAY_ADDRESS"]
-    else:
-        kwargs["num_cpus"] = job.resources.num_cpus or os.cpu_count() or 1
-    ray.init(**kwargs)
-    return True
-
-
 def _wandb_init(job: FinetuneJob, run: Path) -> Any:
     mode = job.logging.wandb
     if mode == "disabled" or os.environ.get("WANDB_MODE") == "disabled":
@@ -794,14 +769,6 @@ def _wandb_init(job: FinetuneJob, run: Path) -> Any:
     except Exception as exc:  # tracking must never kill a run
         log.warning("wandb disabled for this run: %s", exc)
         return None
-
-
-def _console(job: FinetuneJob) -> Any:
-    if not job.logging.progress:
-        return None
-    from rich.console import Console
-
-    return Console()
 
 
 def _row_info(row: Mapping[str, Any]) -> str:

@@ -97,8 +97,11 @@ def setup_process() -> None:
         )
 
 
-def ensure_ray(cfg: ExperimentConfig) -> bool:
-    """Start a local Ray (or join ``RAY_ADDRESS``) unless one is running; True if started."""
+def ensure_ray(cfg: Any) -> bool:
+    """Start a local Ray (or join ``RAY_ADDRESS``) unless one is running; True if started.
+
+    ``cfg`` is an :class:`ExperimentConfig` or a ``FinetuneJob`` (its ``resources.num_cpus``).
+    """
     import ray
 
     if ray.is_initialized():
@@ -134,13 +137,16 @@ def run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
 
 def new_run_dir(cfg: ExperimentConfig) -> Path:
     """Create a fresh run directory under ``cfg.output.dir`` (suffix ``-2``… on a clash)."""
-    base = Path(cfg.output.dir).expanduser().resolve()  # RLlib checkpoints need absolute paths
-    name = cfg.output.name or run_name(cfg)
-    path = base / name
-    k = 2
+    return fresh_dir(cfg.output.dir, cfg.output.name or run_name(cfg))
+
+
+def fresh_dir(parent: str | Path, name: str) -> Path:
+    """Create ``parent/name`` (``name-2``, ``name-3``… on a clash) as an absolute path, which
+    RLlib's checkpointing needs."""
+    base = Path(parent).expanduser().resolve()
+    path, k = base / name, 2
     while path.exists():
-        path = base / f"{name}-{k}"
-        k += 1
+        path, k = base / f"{name}-{k}", k + 1
     path.mkdir(parents=True)
     return path
 
@@ -302,7 +308,7 @@ def train(
     run.mkdir(parents=True, exist_ok=True)
     cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
     started_ray = ensure_ray(cfg)
-    console = _console(cfg)
+    console = progress_console(cfg)
     history = load_history(run / "metrics.jsonl")
     status = "completed"
     algo = None
@@ -477,7 +483,8 @@ def _wandb_init(cfg: ExperimentConfig, run: Path, resumed: bool) -> Any:
 
 
 # ----- display ------------------------------------------------------------------------------
-def _console(cfg: ExperimentConfig) -> Any:
+def progress_console(cfg: Any) -> Any:
+    """A rich console when ``cfg.logging.progress`` (ExperimentConfig or FinetuneJob), else None."""
     if not cfg.logging.progress:
         return None
     from rich.console import Console
