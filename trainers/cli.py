@@ -20,7 +20,7 @@ import typer
 TRAIN_HELP = "Agent or pool ids that learn, comma-separated (default: all). 'orchestrator' trains the orchestrator against frozen subagents."  # noqa: E501
 
 
-def _fixed_hash_seed() -> None:
+def fixed_hash_seed() -> None:
     """Re-exec with ``PYTHONHASHSEED=0`` when unset (not under pytest's in-process runner)."""
     if "PYTHONHASHSEED" in os.environ or "PYTEST_CURRENT_TEST" in os.environ:
         return
@@ -39,7 +39,7 @@ def _split(text: str | None) -> list[str] | None:
     return None if items in ([], ["all"]) else items
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True).print(f"[bold red]error:[/] {message}")
@@ -116,14 +116,14 @@ def run_command(
             return
         cfg.check()
     except ConfigError as exc:
-        _fail(str(exc))
-    _fixed_hash_seed()
+        fail(str(exc))
+    fixed_hash_seed()
     from trainers.run import train as run_train
 
     try:
         result = run_train(cfg, resume=resume)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except KeyboardInterrupt as exc:
         notes = " ".join(getattr(exc, "__notes__", []))
         typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
@@ -142,8 +142,8 @@ def sweep_command(
     try:
         spec = SweepSpec.from_yaml(file)
     except (ConfigError, OSError) as exc:
-        _fail(str(exc))
-    _fixed_hash_seed()
+        fail(str(exc))
+    fixed_hash_seed()
     from trainers.sweep import sweep
 
     try:
@@ -157,7 +157,7 @@ def sweep_command(
             name=spec.name,
         )
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def eval_command(
@@ -175,7 +175,7 @@ def eval_command(
     try:
         evaluate(checkpoint, episodes, seed=EVAL_SEED if seed is None else seed, credit=credit)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,19 +7,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-
-def _fail(message: str) -> None:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code=2)
+from trainers.cli import fail, fixed_hash_seed
 
 
 def finetune_command(
@@ -57,31 +50,19 @@ def finetune_command(
             return
         spec.check()
     except ConfigError as exc:
-        _fail(str(exc))
-    _fixed_hash_seed()
+        fail(str(exc))
+    fixed_hash_seed()
     from trainers.finetune import run_finetune
 
     try:
         result = run_finetune(spec)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(code=130) from None
     if result.summary.get("status") != "completed":
         raise typer.Exit(code=1)
-
-
-def _fixed_hash_seed() -> None:
-    """Re-exec once with ``PYTHONHASHSEED=0`` when unset (RLlib orders agents through sets)."""
-    if "PYTHONHASHSEED" in os.environ or "PYTEST_CURRENT_TEST" in os.environ:
-        return
-    os.environ["PYTHONHASHSEED"] = "0"
-    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
-    try:
-        os.execv(sys.executable, [sys.executable, *argv[1:]])
-    except OSError:
-        return
 
 
 def register(app: typer.Typer) -> None:
