@@ -90,6 +90,24 @@ class DelegateState(TypedDict, total=False):
     route: Annotated[dict[str, list[str]], merge_routes]
 
 
+def new_task(rng: np.random.Generator, parts: int, types: int) -> dict[str, Any]:
+    """A fresh delegate episode state: task seed, part types, nothing solved or spent yet.
+
+    Shared by ``delegate`` and ``text-delegate`` so both draw the same task for a seed.
+    """
+    return {
+        "task_seed": int(rng.integers(2**31)),
+        "types": [int(x) for x in rng.integers(types, size=parts)],
+        "status": dict.fromkeys(range(parts), PENDING),
+        "attempts": [],
+        "assignment": {},
+        "round": 0,
+        "latency": 0,
+        "calls": 0,
+        "decisions": 0,
+    }
+
+
 @register
 class Delegate(Scenario):
     """Orchestrator delegates ``parts`` typed parts to hidden-skill specialists (see module doc).
@@ -212,18 +230,7 @@ class Delegate(Scenario):
     # ----- the graph -----------------------------------------------------------------------
     @override
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
-        return {
-            "task_seed": int(rng.integers(2**31)),
-            "types": [int(x) for x in rng.integers(self.types, size=self.parts)],
-            "status": dict.fromkeys(range(self.parts), PENDING),
-            "attempts": [],
-            "assignment": {},
-            "round": 0,
-            "latency": 0,
-            "calls": 0,
-            "decisions": 0,
-            "route": {},
-        }
+        return {**new_task(rng, self.parts, self.types), "route": {}}
 
     @override
     def build_graph(self) -> StateGraph:

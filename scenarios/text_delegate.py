@@ -99,7 +99,14 @@ from marl_agents.llm.text_space import TextSpaces
 from marl_agents.llm.toolcalls import parse_tool_calls, render_tool_call
 from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.delegate import MAX_PARTS, MAX_ROUNDS, MAX_TYPES, PENDING, SOLVED, merge_status
+from scenarios.delegate import (
+    MAX_PARTS,
+    MAX_ROUNDS,
+    MAX_TYPES,
+    SOLVED,
+    merge_status,
+    new_task,
+)
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.engine import decide
 from scenarios.registry import register
@@ -528,15 +535,7 @@ class TextDelegate(Scenario):
     @override
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return {
-            "task_seed": int(rng.integers(2**31)),
-            "types": [int(x) for x in rng.integers(self.types, size=self.parts)],
-            "status": dict.fromkeys(range(self.parts), PENDING),
-            "attempts": [],
-            "assignment": {},
-            "round": 0,
-            "latency": 0,
-            "calls": 0,
-            "decisions": 0,
+            **new_task(rng, self.parts, self.types),
             "format_errors": 0,
             "last_error": None,
             "reports": [],

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from scenarios.base import ScenarioError
+from scenarios.delegate import PENDING, SOLVED
 from scenarios.engine import GraphEnv, run_inline
 from scenarios.testing import check_scenario
-from scenarios.text_delegate import PENDING, SOLVED, TextDelegate
+from scenarios.text_delegate import TextDelegate
 
 
 def ids(scenario, text):
