@@ -8,9 +8,9 @@ to learn them across episodes, as in :mod:`scenarios.delegate`.
 **The orchestrator** is the only RL agent. Its observation is the token ids of a chat prompt
 (system: the rules and the format; user: the parts, their status and the round) and its action
 the token ids it generated; both spaces are
-:class:`~marl_agents.llm.text_space.TextSpaces` (``MultiDiscrete``, padded with
+:class:`~scenarios.text_space.TextSpaces` (``MultiDiscrete``, padded with
 ``pad_id = vocab_size``). Its text assigns parts with tool calls in the format of
-:mod:`marl_agents.llm.toolcalls`, parsed with :func:`~marl_agents.llm.toolcalls.parse_tool_calls`::
+:mod:`scenarios.toolcalls`, parsed with :func:`~scenarios.toolcalls.parse_tool_calls`::
 
     <tool>{"name": "assign", "arguments": {"part": 0, "worker": 1}}</tool>
 
@@ -45,8 +45,11 @@ replays are exact). ``subagents`` chooses them, one spec for all workers or a li
 * ``{"type": "vllm", "url": "http://host:8000", "model": NAME, "tokenizer": DIR}``: a vLLM
   OpenAI-compatible server (:class:`~marl_agents.llm.vllm_backend.OpenAIServerBackend`).
 
-All assignments of a round go to each backend as one batched ``generate`` call, greedy and
-seeded, so LLM subagents are deterministic too.
+Every spec may set ``max_new_tokens`` (the answer budget, default 48). Specs are checked when
+the scenario is built (types, keys, that an ``hf`` path holds a saved model); the models are
+loaded on first use, in the process running the environment. All assignments of a round go to
+each backend as one batched ``generate`` call, greedy and seeded, so LLM subagents are
+deterministic too.
 
 **Reward** (terminal, team): ``solved/K − λ·latency − μ·calls − format_penalty·format_errors``
 with ``latency`` the dispatch rounds and ``calls`` the assignments executed. Metrics:
@@ -74,10 +77,11 @@ The oracle (:meth:`TextDelegate.oracle_value`) is the skill-aware optimal orches
 :mod:`scenarios.delegate_oracle` (exact; ``None`` in prefill mode with ``K > 1``, whose
 one-part-per-round rule the planner does not model).
 
-Dependency note: this scenario imports ``marl_agents.llm`` (text spaces, tool-call parser,
-backends) — the one place where ``scenarios`` depends on ``marl_agents``, because the
-environment itself renders prompts and runs LLM subagents. Those imports are cheap
-(transformers loads only when a tokenizer or model is built).
+Layering: the text spaces, the tokenizer and the tool-call format are ``scenarios``'
+(:mod:`scenarios.text_space`, :mod:`scenarios.toolcalls`); ``scenarios`` never imports
+``marl_agents``. The language models behind ``hf`` and ``vllm`` subagents are plugged in with
+:func:`register_subagent_backend` by :mod:`marl_agents.llm.subagents` (imported by the trainers
+and the GRPO environment; import it yourself to run LLM subagents outside them).
 """
 
 from __future__ import annotations
@@ -86,8 +90,8 @@ import dataclasses
 import json
 import operator
 import re
-from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypedDict
 
 import gymnasium as gym
@@ -95,8 +99,6 @@ import numpy as np
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import override
 
-from marl_agents.llm.text_space import TextSpaces
-from marl_agents.llm.toolcalls import parse_tool_calls, render_tool_call
 from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.delegate import (
@@ -110,6 +112,8 @@ from scenarios.delegate import (
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.engine import decide
 from scenarios.registry import register
+from scenarios.text_space import TextSpaces, load_tokenizer
+from scenarios.toolcalls import parse_tool_calls, render_tool_call
 from topologies import Topology, TopologyError
 
 FAILED = 1
@@ -187,26 +191,40 @@ class ScriptedSubagent:
         return [render_tool_call(SOLVE, {"method": t}) for t in types]
 
 
-class BackendSubagent:
-    """An LLM subagent: chat prompts through an ``LLMBackend``, greedy and seeded."""
+#: subagent types a spec may name; ``scripted`` is built in, the others run a language model.
+SUBAGENT_TYPES: tuple[str, ...] = ("scripted", "hf", "vllm")
+_SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "scripted": ("type",),
+    "hf": ("type", "path", "seed", "max_new_tokens"),
+    "vllm": ("type", "url", "model", "tokenizer", "max_new_tokens"),
+}
+#: subagent type → factory ``spec -> subagent`` (an object with ``respond(prompts, types)``
+#: returning one answer text per prompt, deterministically).
+SUBAGENT_BACKENDS: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
 
-    def __init__(self, backend: Any, max_new_tokens: int = 48) -> None:
-        self.backend = backend
-        self.max_new_tokens = max_new_tokens
 
-    def respond(self, prompts: Sequence[str], types: Sequence[str]) -> list[str]:
-        from marl_agents.llm.backend import SamplingParams
+def register_subagent_backend(kind: str, factory: Callable[[Mapping[str, Any]], Any]) -> None:
+    """Plug in the language-model backend serving subagents of type ``kind``.
 
-        params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens, seed=0)
-        messages = [[{"role": "user", "content": p}] for p in prompts]
-        return [g.text for g in self.backend.generate(messages, params)]
+    ``scenarios`` does not import ``marl_agents`` (dependencies point the other way), so the
+    ``hf`` and ``vllm`` backends are registered by :mod:`marl_agents.llm.subagents` when it is
+    imported (the trainers and the GRPO environment import it).
+
+    Args:
+        kind: a type of :data:`SUBAGENT_TYPES` other than ``scripted``.
+        factory: builds the subagent of one normalised spec (see :func:`check_subagents`).
+    """
+    if kind not in SUBAGENT_TYPES or kind == "scripted":
+        raise ValueError(f"kind must be one of {SUBAGENT_TYPES[1:]}, got {kind!r}")
+    SUBAGENT_BACKENDS[kind] = factory
 
 
 def check_subagents(spec: Any, n_workers: int) -> list[dict[str, Any]]:
     """Normalise ``subagents`` to one plain dict per worker.
 
     Raises:
-        ScenarioError: an unknown type, a missing path / url, or a list of the wrong length.
+        ScenarioError: an unknown type or key, a missing or non-existent path, a missing url or
+            model, a bad ``max_new_tokens``, or a list of the wrong length.
     """
     items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     if len(items) == 1:
@@ -220,75 +238,62 @@ def check_subagents(spec: Any, n_workers: int) -> list[dict[str, Any]]:
     for i, item in enumerate(items):
         d = {"type": item} if isinstance(item, str) else dict(item or {})
         kind = d.get("type")
-        if kind == "scripted":
-            pass
-        elif kind == "hf":
-            if not d.get("path"):
+        if kind not in SUBAGENT_TYPES:
+            raise ScenarioError(
+                f"subagents[{i}]: unknown type {kind!r}: use 'scripted', "
+                "{'type': 'hf', 'path': ...} or {'type': 'vllm', 'url': ..., 'model': ...}"
+            )
+        unknown = sorted(set(d) - set(_SPEC_KEYS[kind]))
+        if unknown:
+            raise ScenarioError(
+                f"subagents[{i}]: unknown key(s) {unknown} for a {kind} subagent: valid are "
+                f"{', '.join(_SPEC_KEYS[kind])}"
+            )
+        if kind == "hf":
+            path = d.get("path")
+            if not path or (path != "tiny" and not (Path(path) / "config.json").exists()):
                 raise ScenarioError(
-                    f"subagents[{i}]: an hf subagent needs 'path' (a saved HF model directory, "
-                    "or 'tiny')"
+                    f"subagents[{i}]: an hf subagent needs 'path': a saved HF model directory "
+                    f"(with config.json) or 'tiny'; got {path!r}"
                 )
         elif kind == "vllm":
             missing = [k for k in ("url", "model") if not d.get(k)]
             if missing:
                 raise ScenarioError(
                     f"subagents[{i}]: a vllm subagent needs {missing} (server url and served "
-                    "model name; 'tokenizer' defaults to the model name)"
+                    "model name; 'tokenizer' defaults to the model name); start a server with "
+                    "marl_agents.llm.VLLMServer"
                 )
-        else:
-            raise ScenarioError(
-                f"subagents[{i}]: unknown type {kind!r}: use 'scripted', "
-                "{'type': 'hf', 'path': ...} or {'type': 'vllm', 'url': ..., 'model': ...}"
-            )
+        budget = d.get("max_new_tokens", 48)
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ScenarioError(f"subagents[{i}].max_new_tokens must be an integer ≥ 1")
         out.append(d)
     return out
 
 
-_HF_CACHE: dict[tuple[str, int], Any] = {}
+def build_subagent(spec: Mapping[str, Any]) -> Any:
+    """The subagent of one normalised spec (``scripted``, or a registered LLM backend).
 
-
-def build_subagent(spec: Mapping[str, Any]) -> ScriptedSubagent | BackendSubagent:
-    """The subagent for one normalised spec (HF models are loaded once per process)."""
+    Raises:
+        ScenarioError: an LLM type whose backend is not registered in this process.
+    """
     kind = spec["type"]
     if kind == "scripted":
         return ScriptedSubagent()
-    max_new = int(spec.get("max_new_tokens", 48))
-    if kind == "hf":
-        from marl_agents.llm.hf_backend import HFBackend
-
-        key = (str(spec["path"]), int(spec.get("seed", 0)))
-        if key not in _HF_CACHE:
-            from marl_agents.llm.rl_module import load_causal_lm
-
-            tok, model = load_causal_lm(key[0], tiny_seed=key[1])
-            for p in model.parameters():
-                p.requires_grad_(False)
-            _HF_CACHE[key] = HFBackend(model, tok)
-        return BackendSubagent(_HF_CACHE[key], max_new)
-    from marl_agents.llm.vllm_backend import OpenAIServerBackend
-
-    tok = load_tokenizer(str(spec.get("tokenizer") or spec["model"]))
-    return BackendSubagent(OpenAIServerBackend(spec["url"], spec["model"], tok), max_new)
-
-
-@lru_cache(maxsize=8)
-def load_tokenizer(name: str) -> Any:
-    """The tiny tokenizer for ``"tiny"``, else ``AutoTokenizer.from_pretrained(name)``."""
-    if name == "tiny":
-        from marl_agents.llm.tiny import make_tiny_tokenizer
-
-        return make_tiny_tokenizer()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(name)
+    factory = SUBAGENT_BACKENDS.get(kind)
+    if factory is None:
+        raise ScenarioError(
+            f"subagent type {kind!r} runs a language model, and no backend is registered for "
+            "it in this process: `import marl_agents.llm.subagents` first (it registers 'hf' "
+            "and 'vllm'; the trainers do this)"
+        )
+    return factory(spec)
 
 
 def vocab_size_of(name: str, tokenizer: Any) -> int:
     """Token ids a model may emit: ``len(tokenizer)`` or the model config's, if larger."""
     size = len(tokenizer)
     if name != "tiny":
-        from pathlib import Path
-
         config = Path(name) / "config.json"
         if config.exists():
             size = max(size, int(json.loads(config.read_text()).get("vocab_size", 0)))

@@ -6,7 +6,7 @@ execution, checklist and verifier are used as they are): report ``table[k1] <op>
 (mod 97), where only ``lookup`` reads the hidden table. What changes is the interface:
 
 * **Observation**: the token ids of a chat prompt (the tokenizer's chat template), right-padded
-  to ``max_prompt_tokens`` (:class:`marl_agents.llm.text_space.TextSpaces`; a longer prompt
+  to ``max_prompt_tokens`` (:class:`scenarios.text_space.TextSpaces`; a longer prompt
   keeps its end). The prompt holds a system message describing the tools in the documented
   ``<tool>`` format, the agent's view of the task (``Task: k1 = 2, k2 = ?, op = add.``; ``?``
   marks a field another agent sees) and the episode so far: the agent's own calls as assistant
@@ -16,7 +16,7 @@ execution, checklist and verifier are used as they are): report ``table[k1] <op>
 * **Action**: the generated token ids, right-padded to ``max_new_tokens``; they are cut after
   the first EOS and decoded (special tokens skipped).
 * **A turn** must hold exactly one call (text around it is allowed) in the format of
-  :mod:`marl_agents.llm.toolcalls`: ``lookup {"key": int}``, ``calc {"op": "add" | "sub" |
+  :mod:`scenarios.toolcalls`: ``lookup {"key": int}``, ``calc {"op": "add" | "sub" |
   "mul" | "max", "x": int, "y": int}`` (``x``/``y`` name earlier calls by their ``#i``),
   ``answer {"x": int}`` (submit call ``x``'s result; ends the episode) or ``done {}`` (pass
   the turn on). Anything else — no call, several calls, malformed JSON, an unknown tool, wrong
@@ -33,9 +33,9 @@ error (``Outcome.local`` likewise per agent, over its own calls and errors). Met
 ``format_errors`` and ``turns``. Topologies: ``single`` and ``chain:N`` (the task split as in
 ``toolchain``). Absent agents pass (``done``).
 
-Layering note: the scenario imports :mod:`marl_agents.llm.text_space` (the text spaces) and,
-when no tokenizer is given, :func:`marl_agents.llm.tiny.make_tiny_tokenizer` — both lazily,
-and both free of trainer code; they need the ``llm`` extra (transformers, tokenizers).
+Layering note: the text spaces, the tiny tokenizer (``tokenizer=None`` or ``"tiny"``) and the
+tool-call format come from :mod:`scenarios.text_space` and :mod:`scenarios.toolcalls`; building
+a tokenizer needs the ``llm`` extra (transformers, tokenizers).
 
 Example:
     >>> from scenarios.engine import run_inline
@@ -60,6 +60,8 @@ from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
+from scenarios.text_space import TextSpaces, encode_prompt, load_tokenizer
+from scenarios.toolcalls import parse_tool_calls, render_tool_call, render_tool_instructions
 from scenarios.toolchain import ANSWER, DONE, OPS, TOOLS, Toolchain
 from topologies import Topology
 
@@ -92,8 +94,8 @@ class TextToolchain(Scenario):
         max_turns: decisions per episode (calls, format errors and passes), in
             [1, 256]; default ``2 * max_calls``.
         format_penalty: subtracted from the reward per format error, a finite number ≥ 0.
-        tokenizer: a Hugging Face tokenizer with a chat template, or the path of a local
-            tokenizer directory; default: the tiny tokenizer built in code.
+        tokenizer: a Hugging Face tokenizer with a chat template, the path of a local
+            tokenizer directory, or ``"tiny"`` / ``None``: the tiny tokenizer built in code.
         max_prompt_tokens: observation length (prompt ids), in [16, 65536].
         max_new_tokens: action length (generated ids), in [8, 4096].
 
@@ -124,8 +126,6 @@ class TextToolchain(Scenario):
         max_prompt_tokens: int = 1024,
         max_new_tokens: int = 48,
     ) -> None:
-        from marl_agents.llm.text_space import TextSpaces
-
         self.base = Toolchain(
             topology,
             n_keys=n_keys,
@@ -159,6 +159,11 @@ class TextToolchain(Scenario):
     def possible_agents(self) -> list[str]:
         return self.base.possible_agents
 
+    @property
+    def text_agents(self) -> tuple[str, ...]:
+        """Agents acting with text spaces (token ids): all of them."""
+        return tuple(self.possible_agents)
+
     def observation_space(self, agent: str) -> gym.Space:
         self._known(agent)
         return self._obs_space
@@ -175,8 +180,6 @@ class TextToolchain(Scenario):
 
     def default_action(self, agent: str) -> np.ndarray:
         """``done``: an absent agent passes its turn."""
-        from marl_agents.llm.toolcalls import render_tool_call
-
         self._known(agent)
         return self.action_of(render_tool_call("done", {}))
 
@@ -189,8 +192,6 @@ class TextToolchain(Scenario):
     # ----- text in, text out ---------------------------------------------------------------
     def messages(self, agent: str, state: dict[str, Any]) -> list[dict[str, str]]:
         """``agent``'s chat prompt: tools, its view of the task, the episode so far."""
-        from marl_agents.llm.toolcalls import render_tool_call, render_tool_instructions
-
         task, seen = state["task"], self.base.visible[agent]
         fields = {f: (self._field(f, task[f]) if f in seen else "?") for f in ("k1", "k2", "op")}
         system = (
@@ -223,8 +224,6 @@ class TextToolchain(Scenario):
 
     def observe(self, agent: str, state: dict[str, Any]) -> np.ndarray:
         """``agent``'s observation: its prompt's token ids, right-padded."""
-        from marl_agents.llm.backend import encode_prompt
-
         return self.spaces.encode_prompt(encode_prompt(self.tokenizer, self.messages(agent, state)))
 
     def result_line(self, i: int, call: dict[str, Any]) -> str:
@@ -254,8 +253,6 @@ class TextToolchain(Scenario):
         Returns:
             ``(fields, "")`` for a well-formed call, ``(None, message)`` for a format error.
         """
-        from marl_agents.llm.toolcalls import parse_tool_calls
-
         parsed = parse_tool_calls(text, TOOLS)
         if parsed.errors:
             return None, parsed.errors[0]
@@ -346,7 +343,6 @@ class TextToolchain(Scenario):
         """A policy reading only the prompt text (as ``toolchain``'s scripted solution):
         fetch the visible keys (k1 first), combine the first two lookups when it sees ``op``,
         answer that result, otherwise pass. Its actions are token ids of well-formed calls."""
-        from marl_agents.llm.toolcalls import render_tool_call
 
         def policy(agent: str, obs: Any) -> np.ndarray:
             text = self.spaces.prompt_text(obs, self.tokenizer)
@@ -423,14 +419,14 @@ def _tool_specs(ops: list[str]) -> list[dict[str, Any]]:
 
 
 def _tokenizer(tokenizer: Any) -> Any:
-    if tokenizer is None:
-        from marl_agents.llm.tiny import make_tiny_tokenizer
-
-        return make_tiny_tokenizer()
-    if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(tokenizer)
+    if tokenizer is None or isinstance(tokenizer, str):
+        try:
+            return load_tokenizer(tokenizer or "tiny")
+        except (OSError, ValueError) as exc:
+            raise ScenarioError(
+                f"tokenizer {tokenizer!r} could not be loaded ({exc}): give 'tiny' or a "
+                "directory saved with save_pretrained"
+            ) from None
     if not callable(getattr(tokenizer, "apply_chat_template", None)):
         raise ScenarioError(
             f"tokenizer={tokenizer!r}: give a Hugging Face tokenizer with a chat template, "

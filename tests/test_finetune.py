@@ -208,11 +208,11 @@ def test_smoke_run_saves_trained_weights_in_hf_format(smoke_run):
 
 
 def test_smoke_run_frozen_subagent_weights_bit_identical(smoke_run):
+    from marl_agents.llm.subagents import HF_CACHE
     from marl_agents.llm.tiny import make_tiny_model
-    from scenarios.text_delegate import _HF_CACHE
 
     _, fresh = make_tiny_model(seed=1)
-    served = _HF_CACHE[("tiny", 1)].model  # the subagent the env runner used
+    served = HF_CACHE[("tiny", 1)].model  # the subagent the env runner used
     for (name, a), (_, b) in zip(
         served.state_dict().items(), fresh.state_dict().items(), strict=True
     ):

@@ -32,12 +32,12 @@ from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt
 from marl_agents.llm.chat_model import GenerationRecorder, PolicyChatModel
 from marl_agents.llm.env_chat_model import EnvChatModel, backend_policy, in_env_run, tokens_action
 from marl_agents.llm.hf_backend import HFBackend
-from marl_agents.llm.text_space import TextSpaces
 from marl_agents.llm.tiny import make_tiny_model
-from marl_agents.llm.toolcalls import render_tool_call
 from scenarios.custom import GraphScenario
 from scenarios.engine import GraphEnv
 from scenarios.testing import check_rllib
+from scenarios.text_space import TextSpaces
+from scenarios.toolcalls import render_tool_call
 
 PENALTY = 0.1
 MALFORMED = '<tool>{"name": "multiply", "arguments": {"a": 3</tool>'

@@ -11,7 +11,7 @@ import pytest
 import torch
 from gymnasium import spaces as gym_spaces
 
-from marl_agents.llm.text_space import TextSpaces, lengths
+from scenarios.text_space import TextSpaces, lengths
 
 AGREEMENT_TOL = 1e-4
 

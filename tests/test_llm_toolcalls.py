@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from marl_agents.llm.toolcalls import (
+from scenarios.toolcalls import (
     ToolCall,
     parse_tool_calls,
     render_tool_call,

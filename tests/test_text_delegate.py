@@ -146,6 +146,7 @@ def test_replay_is_exact(full):
 def test_hf_subagent_is_deterministic_and_frozen():
     import torch
 
+    import marl_agents.llm.subagents  # noqa: F401  (registers the hf backend)
     from marl_agents.llm.tiny import make_tiny_model
 
     s = TextDelegate("star:2", level="easy", subagents={"type": "hf", "path": "tiny", "seed": 1})
@@ -173,6 +174,10 @@ def test_hf_subagent_is_deterministic_and_frozen():
         ({"skills": [[0.5]]}, r"\(2, 2\)"),
         ({"subagents": "gpt"}, "unknown type"),
         ({"subagents": {"type": "hf"}}, "needs 'path'"),
+        ({"subagents": {"type": "hf", "path": "/nonexistent"}}, "config.json"),
+        ({"subagents": {"type": "hf", "path": "tiny", "pth": 1}}, r"unknown key\(s\) \['pth'\]"),
+        ({"subagents": {"type": "scripted", "max_new_tokens": 0}}, "unknown key"),
+        ({"subagents": {"type": "hf", "path": "tiny", "max_new_tokens": 0}}, "max_new_tokens"),
         ({"subagents": {"type": "vllm", "url": "http://x"}}, r"\['model'\]"),
         ({"subagents": ["scripted"] * 3}, "3 specs for 2 workers"),
         ({"tokenizer": "/nonexistent/tok"}, "could not be loaded"),
@@ -184,3 +189,45 @@ def test_argument_errors_name_the_fix(kwargs, match):
     topology = kwargs.pop("topology", "star:2")
     with pytest.raises(ScenarioError, match=match):
         TextDelegate(topology, **kwargs)
+
+
+# ----- layering ------------------------------------------------------------------------------
+def test_scenarios_never_import_marl_agents_or_trainers():
+    """DESIGN: topologies ← scenarios ← marl_agents ← trainers; only the CLI imports trainers."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    offenders = []
+    for path in sorted((root / "scenarios").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top == "marl_agents" or (top == "trainers" and path.name != "cli.py"):
+                    offenders.append(f"{path.name}:{node.lineno} imports {name}")
+    assert not offenders
+    code = (
+        "import sys, scenarios.builtin\n"
+        "from scenarios.registry import make\n"
+        "make('text-delegate', 'star:2'); make('text-toolchain', 'chain:2')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('marl_agents', 'trainers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_llm_subagent_without_a_registered_backend_names_the_fix(monkeypatch):
+    from scenarios import text_delegate
+
+    monkeypatch.setattr(text_delegate, "SUBAGENT_BACKENDS", {})
+    s = TextDelegate("star:2", subagents={"type": "hf", "path": "tiny"})
+    with pytest.raises(ScenarioError, match=r"import marl_agents\.llm\.subagents"):
+        s.subagents  # noqa: B018  (built on first use)

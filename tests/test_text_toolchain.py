@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from marl_agents.llm.tiny import make_tiny_tokenizer
-from marl_agents.llm.toolcalls import render_tool_call
 from scenarios import ScenarioError
 from scenarios.engine import GraphEnv, run_inline
 from scenarios.registry import REGISTRY, build, make
 from scenarios.testing import check_scenario
+from scenarios.text_space import make_tiny_tokenizer
 from scenarios.text_toolchain import TextToolchain
+from scenarios.toolcalls import render_tool_call
 from scenarios.toolchain import ANSWER, CALC, DONE, LOOKUP, Toolchain
 
 FULL = 0.1 * 3 + 1.0  # toolchain's default weights: every criterion met, answer correct

@@ -63,6 +63,7 @@ from ray.rllib.utils.metrics import (
 )
 from typing_extensions import override
 
+import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subagent backends)
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv

@@ -14,6 +14,12 @@ LangChain or vLLM) on first use.
   app trains by swapping its chat model (prompt ids → ``decide()`` → generated ids).
 * :func:`parse_tool_calls` — the ``<tool>{...}</tool>`` format, never raising.
 * :func:`make_tiny_model` — tiny tokenizer + Qwen2 built in code, for tests and benchmarks.
+* :class:`CausalLMModule` — an HF causal LM as an RLlib module (``model.type: llm`` pools).
+
+The text interface the environments share with the policies — :class:`TextSpaces`,
+:func:`encode_prompt`, the tool-call format, the tiny tokenizer — lives in ``scenarios``
+(:mod:`scenarios.text_space`, :mod:`scenarios.toolcalls`: dependencies point from
+``marl_agents`` to ``scenarios``) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ _EXPORTS = {
     "LLMBackend": "backend",
     "Generation": "backend",
     "SamplingParams": "backend",
-    "Prompt": "backend",
-    "encode_prompt": "backend",
+    "Prompt": "scenarios.text_space",
+    "encode_prompt": "scenarios.text_space",
     "HFBackend": "hf_backend",
     "teacher_forced_logprobs": "hf_backend",
     "VLLMBackend": "vllm_backend",
@@ -40,14 +46,15 @@ _EXPORTS = {
     "tokens_action": "env_chat_model",
     "GenerationRecorder": "chat_model",
     "LLMStep": "chat_model",
-    "ToolCall": "toolcalls",
-    "ParsedOutput": "toolcalls",
-    "parse_tool_calls": "toolcalls",
-    "render_tool_call": "toolcalls",
+    "ToolCall": "scenarios.toolcalls",
+    "ParsedOutput": "scenarios.toolcalls",
+    "parse_tool_calls": "scenarios.toolcalls",
+    "render_tool_call": "scenarios.toolcalls",
     "make_tiny_model": "tiny",
-    "TextSpaces": "text_space",
+    "TextSpaces": "scenarios.text_space",
     "CausalLMModule": "rl_module",
-    "make_tiny_tokenizer": "tiny",
+    "make_tiny_tokenizer": "scenarios.text_space",
+    "render_tool_instructions": "scenarios.toolcalls",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -57,7 +64,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    # a bare name is a module of this package; a dotted one is absolute (scenarios.…)
+    path = module if "." in module else f"{__name__}.{module}"
+    value = getattr(importlib.import_module(path), name)
     globals()[name] = value
     return value
 

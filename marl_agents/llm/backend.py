@@ -19,13 +19,21 @@ top_p 1 the two agree.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-#: A prompt: raw token ids, raw text (tokenised without a template), or chat messages
-#: (``{"role": ..., "content": ...}`` dicts, rendered with the tokenizer's chat template and
-#: the assistant generation prompt).
-Prompt = Sequence[int] | str | Sequence[Mapping[str, Any]]
+# prompts are rendered where the environments render them (re-exported: backend API)
+from scenarios.text_space import Prompt, encode_prompt
+
+__all__ = [
+    "Generation",
+    "LLMBackend",
+    "Prompt",
+    "SamplingParams",
+    "encode_prompt",
+    "per_prompt_params",
+    "stop_ids",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,30 +126,6 @@ class LLMBackend(Protocol):
             params: one :class:`SamplingParams` for all prompts, or one per prompt.
         """
         ...
-
-
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
-    """Token ids of ``prompt``: ids as given, text without special tokens, chat via template.
-
-    Raises:
-        TypeError: ``prompt`` is none of the three forms.
-    """
-    if isinstance(prompt, str):
-        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    items = list(prompt)
-    if not items:
-        raise ValueError("empty prompt: give at least one token id, character or message")
-    if all(isinstance(x, int) for x in items):
-        return [int(x) for x in items]
-    if all(isinstance(x, Mapping) for x in items):
-        text = tokenizer.apply_chat_template(
-            [dict(m) for m in items], tokenize=False, add_generation_prompt=True
-        )
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    raise TypeError(
-        "a prompt is a list of token ids, a string, or a list of chat message dicts; "
-        f"got a list of {sorted({type(x).__name__ for x in items})}"
-    )
 
 
 def per_prompt_params(

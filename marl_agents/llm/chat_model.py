@@ -8,7 +8,7 @@ re-tokenised), the parsed tool calls and the format-penalty flag, keyed by agent
 
 Tools bound with :meth:`PolicyChatModel.bind_tools` are described in the system message and
 called in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
-:mod:`marl_agents.llm.toolcalls`. Malformed calls never raise: the message carries no tool call
+:mod:`scenarios.toolcalls`. Malformed calls never raise: the message carries no tool call
 and the step is recorded with ``format_ok=False``.
 
 Example:
@@ -46,7 +46,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from marl_agents.llm.backend import Generation, SamplingParams
-from marl_agents.llm.toolcalls import (
+from scenarios.toolcalls import (
     ToolCall,
     parse_tool_calls,
     render_tool_call,

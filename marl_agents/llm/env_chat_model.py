@@ -12,7 +12,7 @@ rewritten:
   action is the token ids the learner's policy generated (:meth:`TextSpaces.decode_action`);
   they are cut after the first EOS (a generation stops there), decoded to text, parsed for
   tool calls in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
-  :mod:`marl_agents.llm.toolcalls`, and returned as an ``AIMessage`` with ``tool_calls``.
+  :mod:`scenarios.toolcalls`, and returned as an ``AIMessage`` with ``tool_calls``.
   Unparseable output never raises: the message carries no tool call, the step is recorded
   with ``format_ok=False`` (also in ``response_metadata["format_ok"]``), ``format_penalty``
   (if > 0) is paid to the agent at once with ``scenarios.emit_reward``, and the episode goes
@@ -42,7 +42,7 @@ logprobs belong to the learner's module, which recorded them with the action.
 
 Example:
     >>> from marl_agents.llm.tiny import make_tiny_tokenizer
-    >>> from marl_agents.llm.text_space import TextSpaces
+    >>> from scenarios.text_space import TextSpaces
     >>> tok = make_tiny_tokenizer()
     >>> spaces = TextSpaces.for_tokenizer(tok, max_prompt_tokens=256, max_new_tokens=32)
     >>> chat = EnvChatModel(tokenizer=tok, spaces=spaces)  # env-only: no backend
@@ -63,10 +63,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
-from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt, stop_ids
+from marl_agents.llm.backend import Generation, SamplingParams, stop_ids
 from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, reply_message, to_chat_dicts
-from marl_agents.llm.text_space import TextSpaces
-from marl_agents.llm.toolcalls import parse_tool_calls
+from scenarios.text_space import TextSpaces, encode_prompt
+from scenarios.toolcalls import parse_tool_calls
 
 
 def in_env_run() -> bool:

@@ -1,7 +1,7 @@
 """``CausalLMModule``: a Hugging Face causal LM as an RLlib policy (new API stack).
 
 The module acts in a text environment whose spaces come from
-:class:`~marl_agents.llm.text_space.TextSpaces`: the observation is the prompt's token ids,
+:class:`~scenarios.text_space.TextSpaces`: the observation is the prompt's token ids,
 the action the generated token ids, both right-padded with ``pad_id = vocab_size``.
 
 * **Exploration** (``forward_exploration``, what env runners call while sampling): sample a
@@ -30,7 +30,7 @@ trained distribution is the one that sampled the tokens.
 
 Example:
     >>> from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-    >>> from marl_agents.llm.text_space import TextSpaces
+    >>> from scenarios.text_space import TextSpaces
     >>> spaces = TextSpaces(vocab_size=384, max_prompt_tokens=16, max_new_tokens=4)
     >>> spec = RLModuleSpec(module_class=CausalLMModule,
     ...                     observation_space=spaces.observation_space,
@@ -54,7 +54,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from typing_extensions import override
 
 from marl_agents.llm.backend import Generation, SamplingParams
-from marl_agents.llm.text_space import TextSpaces
+from scenarios.text_space import TextSpaces
 
 #: extra model output / train-forward key: per-token logprobs ``[B, max_new_tokens]``.
 TOKEN_LOGP = "token_logp"
@@ -91,7 +91,7 @@ def load_causal_lm(
 
 
 class CausalLMModule(TorchRLModule):
-    """A causal LM policy over :class:`~marl_agents.llm.text_space.TextSpaces` (module doc)."""
+    """A causal LM policy over :class:`~scenarios.text_space.TextSpaces` (module doc)."""
 
     @override
     def setup(self) -> None:

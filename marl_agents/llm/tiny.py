@@ -1,9 +1,10 @@
 """A tiny causal LM built in code: byte-level BPE tokenizer + 2-layer Qwen2, no downloads.
 
-The tokenizer is trained in memory on a fixed built-in corpus with the 256-symbol byte
-alphabet as its initial alphabet, so every string encodes (no unknown token) and decodes back
-exactly. It carries a ChatML-style chat template (``<|im_start|>role\\n...<|im_end|>``), so chat
-messages work with ``apply_chat_template`` and with vLLM's chat endpoints. The model is a
+The tokenizer (:func:`~scenarios.text_space.make_tiny_tokenizer`, re-exported here) is
+trained in memory on a fixed built-in corpus with the 256-symbol byte alphabet as its initial
+alphabet, so every string encodes (no unknown token) and decodes back exactly. It carries a
+ChatML-style chat template (``<|im_start|>role\\n...<|im_end|>``), so chat messages work with
+``apply_chat_template`` and with vLLM's chat endpoints. The model is a
 ``Qwen2ForCausalLM`` with hidden size 128, 2 layers and 2 attention heads of dim 64 (the
 head size vLLM's CPU attention kernels accept), randomly initialised from ``seed``.
 
@@ -21,72 +22,27 @@ from typing import Any
 
 import torch
 
-#: Special tokens; ``<|endoftext|>`` pads, ``<|im_end|>`` ends an assistant turn (EOS).
-PAD_TOKEN = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
-
-#: ChatML, as Qwen2 uses it; ``tools`` are not rendered here (PolicyChatModel puts their
-#: descriptions into the system message in the format of :mod:`marl_agents.llm.toolcalls`).
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+# the tokenizer lives with the text spaces in ``scenarios`` (environments render prompts with
+# it); re-exported here with the model factory that builds on it
+from scenarios.text_space import (
+    CHAT_TEMPLATE,
+    IM_END,
+    IM_START,
+    PAD_TOKEN,
+    SPECIAL_TOKENS,
+    make_tiny_tokenizer,
 )
 
-_CORPUS = [
-    "system user assistant tool You are a helpful agent. Answer the question.",
-    "The orchestrator delegates the task to a worker; the worker returns a result.",
-    '<tool>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool>',
-    '<tool>{"name": "lookup", "arguments": {"key": "capital"}}</tool>',
-    '{"name": "search", "arguments": {"query": "weather in Paris"}} result: 3 answer: 42',
-    "def f(x):\n    return x + 1\n",
-    "0 1 2 3 4 5 6 7 8 9 10 11 12 100 1000 + - * / = ( ) [ ] { } , . : ; ! ? ' \"",
-    "the quick brown fox jumps over the lazy dog THE QUICK BROWN FOX JUMPS",
-    "plan delegate aggregate answer final result sum product count parts",
+__all__ = [
+    "CHAT_TEMPLATE",
+    "IM_END",
+    "IM_START",
+    "PAD_TOKEN",
+    "SPECIAL_TOKENS",
+    "make_tiny_model",
+    "make_tiny_tokenizer",
+    "tiny_config",
 ]
-
-
-def make_tiny_tokenizer(vocab_size: int = 384) -> Any:
-    """Train the byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
-
-    Args:
-        vocab_size: target vocabulary size (≥ 259: 256 bytes + 3 special tokens); the
-            built-in corpus supports up to about 600 merges.
-
-    Returns:
-        A ``PreTrainedTokenizerFast`` with ``pad_token``/``eos_token`` set and the ChatML
-        ``chat_template``. Training is deterministic: the same ``vocab_size`` gives the
-        same vocabulary.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD_TOKEN,
-        eos_token=IM_END,
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=[IM_START],
-        clean_up_tokenization_spaces=False,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
 
 
 def tiny_config(tokenizer: Any, **overrides: Any) -> Any:
