@@ -204,7 +204,7 @@ class Delegate(Scenario):
         return np.zeros(self.parts, dtype=np.int64)
 
     def _check_agent(self, agent: str) -> None:
-        if agent not in self.possible_agents:
+        if agent not in self._act_spaces:
             raise ScenarioError(
                 f"unknown agent {agent!r}: delegate agents are {self.possible_agents}"
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -21,11 +22,22 @@ from pettingzoo import ParallelEnv
 
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode
+from scenarios.replay import (
+    FAST_BRIDGE,
+    DecisionLimit,
+    FastGraph,
+    RecursionLimit,
+    Unsupported,
+    compile_fast,
+)
 
 Policy = Callable[[str, Any], Any]
 
 
 def _bridge(what: str) -> Any:
+    fast = FAST_BRIDGE.get()
+    if fast is not None:
+        return fast
     try:
         return get_config()["configurable"][BRIDGE_KEY]
     except (RuntimeError, KeyError) as exc:
@@ -123,6 +135,10 @@ class GraphEnv(ParallelEnv):
         scenario: the scenario to run.
         max_steps: truncate an episode after this many env steps (default: the scenario's
             ``max_supersteps``).
+        fast_replay: run counterfactual replays (:meth:`value`) with
+            :class:`scenarios.replay.FastGraph` when the graph qualifies: same results, 10–30×
+            faster; the first ``FAST_REPLAY_CHECKS`` replays run both ways and a difference
+            switches it off with a warning.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -131,8 +147,11 @@ class GraphEnv(ParallelEnv):
         "render_modes": [],
     }
 
-    def __init__(self, scenario: Scenario, max_steps: int | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, max_steps: int | None = None, fast_replay: bool = True
+    ) -> None:
         self.scenario = scenario
+        self.fast_replay = fast_replay
         self.metadata = {**GraphEnv.metadata, "name": scenario.id()}
         self.possible_agents = list(scenario.possible_agents)
         self.agents: list[str] = []
@@ -153,6 +172,8 @@ class GraphEnv(ParallelEnv):
         self._np_random = np.random.default_rng()
         self._run: GraphRun | None = None
         self._replays: dict[tuple[Any, ...], Outcome] = {}
+        self._fast: Any = _UNSET  # the fast replay executor, built on the first replay
+        self._fast_checks = FAST_REPLAY_CHECKS
         self.trace: list[TraceStep] = []
         self.outcome: Outcome | None = None
         self.seed_used: int | None = None
@@ -351,7 +372,34 @@ class GraphEnv(ParallelEnv):
     def _replay(
         self, seed: int, members: frozenset[str], actions: Any, mode: AbsentPolicy
     ) -> Outcome:
-        run = self._new_run(seed, skip=mode == "skip")
+        act = _Recorder(self._actor(members, actions, mode))
+        fast = self._fast_graph()
+        if fast is None:
+            return self._slow_replay(seed, act, mode)
+        if self._fast_checks > 0:  # the truth first, then the same decisions through `fast`
+            self._fast_checks -= 1
+            outcome = self._slow_replay(seed, act, mode)
+            again = _Replayer(act.log)
+            try:
+                same = _same(outcome, self._fast_replay(fast, seed, again, mode)) and again.same
+            except Unsupported:
+                same = True  # a run fast replays do not cover: they fall back, as here
+            if not same:
+                self._fast = None
+                warnings.warn(
+                    f"fast replays of {self.scenario.id()} differ from LangGraph replays "
+                    f"(seed={seed}, coalition={sorted(members)}); replaying through LangGraph",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return outcome
+        try:
+            return self._fast_replay(fast, seed, act, mode)
+        except Unsupported:  # replay through LangGraph, feeding the decisions already made
+            return self._slow_replay(seed, _Replayer(act.log, then=act.act), mode)
+
+    def _actor(self, members: frozenset[str], actions: Any, mode: AbsentPolicy) -> Policy:
+        """The policy of one replay: coalition members replay ``actions``, others ``mode``."""
         counts: dict[str, int] = {}
 
         def act(agent: str, obs: Any) -> Any:
@@ -368,6 +416,40 @@ class GraphEnv(ParallelEnv):
             seq = actions.get(agent, [])
             return seq[k] if k < len(seq) else self.scenario.default_action(agent)
 
+        return act
+
+    def _fast_graph(self) -> FastGraph | None:
+        """The graph's fast replay executor (None: not available or switched off)."""
+        if self._fast is _UNSET:
+            self._fast = (
+                compile_fast(self.scenario.build_graph(), self.agent_nodes)
+                if self.fast_replay
+                else None
+            )
+        return self._fast  # type: ignore[return-value]
+
+    def _fast_replay(self, fast: FastGraph, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
+        inputs = self.scenario.initial_state(np.random.default_rng(seed))
+        try:
+            state, team_reward = fast.run(
+                inputs,
+                act,
+                skip_agents=mode == "skip",
+                max_decisions=self.max_steps,
+                recursion_limit=self.scenario.max_supersteps + 1,
+            )
+        except DecisionLimit:
+            return self.scenario.failure_state(None)
+        except RecursionLimit as exc:  # GraphRun keeps the error: a failure with its rewards
+            outcome = self.scenario.failure_state(None)
+            outcome.reward += exc.team_reward
+            return outcome
+        outcome = self.scenario.score(state)
+        outcome.reward += team_reward
+        return outcome
+
+    def _slow_replay(self, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
+        run = self._new_run(seed, skip=mode == "skip")
         pending = run.start()
         for _ in range(self.max_steps):
             if run.finished:
@@ -397,6 +479,63 @@ def _freeze(actions: Mapping[str, list[Any]]) -> tuple[Any, ...]:
         return tuple(np.asarray(x).ravel().tolist()) if isinstance(x, np.ndarray) else x
 
     return tuple(sorted((a, tuple(f(x) for x in seq)) for a, seq in actions.items()))
+
+
+_UNSET: Any = object()
+#: fast replays a GraphEnv checks against LangGraph replays before trusting them
+FAST_REPLAY_CHECKS = 16
+
+
+class _Recorder:
+    """A policy that keeps every decision it made: ``(agent, observation, action)``."""
+
+    def __init__(self, act: Policy) -> None:
+        self.act = act
+        self.log: list[tuple[str, Any, Any]] = []
+
+    def __call__(self, agent: str, obs: Any) -> Any:
+        action = self.act(agent, obs)
+        self.log.append((agent, obs, action))
+        return action
+
+
+class _Replayer:
+    """Feeds recorded decisions back in order (``same`` turns False where the run differs),
+    then asks ``then`` (or gives up with a default action when there is none)."""
+
+    def __init__(self, log: list[tuple[str, Any, Any]], then: Policy | None = None) -> None:
+        self.log = log
+        self.then = then
+        self.same = True
+        self._i = 0
+
+    def __call__(self, agent: str, obs: Any) -> Any:
+        if self._i < len(self.log):
+            who, seen, action = self.log[self._i]
+            self._i += 1
+            self.same = self.same and who == agent and _same(seen, obs)
+            return action
+        if self.then is not None:
+            return self.then(agent, obs)
+        self.same = False
+        return SkipNode
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Exact equality of observations and outcomes (arrays, dataclasses, containers)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and _same(dataclasses.asdict(a), dataclasses.asdict(b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return bool(a == b)
 
 
 class InlineBridge:

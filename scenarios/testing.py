@@ -14,7 +14,8 @@ import numpy as np
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from scenarios.base import Scenario
-from scenarios.engine import GraphEnv
+from scenarios.engine import GraphEnv, _Recorder, _Replayer, _same
+from scenarios.replay import Unsupported
 
 
 def random_episode(env: GraphEnv, seed: int) -> float:
@@ -42,6 +43,38 @@ def check_replay(env: GraphEnv, seed: int) -> None:
         raise AssertionError(f"replay of seed {seed} gave {replayed}, the episode gave {reward}")
 
 
+def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
+    """Fast replays (:mod:`scenarios.replay`) equal LangGraph replays: same decisions, same
+    observations, same outcome, for up to ``coalitions`` coalitions of a random episode's
+    players under every absent policy. Passes trivially for graphs the fast path does not run.
+    """
+    fast = env._fast_graph()
+    if fast is None:
+        return
+    random_episode(env, seed)
+    actions = env.episode_actions()
+    players = sorted(actions)
+    rng = np.random.default_rng(seed)
+    subsets = [
+        frozenset(p for p, keep in zip(players, bits, strict=True) if keep)
+        for bits in (rng.integers(2, size=len(players)) for _ in range(coalitions - 2))
+    ]
+    for members in [frozenset(players), frozenset(), *subsets]:
+        for mode in ("skip", "placeholder", "default"):
+            slow = _Recorder(env._actor(members, actions, mode))
+            truth = env._slow_replay(seed, slow, mode)
+            again = _Replayer(slow.log)
+            try:
+                outcome = env._fast_replay(fast, seed, again, mode)
+            except Unsupported:
+                continue  # such runs fall back to LangGraph replays
+            if not (again.same and _same(truth, outcome)):
+                raise AssertionError(
+                    f"fast replay of seed {seed} with coalition {sorted(members)} "
+                    f"(absent={mode!r}) differs from the LangGraph replay: {outcome} vs {truth}"
+                )
+
+
 def check_rllib(env: GraphEnv) -> None:
     """The RLlib view passes RLlib's own multi-agent env checker."""
     from ray.rllib.utils.pre_checks.env import check_multiagent_environments
@@ -57,7 +90,8 @@ def check_scenario(
     """Run every conformance check on a scenario factory.
 
     Checks PettingZoo's ``parallel_api_test`` and ``parallel_seed_test``, observations inside
-    their spaces, exact replays (determinism and common random numbers) and, with ``rllib``,
+    their spaces, exact replays (determinism and common random numbers), fast replays equal to
+    LangGraph replays and, with ``rllib``,
     RLlib's env checker on the RLlib view.
 
     Raises:
@@ -70,5 +104,6 @@ def check_scenario(
     env = GraphEnv(factory())
     for seed in range(seeds):
         check_replay(env, seed)
+        check_fast_replay(env, seed)
     if rllib:
         check_rllib(GraphEnv(factory()))

@@ -1,0 +1,338 @@
+"""Fast counterfactual replays: a scenario's graph executed without LangGraph's runtime.
+
+Credit assignment replays one episode many times (``GraphEnv.value``; exact Shapley needs up to
+``2**n`` coalitions). Through LangGraph a replay of a ``delegate`` episode costs 4–17 ms, almost
+all of it Pregel machinery (tasks, checkpoints, callbacks, streaming) around node functions that
+take microseconds. :class:`FastGraph` runs the same builder's node functions with LangGraph's
+superstep semantics in a plain loop:
+
+* state channels are LangGraph's own channel objects (``LastValue``, reducers through
+  ``BinaryOperatorAggregate``), fresh per run, so reducers and initial values are LangGraph's;
+* a superstep runs ``Send`` tasks in the order they were sent, then the triggered nodes sorted
+  by name (LangGraph's task order, which also names fan-out instances ``<node>_<i>``); every
+  task reads the state as it was when the superstep began;
+* writes are applied in LangGraph's order (pull tasks by name, then push tasks by index);
+  static edges, conditional edges (path maps, ``Send``), joins (``add_edge([a, b], c)``) and
+  ``Command(update=..., goto=...)`` trigger the next superstep as LangGraph's channels do, and a
+  router reads the state with its own node's writes applied (LangGraph's "fresh" read).
+
+Only plain graphs qualify (:func:`compile_fast`): a ``StateGraph`` whose nodes and routers are
+plain functions of the state (no injected config, runtime or store), with no deferred nodes,
+retry, cache, timeout or error-handler policies, no managed values and only ``LastValue`` and
+reducer channels. Anything unexpected during a run (a node raising, a ``Command`` to the parent,
+a run near the recursion limit) raises :class:`Unsupported`, and the caller replays through
+LangGraph instead; :class:`scenarios.engine.GraphEnv` also checks its first fast replays against
+LangGraph replays and stops using the fast path if one differs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langgraph._internal._runnable import RunnableCallable
+from langgraph._internal._typing import MISSING
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.last_value import LastValue
+from langgraph.constants import END, START
+from langgraph.types import Command, Send
+
+from scenarios.bridge import SkipNode
+
+#: the bridge answering ``decide()`` / ``emit_reward()`` while a :class:`FastGraph` runs
+FAST_BRIDGE: contextvars.ContextVar[Any] = contextvars.ContextVar("marl_fast_bridge", default=None)
+
+Task = tuple[str, Any, bool]  # node, Send argument, is a push (Send) task
+
+
+class Unsupported(Exception):
+    """This run cannot be replayed fast; replay it through LangGraph."""
+
+
+class RecursionLimit(Exception):
+    """The run reached LangGraph's recursion limit (LangGraph raises ``GraphRecursionError``
+    after the superstep that reaches it); ``team_reward`` was emitted before."""
+
+    def __init__(self, team_reward: float) -> None:
+        super().__init__(f"recursion limit reached (team reward so far {team_reward})")
+        self.team_reward = team_reward
+
+
+class DecisionLimit(BaseException):
+    """The replay needs more decision steps than the environment allows (a BaseException, so
+    that a node's own ``except Exception`` cannot swallow it)."""
+
+
+def _plain_function(runnable: Any) -> Callable[[Any], Any] | None:
+    """The function behind a LangGraph node or router, when it takes only the state."""
+    if not isinstance(runnable, RunnableCallable) or runnable.func is None:
+        return None
+    if runnable.func_accepts or runnable.kwargs or runnable.explode_args:
+        return None
+    return runnable.func
+
+
+def compile_fast(builder: Any, agent_nodes: Mapping[str, int]) -> FastGraph | None:
+    """A :class:`FastGraph` of ``builder`` (an uncompiled ``StateGraph``), or None when the
+    graph uses a feature the fast executor does not run (see the module doc)."""
+    try:
+        compiled = builder.compile()
+    except Exception:
+        return None
+    if builder.managed or builder.input_schema is not builder.state_schema:
+        return None
+    if any(
+        type(compiled.channels[k]) not in (LastValue, BinaryOperatorAggregate)
+        for k in builder.channels
+    ):
+        return None
+    for name, spec in builder.nodes.items():
+        policies = (spec.retry_policy, spec.cache_policy, spec.timeout, spec.error_handler_node)
+        if _plain_function(spec.runnable) is None or spec.defer or spec.is_error_handler:
+            return None
+        if any(p is not None for p in policies):
+            return None
+        node = compiled.nodes[name]
+        if node.mapper is not None or isinstance(node.channels, str):
+            return None
+    if any(_plain_function(s.path) is None for b in builder.branches.values() for s in b.values()):
+        return None
+    return FastGraph(builder, compiled, agent_nodes)
+
+
+class FastGraph:
+    """A ``StateGraph`` prepared for fast replays; build it with :func:`compile_fast`."""
+
+    def __init__(self, builder: Any, compiled: Any, agent_nodes: Mapping[str, int]) -> None:
+        self.agent_nodes = dict(agent_nodes)
+        self.state_keys = list(builder.channels)
+        self.input_keys = set(builder.schemas[builder.input_schema])
+        self.templates = {k: compiled.channels[k] for k in self.state_keys}
+        out = compiled.output_channels
+        self.output_keys = [out] if isinstance(out, str) else list(out)
+        self.reads = {n: list(compiled.nodes[n].channels) for n in builder.nodes}
+        self.funcs = {n: _plain_function(s.runnable) for n, s in builder.nodes.items()}
+        self.static: dict[str, list[str]] = {}
+        for src, dst in builder.edges:
+            if dst != END:
+                self.static.setdefault(src, []).append(dst)
+        self.joins = [(frozenset(srcs), end) for srcs, end in builder.waiting_edges]
+        self.routers = {
+            src: [
+                (_plain_function(s.path), dict(s.ends) if s.ends else None, s.input_schema is None)
+                for s in specs.values()
+            ]
+            for src, specs in builder.branches.items()
+        }
+
+    def run(
+        self,
+        inputs: Any,
+        act: Callable[[str, Any], Any],
+        *,
+        skip_agents: bool,
+        max_decisions: int,
+        recursion_limit: int,
+    ) -> tuple[dict[str, Any], float]:
+        """Run the graph on ``inputs`` with ``act(agent, obs)`` answering every ``decide()``.
+
+        Args:
+            inputs: the graph's input dict.
+            act: the policy answering every decision (``SkipNode`` makes ``decide`` raise it).
+            skip_agents: agent nodes turn ``SkipNode`` into "no update" (``absent="skip"``).
+            max_decisions: environment steps allowed; one more raises :class:`DecisionLimit`.
+            recursion_limit: the LangGraph run's recursion limit: a run that executes that many
+                node supersteps raises :class:`RecursionLimit`, as LangGraph fails it.
+
+        Returns:
+            The final state and the team reward emitted with ``emit_reward`` during the run.
+        """
+        if not isinstance(inputs, Mapping):
+            raise Unsupported("the graph input is not a dict")
+        bridge = _FastBridge(act, self.agent_nodes, max_decisions)
+        token = FAST_BRIDGE.set(bridge)
+        try:
+            return self._run(inputs, bridge, skip_agents, recursion_limit), bridge.team_reward
+        except (DecisionLimit, Unsupported, RecursionLimit):
+            raise
+        except Exception as exc:  # a node raised, an invalid update, ...: LangGraph decides
+            raise Unsupported(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            FAST_BRIDGE.reset(token)
+
+    def _run(
+        self, inputs: Mapping[str, Any], bridge: _FastBridge, skip: bool, limit: int
+    ) -> dict[str, Any]:
+        channels = {k: t.from_checkpoint(MISSING) for k, t in self.templates.items()}
+        barriers: list[set[str]] = [set() for _ in self.joins]
+        # LangGraph's START task: the input's state keys, then START's edges and routers
+        writes = [(k, v) for k, v in inputs.items() if k in self.input_keys]
+        pulls, sends = self._route(START, dict(inputs), writes, channels)
+        self._apply([writes], channels)
+        steps = 0  # node supersteps
+        while pulls or sends:
+            steps += 1
+            tasks: list[Task] = [(s.node, s.arg, True) for s in sends]
+            tasks += [(n, None, False) for n in sorted(pulls)]
+            for i, (srcs, end) in enumerate(self.joins):
+                if end in pulls and barriers[i] == srcs:
+                    barriers[i].clear()  # the join is consumed by its end node
+            state = {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
+            bridge.new_superstep([t[0] for t in tasks])
+            results = []
+            for i, (name, arg, push) in enumerate(tasks):
+                fn = self.funcs.get(name)
+                if fn is None:
+                    raise Unsupported(f"a Send to unknown node {name!r}")
+                bridge.task = i
+                try:
+                    output = fn(
+                        arg if push else {k: state[k] for k in self.reads[name] if k in state}
+                    )
+                except SkipNode:
+                    if not (skip and name in self.agent_nodes):
+                        raise
+                    output = None
+                writes, goto_nodes, goto_sends = _updates(output)
+                nxt, snd = self._route(name, output, writes, channels)
+                results.append((writes, nxt | goto_nodes, [*goto_sends, *snd]))
+            bridge.end_superstep()
+            # LangGraph applies a superstep's writes by task path: pulls by name, pushes by index
+            order = sorted(
+                range(len(tasks)),
+                key=lambda j: (tasks[j][2], tasks[j][0] if not tasks[j][2] else j),
+            )
+            self._apply([results[j][0] for j in order], channels)
+            pulls, sends = set(), []
+            for j in order:
+                _, nxt, snd = results[j]
+                pulls |= nxt
+                sends.extend(snd)
+                for i, (srcs, end) in enumerate(self.joins):
+                    if tasks[j][0] in srcs and tasks[j][0] not in barriers[i]:
+                        barriers[i].add(tasks[j][0])
+                        if barriers[i] == srcs:
+                            pulls.add(end)
+            if steps >= limit:  # LangGraph checks before it looks for more tasks
+                raise RecursionLimit(bridge.team_reward)
+        return {k: ch.get() for k in self.output_keys if (ch := channels[k]).is_available()}
+
+    def _route(
+        self, name: str, output: Any, writes: list[tuple[str, Any]], channels: dict[str, Any]
+    ) -> tuple[set[str], list[Send]]:
+        """Nodes triggered and packets sent by ``name``'s static edges and routers."""
+        nxt = set(self.static.get(name, ()))
+        sends: list[Send] = []
+        routers = self.routers.get(name)
+        if not routers:
+            return nxt, sends
+        fresh = self._fresh(writes, channels)
+        for path, ends, passthrough in routers:
+            value = {**output, **fresh} if passthrough and isinstance(output, dict) else fresh
+            result = path(value)
+            for r in result if isinstance(result, (list, tuple)) else [result]:
+                dest = r if isinstance(r, Send) or ends is None else ends[r]
+                if dest is None or dest == START:
+                    raise Unsupported("a router returned no valid destination")
+                if isinstance(dest, Send):
+                    sends.append(dest)
+                elif dest != END:
+                    nxt.add(dest)
+        return nxt, sends
+
+    def _fresh(self, writes: list[tuple[str, Any]], channels: dict[str, Any]) -> dict[str, Any]:
+        """The state with one task's writes applied (what its routers read)."""
+        mine: dict[str, list[Any]] = {}
+        for k, v in writes:
+            if k in channels:
+                mine.setdefault(k, []).append(v)
+        out = {}
+        for k in self.state_keys:
+            ch = channels[k]
+            if k in mine:
+                ch = ch.copy()
+                ch.update(mine[k])
+            if ch.is_available():
+                out[k] = ch.get()
+        return out
+
+    @staticmethod
+    def _apply(task_writes: list[list[tuple[str, Any]]], channels: dict[str, Any]) -> None:
+        grouped: dict[str, list[Any]] = {}
+        for writes in task_writes:
+            for k, v in writes:
+                if k in channels:
+                    grouped.setdefault(k, []).append(v)
+        for k, values in grouped.items():
+            channels[k].update(values)
+
+
+def _updates(output: Any) -> tuple[list[tuple[str, Any]], set[str], list[Send]]:
+    """A node's state writes and ``Command``/``Send`` gotos (LangGraph's ``_get_updates``)."""
+    if output is None:
+        return [], set(), []
+    if isinstance(output, dict):
+        return list(output.items()), set(), []
+    if isinstance(output, Send):
+        return [], set(), [output]
+    if isinstance(output, Command):
+        if output.graph == Command.PARENT:
+            raise Unsupported("a Command to the parent graph")
+        goto = [output.goto] if isinstance(output.goto, (Send, str)) else list(output.goto)
+        nodes = {g for g in goto if isinstance(g, str) and g != END}
+        return list(output._update_as_tuples()), nodes, [g for g in goto if isinstance(g, Send)]
+    raise Unsupported(f"a node returned {type(output).__name__}")
+
+
+class _FastBridge:
+    """Answers ``decide()`` in place; names agents and counts steps as ``GraphRun`` does."""
+
+    def __init__(
+        self, act: Callable[[str, Any], Any], agent_nodes: Mapping[str, int], max_steps: int
+    ) -> None:
+        self.act = act
+        self.agent_nodes = agent_nodes
+        self.max_steps = max_steps
+        self.steps = 0  # environment steps before the current superstep
+        self.team_reward = 0.0
+        self.task = 0
+        self._names: list[str | None] = []
+        self._rounds: dict[int, int] = {}
+
+    def new_superstep(self, tasks: list[str]) -> None:
+        """Name the superstep's agent tasks (``<node>_<i>`` for fan-out nodes)."""
+        self._rounds = {}
+        if len(tasks) == 1:  # LangGraph runs a lone task inline; GraphRun names it by decide()
+            self._names = [None]
+            return
+        seen: dict[str, int] = {}
+        self._names = []
+        for n in tasks:
+            if n in self.agent_nodes:
+                i = seen[n] = seen.get(n, -1) + 1
+                self._names.append(f"{n}_{i}" if self.agent_nodes[n] > 1 else n)
+            else:
+                self._names.append(None)
+
+    def end_superstep(self) -> None:
+        """A superstep takes as many environment steps as its busiest task has decisions."""
+        self.steps += max(self._rounds.values(), default=0)
+
+    def decide(self, node: str, observation: Any) -> Any:
+        agent = self._names[self.task] or (
+            f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
+        )
+        r = self._rounds[self.task] = self._rounds.get(self.task, 0) + 1
+        if self.steps + r > self.max_steps:
+            if r > 1 and len(self._names) > 1:  # GraphRun would have asked others first
+                raise Unsupported("the decision limit falls inside a parallel superstep")
+            raise DecisionLimit
+        action = self.act(agent, observation)
+        if action is SkipNode:
+            raise SkipNode(agent)
+        return action
+
+    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
+        if agents is None:
+            self.team_reward += value
