@@ -6,6 +6,8 @@
 * ``gru`` pools use :class:`GRUModule` (recurrent actor-critic for partial observability).
 * ``mpnn`` pools use :class:`MessagePassingModule`: one round of message passing over the
   topology's channels, applied to the agent's own observation (see its docstring).
+* ``llm`` pools use :class:`~marl_agents.llm.rl_module.CausalLMModule` (a Hugging Face causal
+  LM sampling token ids with transformers wherever the module runs: env runners, learners).
 * ``scripted`` pools use :class:`marl_agents.scripted.ScriptedModule`.
 * ``checkpoint`` pools rebuild the module class stored in an earlier run's checkpoint and load
   its weights at build time (``load_state_path``) on the learner and every env runner.
@@ -270,6 +272,21 @@ def module_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
                 "hidden": list(m.hidden),
                 "activation": m.activation,
                 **_mpnn_layout(pool, env_config),
+            },
+            **spaces,
+        )
+    if m.type == "llm":
+        from marl_agents.llm.rl_module import CausalLMModule
+
+        return RLModuleSpec(
+            module_class=CausalLMModule,
+            model_config={
+                "model": m.llm_path,
+                "tiny_seed": m.tiny_seed,
+                "dtype": m.dtype,
+                "temperature": m.temperature,
+                "top_p": m.top_p,
+                "inference_temperature": m.inference_temperature,
             },
             **spaces,
         )

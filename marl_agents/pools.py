@@ -11,19 +11,22 @@ error that names the pool or agent and the fix.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
 
-ModelType = Literal["mlp", "gru", "mpnn", "scripted", "checkpoint"]
+ModelType = Literal["mlp", "gru", "mpnn", "llm", "scripted", "checkpoint"]
 Sharing = Literal["role", "agent", "team", "explicit"]
 
-MODEL_TYPES: tuple[str, ...] = ("mlp", "gru", "mpnn", "scripted", "checkpoint")
+MODEL_TYPES: tuple[str, ...] = ("mlp", "gru", "mpnn", "llm", "scripted", "checkpoint")
 #: model types whose weights never change (never in ``policies_to_train``).
 FROZEN_TYPES: tuple[str, ...] = ("scripted", "checkpoint")
 SHARING: tuple[str, ...] = ("role", "agent", "team", "explicit")
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "silu", "elu", "linear")
+LLM_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
 class PoolError(ValueError):
@@ -37,8 +40,10 @@ class ModelConfig:
     Attributes:
         type: ``"mlp"`` (feed-forward actor-critic), ``"gru"`` (recurrent, for partial
             observability), ``"mpnn"`` (message passing over the topology's channels),
-            ``"scripted"`` (a registered python policy, frozen by construction) or
-            ``"checkpoint"`` (a module loaded from an earlier run, frozen).
+            ``"llm"`` (a causal language model acting with token ids, for the text agents of
+            a text scenario: :class:`~marl_agents.llm.rl_module.CausalLMModule`, trained
+            with algorithm ``GRPO``), ``"scripted"`` (a registered python policy, frozen by
+            construction) or ``"checkpoint"`` (a module loaded from an earlier run, frozen).
         hidden: hidden layer sizes (``mlp``: the trunk; ``gru``/``mpnn``: the encoder before
             the recurrent / message layer).
         activation: hidden activation: ``tanh``, ``relu``, ``silu``, ``elu`` or ``linear``.
@@ -46,9 +51,19 @@ class ModelConfig:
         max_seq_len: sequence length the ``gru`` model trains on.
         policy: name of the scripted policy (``type="scripted"``), e.g.
             ``"delegate.scripted_worker"``; see :func:`marl_agents.scripted.list_scripted`.
-        path: checkpoint directory of an earlier run (``type="checkpoint"``): a run directory,
-            its ``checkpoint`` folder or any algorithm checkpoint.
+        path: ``checkpoint``: the checkpoint directory of an earlier run (a run directory,
+            its ``checkpoint`` folder or any algorithm checkpoint). ``llm``: ``"tiny"`` (the
+            378k-parameter model built in code; the default when ``None``) or a directory
+            saved with ``save_pretrained`` (model and tokenizer).
         module: the module id inside that checkpoint (default: this pool's id).
+        tiny_seed: ``llm`` with ``path: tiny``: the weight-init seed.
+        dtype: ``llm``: parameter dtype (``float32``, ``bfloat16``, ``float16``).
+        temperature: ``llm``: sampling temperature while exploring (the env runners sample
+            with transformers in process); a trained pool needs ``> 0`` (GRPO compares several
+            samples per task), a frozen one may decode greedily with ``0``.
+        top_p: ``llm``: nucleus sampling while exploring, in ``(0, 1]``.
+        inference_temperature: ``llm``: temperature of ``forward_inference`` (evaluation;
+            ``0``: greedy).
     """
 
     type: ModelType = "mlp"
@@ -59,14 +74,29 @@ class ModelConfig:
     policy: str | None = None
     path: str | None = None
     module: str | None = None
+    tiny_seed: int = 0
+    dtype: str = "float32"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    inference_temperature: float = 0.0
 
     @property
     def frozen(self) -> bool:
         """Whether this model can never learn (scripted or loaded from a checkpoint)."""
         return self.type in FROZEN_TYPES
 
-    def check(self, where: str) -> None:
-        """Validate the fields; ``where`` names the pool in error messages."""
+    @property
+    def llm_path(self) -> str:
+        """``llm``: the model (``"tiny"`` when ``path`` is unset)."""
+        return self.path or "tiny"
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        """Validate the fields; ``where`` names the pool in error messages.
+
+        Args:
+            where: the pool, e.g. ``"pool 'orchestrator'"``.
+            trained: the pool learns (an ``llm`` pool then needs ``temperature > 0``).
+        """
         if self.type not in MODEL_TYPES:
             raise PoolError(
                 f"{where}: unknown model type {self.type!r}; use one of {', '.join(MODEL_TYPES)}"
@@ -95,6 +125,32 @@ class ModelConfig:
             raise PoolError(
                 f"{where}: a checkpoint model needs model.path (a run directory or checkpoint)"
             )
+        if self.type == "llm":
+            self._check_llm(where, trained)
+
+    def _check_llm(self, where: str, trained: bool) -> None:
+        path = self.llm_path
+        if path != "tiny" and not (Path(path).expanduser() / "config.json").exists():
+            raise PoolError(
+                f"{where}: model {path!r} is neither 'tiny' nor a directory with a saved Hugging "
+                "Face model (config.json): save one with model.save_pretrained(dir) and "
+                "tokenizer.save_pretrained(dir), or use 'tiny'"
+            )
+        if self.dtype not in LLM_DTYPES:
+            raise PoolError(f"{where}: dtype={self.dtype!r}: use float32, bfloat16 or float16")
+        for name in ("temperature", "inference_temperature"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise PoolError(f"{where}: {name}={value} must be ≥ 0 (0: greedy)")
+        if trained and self.temperature == 0:
+            raise PoolError(
+                f"{where}: temperature={self.temperature} must be > 0 for a trained LLM: GRPO "
+                "compares several sampled answers per task, greedy decoding makes them identical"
+            )
+        if not 0 < self.top_p <= 1:
+            raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
+        if isinstance(self.tiny_seed, bool) or not isinstance(self.tiny_seed, int):
+            raise PoolError(f"{where}: tiny_seed must be an integer, got {self.tiny_seed!r}")
 
 
 @dataclasses.dataclass
@@ -234,6 +290,8 @@ def resolve_pools(
             model = frozen_defaults[role]
         else:
             model = ModelConfig()
+        if pid in trained:
+            model.check(f"pool {pid!r}", trained=True)
         out[pid] = AgentPool(pid, ids, model, obs, act, pid in trained, role)
     return out
 
@@ -273,13 +331,14 @@ def _trained_pools(
             if frozen(pid):
                 raise PoolError(
                     f"train lists {name!r}, but pool {pid!r} is {pools[pid].model.type} "
-                    "(frozen by construction): use model.type 'mlp', 'gru' or 'mpnn' to train it"
+                    "(frozen by construction): use model.type 'mlp', 'gru', 'mpnn' or 'llm' to "
+                    "train it"
                 )
             trained.add(pid)
     if not trained:
         raise PoolError(
             "nothing to train: every pool is frozen; list trainable pools in train or give a "
-            "pool a learnable model (mlp, gru, mpnn)"
+            "pool a learnable model (mlp, gru, mpnn, llm)"
         )
     return trained
 
@@ -295,6 +354,9 @@ def describe(pools: Mapping[str, AgentPool]) -> list[dict[str, Any]]:
             model = f"checkpoint {m.path}"
         elif m.type == "gru":
             model = f"gru {m.hidden}+{m.gru_size}"
+        elif m.type == "llm":
+            seed = f" (seed {m.tiny_seed})" if m.llm_path == "tiny" else ""
+            model = f"llm {m.llm_path}{seed}"
         else:
             model = f"{m.type} {m.hidden}"
         rows.append({"pool": p.id, "agents": p.agents, "model": model, "trained": p.trainable})

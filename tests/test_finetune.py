@@ -70,7 +70,7 @@ ERRORS = [
     ("orchestrator:\n  dtype: int8\n", "float32, bfloat16 or float16"),
     ("subagents: []\n", "subagents is empty"),
     ("subagents: [gpt]\n", "is not one of"),
-    ("subagents: [{type: hf}]\n", "needs path"),
+    ("subagents: [{type: hf}]\n", "needs 'path'"),
     ("subagents: [{type: hf, path: /nonexistent}]\n", "config.json"),
     ("subagents: [{type: vllm, url: 'http://localhost:8000'}]\n", "served model name"),
     ("subagents: [scripted, scripted, scripted]\ntopology: star:2\n", "3 specs for 2 workers"),
@@ -90,7 +90,7 @@ ERRORS = [
     ("grpo: {bogus: 1}\n", "unknown field"),
     ("budget: {iterations: null, time_s: null}\n", "budget has no limit"),
     ("budget: {iterations: -2}\n", "budget.iterations"),
-    ("resources: {num_gpus_per_learner: 1}\n", "num_learners: 1"),
+    ("resources: {num_gpus_per_learner: 1}\n", "num_learners=1"),
     ("resources: {num_env_runners: 64}\n", "lower resources.num_env_runners"),
     ("resources: {num_cpus: 100000}\n", "resources.num_cpus"),
     ("logging: {wandb: cloud}\n", "logging.wandb"),
@@ -110,7 +110,7 @@ def test_gpus_requested_but_absent(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     job = FinetuneJob.from_yaml("resources: {num_learners: 1, num_gpus_per_learner: 1}\n")
-    with pytest.raises(ConfigError, match=r"no GPU.*num_gpus_per_learner: 0"):
+    with pytest.raises(ConfigError, match=r"no GPU.*num_gpus_per_learner=0"):
         job.check()
 
 

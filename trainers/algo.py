@@ -4,6 +4,13 @@
 resources) in plain python; :func:`to_algorithm_config` turns the resolved plan into an
 ``AlgorithmConfig`` and calls ``.validate()``. Nothing here starts Ray: a bad config fails
 before any process is spawned, with a :class:`~trainers.config.ConfigError` naming the fix.
+
+LLM pools (``model.type: llm``) run with ``algorithm.name: GRPO``: the same conversion then
+builds :class:`~trainers.grpo_learner.GRPO` (the GRPO learner, whole episodes, the group
+schedule and loss knobs of ``algorithm.grpo``) over
+:class:`~trainers.grpo_learner.GroupedEnv` (``G`` rollouts of a task side by side), with a
+:class:`~marl_agents.llm.rl_module.CausalLMModule` per LLM pool. Fine-tuning jobs
+(:mod:`trainers.finetune`) convert to an :class:`ExperimentConfig` and come through here too.
 """
 
 from __future__ import annotations
@@ -81,19 +88,29 @@ def resolve(cfg: ExperimentConfig) -> Plan:
     Raises:
         ConfigError: the first problem found, naming the field and the fix: bad fields, an
             unknown scenario or topology, unknown agents or pools, a pool with no agents, an
-            agent in no pool, an unknown scripted policy or missing checkpoint, credit the
+            agent in no pool, an unknown scripted policy or missing checkpoint, an LLM pool
+            on agents that do not act with text (or a trained non-LLM pool on agents that
+            do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit the
             scenario cannot support, GPUs or CPUs the machine does not have.
+
+    For a text scenario (one declaring ``text_agents``) with LLM pools, the scenario's
+    ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
     """
     from scenarios.base import ScenarioError
-    from scenarios.registry import build
+    from scenarios.registry import build, get
     from topologies import Topology, TopologyError
 
     cfg.check()
+    try:
+        scenario_cls = get(cfg.scenario)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    kwargs = _text_kwargs(cfg, scenario_cls)
     topology: Any = cfg.topology
     try:
         if isinstance(topology, dict):
             topology = Topology.from_dict(topology)
-        scenario = build(cfg.scenario, topology, **cfg.scenario_kwargs)
+        scenario = build(cfg.scenario, topology, **kwargs)
     except (ScenarioError, TopologyError, TypeError) as exc:
         raise ConfigError(f"scenario {cfg.scenario!r}: {exc}") from None
     topo = scenario.topology
@@ -116,10 +133,12 @@ def resolve(cfg: ExperimentConfig) -> Plan:
     env_config = {
         "scenario": cfg.scenario,
         "topology": topology if topology is not None else topo.spec or topo,
-        "kwargs": dict(cfg.scenario_kwargs),
+        "kwargs": kwargs,
         "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
     }
     _check_models(cfg, pools, env_config)
+    _check_text(cfg, scenario, pools)
+    _check_algorithm(cfg, pools)
     _check_credit(cfg, scenario, agents)
     _check_resources(cfg)
     has_oracle = type(scenario).oracle_value is not _base_oracle()
@@ -173,6 +192,101 @@ def _check_models(
             raise ConfigError(
                 f"pool {pool.id!r}: {m.type} modules run with PPO or IMPALA; APPO needs a "
                 "target network (use model.type 'mlp' or algorithm PPO)"
+            )
+
+
+def _text_kwargs(cfg: ExperimentConfig, scenario_cls: type) -> dict[str, Any]:
+    """The scenario kwargs; a text scenario gets its LLM pools' tokenizer unless one is given.
+
+    Raises:
+        ConfigError: LLM pools on a scenario without text agents, or LLM pools of different
+            models and no ``scenario_kwargs.tokenizer``.
+    """
+    kwargs = dict(cfg.scenario_kwargs)
+    llm = {pid: p.model for pid, p in cfg.pools.items() if p.model.type == "llm"}
+    if not llm:
+        return kwargs
+    if not hasattr(scenario_cls, "text_agents"):
+        pid = next(iter(llm))
+        raise ConfigError(
+            f"pools.{pid}.model.type is 'llm' but scenario {cfg.scenario!r} has no text agents "
+            "(token-id observations and actions): use a text scenario (text-delegate, "
+            "text-toolchain) or a non-LLM model type (mlp, gru, mpnn)"
+        )
+    models = sorted({m.llm_path for m in llm.values()})
+    if "tokenizer" not in kwargs and models != ["tiny"]:
+        if len(models) > 1:
+            raise ConfigError(
+                f"LLM pools use different models {models} and the scenario renders one prompt "
+                "format: set scenario_kwargs.tokenizer to the tokenizer they share"
+            )
+        kwargs["tokenizer"] = models[0]  # prompts in the model's own tokens
+    return kwargs
+
+
+def _check_text(cfg: ExperimentConfig, scenario: Any, pools: Mapping[str, AgentPool]) -> None:
+    """LLM pools serve exactly text agents (text spaces); trained text agents are LLMs."""
+    text = set(getattr(scenario, "text_agents", ()))
+    for pool in pools.values():
+        m, where = pool.model, f"pool {pool.id!r}"
+        if m.type != "llm":
+            served = [a for a in pool.agents if a in text]
+            if served and pool.trainable:
+                raise ConfigError(
+                    f"{where} trains a {m.type} model for {served}, which act with token ids in "
+                    f"{scenario.id()}: set pools.{pool.id}.model.type: llm (and algorithm.name: "
+                    "GRPO), or freeze it (leave it out of train)"
+                )
+            continue
+        other = [a for a in pool.agents if a not in text]
+        if other:
+            raise ConfigError(
+                f"{where} is an LLM (model.type 'llm') but serves {other}, which do not act "
+                f"with text in {scenario.id()}: give them a pool of their own with another model"
+            )
+        from marl_agents.llm.rl_module import spaces_from
+
+        try:
+            spaces = spaces_from(pool.observation_space, pool.action_space)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        vocab = _model_vocab(m.llm_path)
+        if vocab is not None and vocab > spaces.vocab_size:
+            raise ConfigError(
+                f"{where}: model {m.llm_path!r} has {vocab} token ids but {scenario.id()}'s text "
+                f"spaces allow {spaces.vocab_size}: set scenario_kwargs.tokenizer to the "
+                "model's directory (or scenario_kwargs.vocab_size)"
+            )
+
+
+def _model_vocab(path: str) -> int | None:
+    """``vocab_size`` in a saved model's ``config.json`` (``None`` for ``tiny``)."""
+    if path == "tiny":
+        return None
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    return int(config["vocab_size"]) if "vocab_size" in config else None
+
+
+def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:
+    """LLM pools run with GRPO, and GRPO trains nothing but LLM pools."""
+    name = cfg.algorithm.name
+    llm = [p.id for p in pools.values() if p.model.type == "llm"]
+    if llm and name != "GRPO":
+        raise ConfigError(
+            f"pool(s) {llm} are LLMs (model.type 'llm'): they run with token-level GRPO; set "
+            f"algorithm.name: GRPO ({name} needs a value function, which a causal LM has not)"
+        )
+    if name == "GRPO":
+        other = [f"{p.id} ({p.model.type})" for p in pools.values()
+                 if p.trainable and p.model.type != "llm"]  # fmt: skip
+        if other:
+            raise ConfigError(
+                f"algorithm GRPO trains LLM pools only (token-level loss, no value function), "
+                f"but {', '.join(other)} would train: give them model.type 'llm', leave them "
+                "out of train (frozen), or use algorithm PPO"
             )
 
 
@@ -241,6 +355,12 @@ def _random_episode(scenario: Any, seed: int = 0) -> Any:
 def _check_resources(cfg: ExperimentConfig) -> None:
     res = cfg.resources
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
+    if res.num_gpus_per_learner > 0 and res.num_learners < 1:
+        raise ConfigError(
+            "resources.num_gpus_per_learner > 0 needs resources.num_learners ≥ 1 (RLlib puts GPU "
+            "learners in their own processes; with 0 it fails an assertion): set "
+            "resources.num_learners=1"
+        )
     if res.num_gpus_per_learner > 0 and not on_cluster:
         import torch
 
@@ -285,7 +405,11 @@ def algorithm_class(name: str) -> type:
         from ray.rllib.algorithms.impala import IMPALA
 
         return IMPALA
-    raise ConfigError(f"algorithm {name!r} is not supported: use PPO, APPO or IMPALA")
+    if name == "GRPO":
+        from trainers.grpo_learner import GRPO
+
+        return GRPO
+    raise ConfigError(f"algorithm {name!r} is not supported: use PPO, APPO, IMPALA or GRPO")
 
 
 def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
@@ -309,19 +433,28 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     plan = plan or resolve(cfg)
     algo = cfg.algorithm
     res = cfg.resources
+    grpo = algo.name == "GRPO"
     config = algorithm_class(algo.name).get_default_config()
-    config.environment(RLlibGraphEnv, env_config=plan.env_config)
+    if grpo:
+        from trainers.grpo_learner import GroupedEnv
+
+        config.environment(GroupedEnv, env_config=grpo_env_config(cfg, plan))
+    else:
+        config.environment(RLlibGraphEnv, env_config=plan.env_config)
     config.framework("torch")
     credit = cfg.credit.method != "team"
     # credit needs whole episodes; so do recurrent pools: RLlib 2.60 fails to recover the
-    # state of an agent that skips env steps at the start of a cut continuation chunk
+    # state of an agent that skips env steps at the start of a cut continuation chunk; GRPO
+    # scores whole episodes and samples a group as G sub-envs side by side
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
     stateful = any(isinstance(s.module_class, type) and issubclass(s.module_class, GRUModule)
                    for s in specs.values())  # fmt: skip
     config.env_runners(
         num_env_runners=res.num_env_runners,
-        num_envs_per_env_runner=res.num_envs_per_env_runner,
-        batch_mode="complete_episodes" if credit or stateful else "truncate_episodes",
+        num_envs_per_env_runner=(
+            algo.grpo_settings.group_size if grpo else res.num_envs_per_env_runner
+        ),
+        batch_mode="complete_episodes" if credit or stateful or grpo else "truncate_episodes",
         num_cpus_per_env_runner=1,
     )
     learners: dict[str, Any] = {
@@ -338,9 +471,17 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     )
     config.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
     config.training(**_training_kwargs(cfg))
+    if grpo:
+        g = algo.grpo_settings
+        config.grpo(
+            group_size=g.group_size,
+            groups_per_iteration=g.groups_per_iteration,
+            **dataclasses.asdict(g.loss),
+        )
     config.callbacks(EpisodeMetrics)
     config.debugging(seed=cfg.seed, log_level="ERROR")
-    config.reporting(metrics_num_episodes_for_smoothing=100)
+    smoothing = algo.grpo_settings.episodes_per_iteration if grpo else 100
+    config.reporting(metrics_num_episodes_for_smoothing=smoothing)
     try:
         config.validate()
     except (ValueError, TypeError, KeyError) as exc:
@@ -348,8 +489,26 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     return config
 
 
+def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
+    """The :class:`~trainers.grpo_learner.GroupedEnv` config: one task-seed stream from the
+    experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream
+    (the ``G`` rollouts of a group run side by side)."""
+    env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
+    return {**env_config, "seed": cfg.seed, "repeat": 1, "shared_seeds": True}
+
+
 def _training_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     a = cfg.algorithm
+    if a.name == "GRPO":
+        n = a.grpo_settings.episodes_per_iteration
+        return {
+            "lr": a.lr,
+            "train_batch_size_per_learner": n,
+            "minibatch_size": a.grpo_settings.minibatch_size or n,
+            "num_epochs": a.num_epochs,
+            "grad_clip": a.grad_clip,
+            **a.extra,
+        }
     kw: dict[str, Any] = {
         "lr": a.lr,
         "gamma": a.gamma,

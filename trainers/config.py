@@ -31,7 +31,7 @@ CreditEstimator = Literal["auto", "exact", "permutation", "antithetic", "kernel"
 
 CREDIT_METHODS: tuple[str, ...] = ("team", "local", "loo", "shapley")
 CREDIT_ESTIMATORS: tuple[str, ...] = ("auto", "exact", "permutation", "antithetic", "kernel")
-ALGORITHMS: tuple[str, ...] = ("PPO", "APPO", "IMPALA")
+ALGORITHMS: tuple[str, ...] = ("PPO", "APPO", "IMPALA", "GRPO")
 WANDB_MODES: tuple[str, ...] = ("offline", "online", "disabled")
 
 __all__ = [
@@ -43,11 +43,15 @@ __all__ = [
     "ConfigError",
     "CreditConfig",
     "ExperimentConfig",
+    "GRPOConfig",
+    "GRPOSettings",
     "LoggingConfig",
     "ModelConfig",
     "OutputConfig",
     "PoolConfig",
     "ResourcesConfig",
+    "from_plain",
+    "to_plain",
 ]
 
 
@@ -100,12 +104,121 @@ class CreditConfig:
             raise ConfigError(f"credit.exact_max must be in 0…16, got {self.exact_max}")
 
 
+LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+
+
+@dataclasses.dataclass
+class GRPOConfig:
+    """Knobs of the GRPO loss; the defaults follow DAPO (clip-higher, dynamic sampling).
+
+    Attributes:
+        clip_low: ratio lower bound is ``1 − clip_low``.
+        clip_high: ratio upper bound is ``1 + clip_high`` (clip-higher: > ``clip_low``).
+        scale_std: divide group-centred rewards by the group's std (GRPO); ``False`` only
+            centres them (Dr. GRPO).
+        adv_eps: added to the std.
+        dynamic_sampling: drop groups whose rewards are all equal.
+        dynamic_sampling_tol: a group is "all equal" when ``max − min <= tol``.
+        spurious_mask: mask spurious tokens (see :func:`spurious_token_mask`).
+        spurious_prob_max: a token is improbable when its probability is below this.
+        spurious_entropy_max: the policy is confident when the entropy (nats) is below this.
+        length_budget: target mean completion length in tokens (``None``: no budget).
+        dual_lr: step size ``η`` of the dual variable's update.
+        dual_init: initial value of the dual variable ``λ``.
+        kl_coef: weight of the k3 KL to the reference model (``0``: no KL, no reference).
+        format_penalty: subtracted from the reward of a sample with a malformed tool call.
+        loss_agg: ``"token_mean"`` (every unmasked token in the batch weighs the same,
+            DAPO), ``"seq_mean_token_mean"`` (mean over tokens, then over sequences,
+            GRPO), or ``"seq_mean_token_sum"`` (sum over tokens, mean over sequences).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    scale_std: bool = True
+    adv_eps: float = 1e-6
+    dynamic_sampling: bool = True
+    dynamic_sampling_tol: float = 0.0
+    spurious_mask: bool = False
+    spurious_prob_max: float = 0.05
+    spurious_entropy_max: float = 1.0
+    length_budget: float | None = None
+    dual_lr: float = 0.05
+    dual_init: float = 0.0
+    kl_coef: float = 0.0
+    format_penalty: float = 0.0
+    loss_agg: LossAgg = "token_mean"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(
+                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            )
+        if self.length_budget is not None and self.length_budget <= 0:
+            raise ValueError(f"length_budget must be > 0 tokens, got {self.length_budget}")
+        if self.loss_agg not in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"):
+            raise ValueError(f"unknown loss_agg {self.loss_agg!r}")
+
+
+@dataclasses.dataclass
+class GRPOSettings(GRPOConfig):
+    """Algorithm ``GRPO`` in an :class:`ExperimentConfig`: the loss knobs and the group schedule.
+
+    Every field of :class:`GRPOConfig` (the loss), plus:
+
+    Attributes:
+        group_size: ``G`` rollouts per task (the GRPO group; ≥ 2), sampled side by side as
+            ``G`` vector sub-envs sharing one task-seed stream (so
+            ``resources.num_envs_per_env_runner`` is replaced by ``G``).
+        groups_per_iteration: tasks per iteration: ``G · groups`` finished episodes per
+            iteration (``algorithm.train_batch_size`` is not used).
+        minibatch_size: rows per gradient step (``None``: the whole iteration);
+            ``algorithm.minibatch_size`` is not used.
+    """
+
+    group_size: int = 8
+    groups_per_iteration: int = 8
+    minibatch_size: int | None = None
+
+    @property
+    def episodes_per_iteration(self) -> int:
+        """``group_size · groups_per_iteration``."""
+        return self.group_size * self.groups_per_iteration
+
+    @property
+    def loss(self) -> GRPOConfig:
+        """The loss knobs alone (what the learner reads)."""
+        names = [f.name for f in dataclasses.fields(GRPOConfig)]
+        return GRPOConfig(**{n: getattr(self, n) for n in names})
+
+    def check(self, where: str = "algorithm.grpo") -> None:
+        """The group schedule (the loss knobs are checked when the object is built)."""
+        if isinstance(self.group_size, bool) or self.group_size < 2:
+            raise ConfigError(
+                f"{where}.group_size={self.group_size}: GRPO normalises rewards within a group, "
+                "so it needs ≥ 2 rollouts per task (8 is a good start)"
+            )
+        if self.groups_per_iteration < 1:
+            raise ConfigError(f"{where}.groups_per_iteration must be ≥ 1")
+        n = self.episodes_per_iteration
+        if self.minibatch_size is not None and not 1 <= self.minibatch_size <= n:
+            raise ConfigError(
+                f"{where}.minibatch_size={self.minibatch_size} must be in 1…{n} "
+                "(group_size · groups_per_iteration), or null for the whole iteration"
+            )
+
+
 @dataclasses.dataclass
 class AlgoConfig:
     """The RL algorithm and its main hyperparameters (RLlib new API stack).
 
+    ``GRPO`` (token-level GRPO, :mod:`trainers.grpo_learner`) is the algorithm of LLM pools
+    (``model.type: llm``); it is chosen explicitly, and ``resolve`` rejects LLM pools with
+    another algorithm and GRPO with trained non-LLM pools. It uses ``lr``, ``num_epochs``,
+    ``grad_clip``, ``extra`` and ``grpo`` (its batch is ``grpo.group_size ·
+    grpo.groups_per_iteration`` finished episodes; no value function, no GAE).
+
     Attributes:
-        name: ``"PPO"`` (default), ``"APPO"`` or ``"IMPALA"``.
+        name: ``"PPO"`` (default), ``"APPO"``, ``"IMPALA"`` or ``"GRPO"``.
         lr: learning rate.
         gamma: discount.
         gae_lambda: GAE λ (PPO, APPO).
@@ -118,6 +231,8 @@ class AlgoConfig:
         grad_clip: gradient norm clip (``None``: off).
         extra: more keyword arguments for ``AlgorithmConfig.training`` (named as RLlib names
             them), e.g. ``{"kl_coeff": 0.0}``.
+        grpo: ``GRPO`` only: the loss knobs and group schedule (``None``: the defaults of
+            :class:`GRPOSettings`).
     """
 
     name: str = "PPO"
@@ -132,6 +247,12 @@ class AlgoConfig:
     vf_loss_coeff: float = 0.5
     grad_clip: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    grpo: GRPOSettings | None = None
+
+    @property
+    def grpo_settings(self) -> GRPOSettings:
+        """``grpo``, or the defaults when it is unset."""
+        return self.grpo if self.grpo is not None else GRPOSettings()
 
     def check(self) -> None:
         """Field-level validation."""
@@ -139,6 +260,13 @@ class AlgoConfig:
             raise ConfigError(
                 f"algorithm.name={self.name!r} is not supported: use one of {', '.join(ALGORITHMS)}"
             )
+        if self.grpo is not None and self.name != "GRPO":
+            raise ConfigError(
+                f"algorithm.grpo is set but algorithm.name is {self.name!r}: set algorithm.name "
+                "to GRPO (for LLM pools) or remove algorithm.grpo"
+            )
+        if self.name == "GRPO":
+            self.grpo_settings.check()
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"algorithm.lr must be a positive number, got {self.lr}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
@@ -334,7 +462,7 @@ class ExperimentConfig:
     # ----- conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A plain, YAML-safe dict (nested dataclasses become dicts)."""
-        return _to_plain(self)
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
@@ -352,7 +480,7 @@ class ExperimentConfig:
             data["algorithm"] = {"name": data["algorithm"]}
         if isinstance(data.get("credit"), str):
             data["credit"] = {"method": data["credit"]}
-        return _from_plain(cls, data, "config")
+        return from_plain(cls, data, "config")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         """YAML text of :meth:`to_dict` (field order kept); also written to ``path`` if given."""
@@ -411,7 +539,12 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 # ----- generic dataclass <-> plain conversion -----------------------------------------------
-def _to_plain(value: Any) -> Any:
+def to_plain(value: Any) -> Any:
+    """A dataclass (nested dataclasses, dicts, lists) as plain YAML-safe values.
+
+    Floats stay floats (``0`` in a ``float`` field is written ``0.0``), so a YAML round trip
+    through :func:`from_plain` gives back an equal object.
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         hints = _hints(type(value))
         out = {}
@@ -420,12 +553,12 @@ def _to_plain(value: Any) -> Any:
             floaty = hints[f.name] in (float, float | None)
             if floaty and isinstance(item, int) and not isinstance(item, bool):
                 item = float(item)  # 0 and 0.0 must write the same YAML
-            out[f.name] = _to_plain(item)
+            out[f.name] = to_plain(item)
         return out
     if isinstance(value, dict):
-        return {str(k): _to_plain(v) for k, v in value.items()}
+        return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     return value
 
 
@@ -438,7 +571,16 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _from_plain(cls: type, data: Any, where: str) -> Any:
+def from_plain(cls: type, data: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from plain values (:func:`to_plain` output or hand-written YAML).
+
+    Values are checked against the field types (nested dataclasses, lists, dicts, unions,
+    ``Literal``); ``where`` names the object in errors (``"config"`` → ``config.algorithm.lr``).
+
+    Raises:
+        ConfigError: an unknown field (the message lists the valid ones), a wrong type, or a
+            value the dataclass itself rejects (a ``ValueError`` from ``__post_init__``).
+    """
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
@@ -449,7 +591,12 @@ def _from_plain(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where}: unknown field(s) {unknown}; valid fields are {names}")
     hints = _hints(cls)
     kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:
@@ -477,7 +624,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if tp is PoolConfig and isinstance(value, str):
             value = {"model": {"type": value}}
-        return _from_plain(tp, value, where)
+        return from_plain(tp, value, where)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}")

@@ -9,7 +9,11 @@ bad field with a :class:`~trainers.config.ConfigError` that names the fix, befor
 :func:`run_finetune` builds the RLlib algorithm (:class:`~trainers.grpo_learner.GRPO`: the
 orchestrator is a :class:`~marl_agents.llm.rl_module.CausalLMModule` in ``policies_to_train``,
 the subagents run frozen inside the environment), trains to the budget with a progress bar and
-writes a run directory:
+writes a run directory. The algorithm is built by the one conversion of experiments,
+:func:`trainers.algo.to_algorithm_config`, from :meth:`FinetuneJob.to_experiment`: a job is an
+:class:`~trainers.config.ExperimentConfig` with one LLM pool and algorithm GRPO, so the same
+training can also run through :func:`trainers.train` and :func:`trainers.sweep`. The run
+directory:
 
 * ``job.yaml`` — the job, written first;
 * ``metrics.jsonl`` — one line per iteration (``charts/…`` from the episodes, e.g.
@@ -44,8 +48,20 @@ from typing import Any, Literal
 
 import yaml
 
-from trainers.config import ConfigError, _from_plain, _to_plain
-from trainers.grpo import GRPOConfig
+from marl_agents.pools import ModelConfig, PoolConfig, PoolError
+from trainers.config import (
+    AlgoConfig,
+    BudgetConfig,
+    ConfigError,
+    ExperimentConfig,
+    GRPOConfig,
+    GRPOSettings,
+    LoggingConfig,
+    OutputConfig,
+    ResourcesConfig,
+    from_plain,
+    to_plain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +243,7 @@ class FinetuneJob:
     # ----- YAML --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A plain, YAML-safe dict."""
-        return _to_plain(self)
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> FinetuneJob:
@@ -247,13 +263,7 @@ class FinetuneJob:
             subs = [subs]
         if isinstance(subs, list):
             data["subagents"] = [{"type": s} if isinstance(s, str) else s for s in subs]
-        grpo = data.get("grpo")
-        if isinstance(grpo, dict):
-            try:
-                data["grpo"] = _from_plain(GRPOConfig, grpo, "job.grpo")
-            except ValueError as exc:
-                raise ConfigError(f"grpo: {exc}") from None
-        return _from_plain(cls, data, "job")
+        return from_plain(cls, data, "job")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         """YAML text (field order kept); also written to ``path`` if given."""
@@ -298,44 +308,97 @@ class FinetuneJob:
             "subagents": [s.to_spec() for s in self.subagents],
         }
 
+    def orchestrator_model(self) -> ModelConfig:
+        """The orchestrator as an LLM pool's model (:class:`~marl_agents.pools.ModelConfig`)."""
+        o = self.orchestrator
+        return ModelConfig(
+            type="llm",
+            path=o.model,
+            tiny_seed=o.tiny_seed,
+            dtype=o.dtype,
+            temperature=o.temperature,
+            top_p=o.top_p,
+        )
+
+    def to_experiment(self) -> ExperimentConfig:
+        """The job as an :class:`~trainers.config.ExperimentConfig`: the orchestrator is the one
+        trained LLM pool, the algorithm is GRPO, the subagents are ``scenario_kwargs``.
+
+        :func:`algorithm_config` converts this with :func:`trainers.algo.to_algorithm_config`,
+        so a job and the equivalent experiment build the same RLlib algorithm.
+
+        Raises:
+            ValueError: a GRPO knob the loss rejects (:meth:`check` names it).
+        """
+        t, b, r, lg = self.training, self.budget, self.resources, self.logging
+        return ExperimentConfig(
+            scenario=self.scenario,
+            scenario_kwargs=self.scenario_args(),
+            topology=self.topology,
+            pools={
+                ORCHESTRATOR: PoolConfig(agents=[ORCHESTRATOR], model=self.orchestrator_model())
+            },
+            train=[ORCHESTRATOR],
+            algorithm=AlgoConfig(
+                name="GRPO",
+                lr=t.lr,
+                num_epochs=t.num_epochs,
+                grad_clip=t.grad_clip,
+                grpo=GRPOSettings(
+                    group_size=t.group_size,
+                    groups_per_iteration=t.groups_per_iteration,
+                    minibatch_size=t.minibatch_size,
+                    **dataclasses.asdict(self.grpo),
+                ),
+            ),
+            budget=BudgetConfig(iterations=b.iterations, time_s=b.time_s),
+            seed=self.seed,
+            resources=ResourcesConfig(
+                num_env_runners=r.num_env_runners,
+                num_envs_per_env_runner=t.group_size,
+                num_learners=r.num_learners,
+                num_gpus_per_learner=r.num_gpus_per_learner,
+                num_cpus=r.num_cpus,
+            ),
+            logging=LoggingConfig(wandb=lg.wandb, project=lg.project, progress=lg.progress),
+            output=OutputConfig(dir=self.output_dir, name=self.name, checkpoint_every=0),
+        )
+
     def check(self) -> FinetuneJob:
         """Validate every field (the scenario is built; nothing of Ray starts); returns ``self``.
+
+        The job's own fields are checked here (errors name them); the rest — scenario,
+        subagent specs, budget, resources, logging, seed — by
+        :func:`trainers.algo.resolve` on :meth:`to_experiment`.
 
         Raises:
             ConfigError: the first problem, naming the field and the fix.
         """
+        self.plan()
+        return self
+
+    def plan(self) -> Any:
+        """Check the job (see :meth:`check`) and return its resolved :class:`~trainers.algo.Plan`.
+
+        Raises:
+            ConfigError: the first problem, naming the field and the fix.
+        """
+        from trainers.algo import resolve
+
         self._check_orchestrator()
         self._check_subagents()
         self._check_training()
-        self._check_budget()
-        self._check_resources()
-        if self.logging.wandb not in WANDB_MODES:
-            raise ConfigError(
-                f"logging.wandb={self.logging.wandb!r} is unknown: use one of "
-                f"{', '.join(WANDB_MODES)}"
-            )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be an integer ≥ 0, got {self.seed!r}")
-        self.build_scenario()
-        return self
+        try:
+            experiment = self.to_experiment()
+        except ValueError as exc:
+            raise ConfigError(f"grpo: {exc}") from None
+        return resolve(experiment)
 
     def _check_orchestrator(self) -> None:
-        o = self.orchestrator
-        if o.model != "tiny" and not (Path(o.model).expanduser() / "config.json").exists():
-            raise ConfigError(
-                f"orchestrator.model={o.model!r} is neither 'tiny' nor a directory with a saved "
-                "Hugging Face model (config.json): save one with model.save_pretrained(dir) and "
-                "tokenizer.save_pretrained(dir), or use 'tiny'"
-            )
-        if o.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"orchestrator.dtype={o.dtype!r}: use float32, bfloat16 or float16")
-        if not (o.temperature > 0 and math.isfinite(o.temperature)):
-            raise ConfigError(
-                f"orchestrator.temperature={o.temperature} must be > 0: GRPO compares several "
-                "sampled answers per task, greedy decoding makes them identical"
-            )
-        if not 0 < o.top_p <= 1:
-            raise ConfigError(f"orchestrator.top_p={o.top_p} must be in (0, 1]")
+        try:
+            self.orchestrator_model().check("orchestrator", trained=True)
+        except PoolError as exc:
+            raise ConfigError(str(exc)) from None
         for key in ("tokenizer", "subagents"):
             if key in self.scenario_kwargs:
                 raise ConfigError(
@@ -344,145 +407,30 @@ class FinetuneJob:
                 )
 
     def _check_subagents(self) -> None:
+        # types here (the YAML loader checks them too); paths, urls, keys and counts are the
+        # scenario's checks, run by resolve()
         if not self.subagents:
             raise ConfigError("subagents is empty: give one spec for all workers, e.g. [scripted]")
         for i, s in enumerate(self.subagents):
-            where = f"subagents[{i}]"
             if s.type not in SUBAGENT_TYPES:
                 raise ConfigError(
-                    f"{where}.type={s.type!r}: use one of {', '.join(SUBAGENT_TYPES)}"
+                    f"subagents[{i}].type={s.type!r}: use one of {', '.join(SUBAGENT_TYPES)}"
                 )
-            if s.type == "hf":
-                ok = s.path == "tiny" or (
-                    s.path is not None and (Path(s.path).expanduser() / "config.json").exists()
-                )
-                if not ok:
-                    raise ConfigError(
-                        f"{where}: an hf subagent needs path: a saved model directory (with "
-                        f"config.json) or 'tiny'; got {s.path!r}"
-                    )
-            if s.type == "vllm" and not (s.url and s.model):
-                raise ConfigError(
-                    f"{where}: a vllm subagent needs url (e.g. http://localhost:8000) and model "
-                    "(the served model name); start one with marl_agents.llm.VLLMServer"
-                )
-            if s.max_new_tokens < 1:
-                raise ConfigError(f"{where}.max_new_tokens must be ≥ 1")
 
     def _check_training(self) -> None:
         t = self.training
-        if t.group_size < 2:
-            raise ConfigError(
-                f"training.group_size={t.group_size}: GRPO normalises rewards within a group, "
-                "so it needs ≥ 2 rollouts per task (8 is a good start)"
-            )
-        if t.groups_per_iteration < 1:
-            raise ConfigError("training.groups_per_iteration must be ≥ 1")
+        group = GRPOSettings(
+            group_size=t.group_size,
+            groups_per_iteration=t.groups_per_iteration,
+            minibatch_size=t.minibatch_size,
+        )
+        group.check("training")
         if not (t.lr > 0 and math.isfinite(t.lr)):
             raise ConfigError(f"training.lr must be a positive number, got {t.lr}")
         if t.num_epochs < 1:
             raise ConfigError("training.num_epochs must be ≥ 1")
-        if (
-            t.minibatch_size is not None
-            and not 1 <= t.minibatch_size <= self.episodes_per_iteration
-        ):
-            raise ConfigError(
-                f"training.minibatch_size={t.minibatch_size} must be in 1…"
-                f"{self.episodes_per_iteration} (group_size · groups_per_iteration), or null "
-                "for the whole batch"
-            )
         if t.grad_clip is not None and not t.grad_clip > 0:
             raise ConfigError("training.grad_clip must be > 0 or null")
-        try:
-            GRPOConfig(**dataclasses.asdict(self.grpo))
-        except ValueError as exc:
-            raise ConfigError(f"grpo: {exc}") from None
-
-    def _check_budget(self) -> None:
-        b = self.budget
-        if b.iterations is None and b.time_s is None:
-            raise ConfigError("budget has no limit: set budget.iterations or budget.time_s")
-        for name, value in (("iterations", b.iterations), ("time_s", b.time_s)):
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"budget.{name} must be positive or null, got {value!r}")
-
-    def _check_resources(self) -> None:
-        r = self.resources
-        if r.num_learners < 0 or r.num_env_runners < 0 or r.num_gpus_per_learner < 0:
-            raise ConfigError("resources: counts must be ≥ 0")
-        if r.num_gpus_per_learner > 0:
-            if r.num_learners < 1:
-                raise ConfigError(
-                    "resources.num_gpus_per_learner > 0 needs resources.num_learners ≥ 1 (RLlib "
-                    "puts GPU learners in their own processes); set num_learners: 1"
-                )
-            if not os.environ.get("RAY_ADDRESS"):
-                import torch
-
-                if torch.cuda.device_count() == 0:
-                    raise ConfigError(
-                        f"resources.num_gpus_per_learner={r.num_gpus_per_learner} but this "
-                        "machine has no GPU (RLlib would wait for one forever): set "
-                        "resources.num_gpus_per_learner: 0 (CPU), or RAY_ADDRESS to a cluster "
-                        "with GPUs"
-                    )
-        if os.environ.get("RAY_ADDRESS"):
-            return
-        machine = os.cpu_count() or 1
-        if r.num_cpus is not None and not 1 <= r.num_cpus <= machine:
-            raise ConfigError(
-                f"resources.num_cpus={r.num_cpus}: this machine has {machine} CPUs; set 1…"
-                f"{machine} or null"
-            )
-        available = r.num_cpus or machine
-        learner_cpus = r.num_learners if r.num_gpus_per_learner == 0 else 0
-        needed = 1 + r.num_env_runners + learner_cpus
-        if needed > available:
-            raise ConfigError(
-                f"resources need {needed} CPUs (driver + {r.num_env_runners} env runners + "
-                f"{learner_cpus} learners) but {available} are available: lower "
-                "resources.num_env_runners / num_learners (0 runs them in the driver)"
-            )
-
-    def build_scenario(self) -> Any:
-        """The scenario instance (checks the scenario, topology and kwargs).
-
-        Raises:
-            ConfigError: an unknown scenario, bad arguments, or a scenario whose orchestrator
-                does not act with text spaces.
-        """
-        import scenarios.text_delegate  # noqa: F401  (registers text-delegate)
-        from marl_agents.llm.rl_module import spaces_from
-        from scenarios.base import ScenarioError
-        from scenarios.registry import build, get
-        from topologies import TopologyError
-
-        try:
-            cls = get(self.scenario)
-        except ScenarioError as exc:
-            raise ConfigError(str(exc)) from None
-        if ORCHESTRATOR not in getattr(cls, "text_agents", ()):
-            raise ConfigError(
-                f"scenario {self.scenario!r} has no orchestrator acting with text (token ids): "
-                "fine-tuning jobs need a text scenario such as text-delegate"
-            )
-        try:
-            scenario = build(self.scenario, self.topology, **self.scenario_args())
-        except (ScenarioError, TopologyError, TypeError) as exc:
-            raise ConfigError(f"scenario {self.scenario!r}: {exc}") from None
-        try:
-            spaces_from(
-                scenario.observation_space(ORCHESTRATOR), scenario.action_space(ORCHESTRATOR)
-            )
-        except TypeError as exc:
-            raise ConfigError(f"scenario {self.scenario!r}: {exc}") from None
-        n = getattr(scenario, "n_workers", None)
-        if n is not None and len(self.subagents) not in (1, n):
-            raise ConfigError(
-                f"subagents lists {len(self.subagents)} specs for {n} workers of {self.topology}: "
-                "give one spec for all workers or exactly one per worker"
-            )
-        return scenario
 
 
 # ----- running ------------------------------------------------------------------------------
@@ -505,79 +453,16 @@ class FinetuneResult:
     summary: dict[str, Any]
 
 
-def algorithm_config(job: FinetuneJob, scenario: Any = None) -> Any:
-    """The validated :class:`~trainers.grpo_learner.GRPOAlgorithmConfig` of ``job``."""
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+def algorithm_config(job: FinetuneJob, plan: Any = None) -> Any:
+    """The validated :class:`~trainers.grpo_learner.GRPOAlgorithmConfig` of ``job``.
 
-    from marl_agents.llm.rl_module import CausalLMModule
-    from trainers.algo import EpisodeMetrics
-    from trainers.grpo_learner import GroupedEnv, GRPOAlgorithmConfig
+    It is :func:`trainers.algo.to_algorithm_config` of :meth:`FinetuneJob.to_experiment`
+    (``plan``: the job's :meth:`FinetuneJob.plan`, when already computed).
+    """
+    from trainers.algo import to_algorithm_config
 
-    scenario = scenario or job.build_scenario()
-    t, r, o = job.training, job.resources, job.orchestrator
-    n = job.episodes_per_iteration
-    spec = RLModuleSpec(
-        module_class=CausalLMModule,
-        observation_space=scenario.observation_space(ORCHESTRATOR),
-        action_space=scenario.action_space(ORCHESTRATOR),
-        model_config={
-            "model": o.model,
-            "tiny_seed": o.tiny_seed,
-            "dtype": o.dtype,
-            "temperature": o.temperature,
-            "top_p": o.top_p,
-        },
-    )
-    env_config = {
-        "scenario": job.scenario,
-        "topology": job.topology,
-        "kwargs": job.scenario_args(),
-        "seed": job.seed,
-        "repeat": 1,
-        "shared_seeds": True,
-    }
-    config = (
-        GRPOAlgorithmConfig()
-        .environment(GroupedEnv, env_config=env_config)
-        .framework("torch")
-        .env_runners(
-            num_env_runners=r.num_env_runners,
-            num_envs_per_env_runner=t.group_size,
-            num_cpus_per_env_runner=1,
-        )
-        .learners(num_learners=r.num_learners, num_gpus_per_learner=r.num_gpus_per_learner)
-        .multi_agent(
-            policies=[ORCHESTRATOR],
-            policy_mapping_fn=_to_orchestrator,
-            policies_to_train=[ORCHESTRATOR],
-        )
-        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={ORCHESTRATOR: spec}))
-        .training(
-            lr=t.lr,
-            train_batch_size_per_learner=n,
-            minibatch_size=t.minibatch_size or n,
-            num_epochs=t.num_epochs,
-            grad_clip=t.grad_clip,
-        )
-        .grpo(
-            group_size=t.group_size,
-            groups_per_iteration=t.groups_per_iteration,
-            **dataclasses.asdict(job.grpo),
-        )
-        .callbacks(EpisodeMetrics)
-        .debugging(seed=job.seed, log_level="ERROR")
-        .reporting(metrics_num_episodes_for_smoothing=n)
-    )
-    try:
-        config.validate()
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(f"RLlib rejected the job: {exc}") from exc
-    return config
-
-
-def _to_orchestrator(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
-    return ORCHESTRATOR
+    plan = plan or job.plan()
+    return to_algorithm_config(plan.cfg, plan)
 
 
 def run_finetune(
@@ -606,10 +491,9 @@ def run_finetune(
         setup_process,
     )
 
-    job.check()
-    scenario = job.build_scenario()
+    plan = job.plan()
     quiet_ray_logs()
-    config = algorithm_config(job, scenario)
+    config = algorithm_config(job, plan)
     setup_process()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run = fresh_dir(job.output_dir, job.name or f"finetune__{job.scenario}__{job.seed}__{stamp}")

@@ -35,63 +35,31 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 import torch
 
-LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+# the knobs are a config dataclass like the others (YAML, sweeps); re-exported here
+from trainers.config import GRPOConfig, LossAgg
 
-
-@dataclasses.dataclass
-class GRPOConfig:
-    """Knobs of the GRPO loss; the defaults follow DAPO (clip-higher, dynamic sampling).
-
-    Attributes:
-        clip_low: ratio lower bound is ``1 − clip_low``.
-        clip_high: ratio upper bound is ``1 + clip_high`` (clip-higher: > ``clip_low``).
-        scale_std: divide group-centred rewards by the group's std (GRPO); ``False`` only
-            centres them (Dr. GRPO).
-        adv_eps: added to the std.
-        dynamic_sampling: drop groups whose rewards are all equal.
-        dynamic_sampling_tol: a group is "all equal" when ``max − min <= tol``.
-        spurious_mask: mask spurious tokens (see :func:`spurious_token_mask`).
-        spurious_prob_max: a token is improbable when its probability is below this.
-        spurious_entropy_max: the policy is confident when the entropy (nats) is below this.
-        length_budget: target mean completion length in tokens (``None``: no budget).
-        dual_lr: step size ``η`` of the dual variable's update.
-        dual_init: initial value of the dual variable ``λ``.
-        kl_coef: weight of the k3 KL to the reference model (``0``: no KL, no reference).
-        format_penalty: subtracted from the reward of a sample with a malformed tool call.
-        loss_agg: ``"token_mean"`` (every unmasked token in the batch weighs the same,
-            DAPO), ``"seq_mean_token_mean"`` (mean over tokens, then over sequences,
-            GRPO), or ``"seq_mean_token_sum"`` (sum over tokens, mean over sequences).
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    scale_std: bool = True
-    adv_eps: float = 1e-6
-    dynamic_sampling: bool = True
-    dynamic_sampling_tol: float = 0.0
-    spurious_mask: bool = False
-    spurious_prob_max: float = 0.05
-    spurious_entropy_max: float = 1.0
-    length_budget: float | None = None
-    dual_lr: float = 0.05
-    dual_init: float = 0.0
-    kl_coef: float = 0.0
-    format_penalty: float = 0.0
-    loss_agg: LossAgg = "token_mean"
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ValueError(
-                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
-            )
-        if self.length_budget is not None and self.length_budget <= 0:
-            raise ValueError(f"length_budget must be > 0 tokens, got {self.length_budget}")
-        if self.loss_agg not in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"):
-            raise ValueError(f"unknown loss_agg {self.loss_agg!r}")
+__all__ = [
+    "GRPOConfig",
+    "LengthDual",
+    "LossAgg",
+    "PackedBatch",
+    "Segment",
+    "aggregate",
+    "clipped_token_loss",
+    "compute_advantages",
+    "dynamic_sampling_mask",
+    "group_advantages",
+    "grpo_loss",
+    "kl_k3",
+    "pack_segments",
+    "shape_rewards",
+    "spurious_token_mask",
+    "token_entropy",
+    "token_logprobs",
+]
 
 
 # ----- rewards and advantages -------------------------------------------------------------
