@@ -68,9 +68,10 @@ class Timing:
     replays: list[float] = field(default_factory=list)
     coalitions: list[float] = field(default_factory=list)
     players: list[float] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
 
-    def median(self, name: str) -> float:
-        values = getattr(self, name)
+    def median(self, name: str, first: int | None = None) -> float:
+        values = getattr(self, name)[:first]
         return statistics.median(values) if values else float("nan")
 
 
@@ -94,6 +95,7 @@ def record(algo: Any, timing: Timing) -> None:
     result = algo.train()
     timing.seconds.append(time.perf_counter() - start)
     runners = result.get("env_runners", {})
+    timing.returns.append(float(runners.get("episode_return_mean", float("nan"))))
     timing.episodes.append(float(runners.get("num_episodes", float("nan"))))
     cost = result.get("learners", {}).get("credit_cost")
     if cost:
@@ -194,7 +196,12 @@ def connector_probe(sizes: list[int], episodes: int, method: str, estimator: str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4, 5, 6])
-    parser.add_argument("--iterations", type=int, default=4, help="timed iterations per method")
+    parser.add_argument(
+        "--iterations", type=int, default=20, help="timed training iterations per method"
+    )
+    parser.add_argument(
+        "--early", type=int, default=4, help="iterations that make the early (random-policy) ratio"
+    )
     parser.add_argument(
         "--method", default="shapley", choices=["shapley", "loo", "local"], help="credit method"
     )
@@ -218,24 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"delegate, PPO (trainers.algo defaults), credit={args.method}"
         f"{'/' + args.estimator if args.method == 'shapley' else ''} vs team; "
-        f"median of {args.iterations} alternating iterations after one warm-up each"
+        f"{args.iterations} alternating iterations after one warm-up each; 'early': ratio of "
+        f"the medians of the first {args.early} (random policies), 'run': ratio of total times"
     )
     header = (
-        f"{'n':>2} {'topology':>8} {'team s/it':>9} {'cred s/it':>9} {'ratio':>6} "
-        f"{'eps/it':>6} {'players':>7} {'replays/ep':>10} {'coal/ep':>7} {'credit s/it':>11}"
+        f"{'n':>2} {'topology':>8} {'team s/it':>9} {'cred s/it':>9} {'early':>6} "
+        f"{'eps/it':>6} {'players':>7} {'replays/ep':>10} {'coal/ep':>7} {'credit s/it':>11} "
+        f"{'run':>6} {'team ret':>8} {'cred ret':>8}"
     )
     print(header)
     print("-" * len(header))
     try:
         for n in args.sizes:
             team, shap = measure(n, args.iterations, args.method, args.estimator, args.seed)
-            ratio = shap.median("seconds") / team.median("seconds")
+            k = args.early
+            early = shap.median("seconds", k) / team.median("seconds", k)
+            run = sum(shap.seconds) / sum(team.seconds)
             print(
-                f"{n:>2} {f'star:{n - 1}':>8} {team.median('seconds'):>9.2f} "
-                f"{shap.median('seconds'):>9.2f} {ratio:>5.2f}x {shap.median('episodes'):>6.0f} "
-                f"{shap.median('players'):>7.2f} "
-                f"{shap.median('replays'):>10.1f} {shap.median('coalitions'):>7.1f} "
-                f"{shap.median('credit_seconds'):>11.2f}",
+                f"{n:>2} {f'star:{n - 1}':>8} {team.median('seconds', k):>9.2f} "
+                f"{shap.median('seconds', k):>9.2f} {early:>5.2f}x "
+                f"{shap.median('episodes', k):>6.0f} {shap.median('players', k):>7.2f} "
+                f"{shap.median('replays', k):>10.1f} {shap.median('coalitions', k):>7.1f} "
+                f"{shap.median('credit_seconds', k):>11.2f} {run:>5.2f}x "
+                f"{team.returns[-1]:>8.2f} {shap.returns[-1]:>8.2f}",
                 flush=True,
             )
     finally:

@@ -112,6 +112,7 @@ class FastGraph:
         out = compiled.output_channels
         self.output_keys = [out] if isinstance(out, str) else list(out)
         self.reads = {n: list(compiled.nodes[n].channels) for n in builder.nodes}
+        self.reads_all = {n for n, r in self.reads.items() if set(r) >= set(self.state_keys)}
         self.funcs = {n: _plain_function(s.runnable) for n, s in builder.nodes.items()}
         self.static: dict[str, list[str]] = {}
         for src, dst in builder.edges:
@@ -168,7 +169,8 @@ class FastGraph:
         barriers: list[set[str]] = [set() for _ in self.joins]
         # LangGraph's START task: the input's state keys, then START's edges and routers
         writes = [(k, v) for k, v in inputs.items() if k in self.input_keys]
-        pulls, sends = self._route(START, dict(inputs), writes, channels)
+        state = self._snapshot(channels)
+        pulls, sends = self._route(START, dict(inputs), writes, channels, state)
         self._apply([writes], channels)
         steps = 0  # node supersteps
         while pulls or sends:
@@ -178,7 +180,7 @@ class FastGraph:
             for i, (srcs, end) in enumerate(self.joins):
                 if end in pulls and barriers[i] == srcs:
                     barriers[i].clear()  # the join is consumed by its end node
-            state = {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
+            state = self._snapshot(channels)
             bridge.new_superstep([t[0] for t in tasks])
             results = []
             for i, (name, arg, push) in enumerate(tasks):
@@ -195,7 +197,7 @@ class FastGraph:
                         raise
                     output = None
                 writes, goto_nodes, goto_sends = _updates(output)
-                nxt, snd = self._route(name, output, writes, channels)
+                nxt, snd = self._route(name, output, writes, channels, state)
                 results.append((writes, nxt | goto_nodes, [*goto_sends, *snd]))
             bridge.end_superstep()
             # LangGraph applies a superstep's writes by task path: pulls by name, pushes by index
@@ -218,8 +220,22 @@ class FastGraph:
                 raise RecursionLimit(bridge.team_reward)
         return {k: ch.get() for k in self.output_keys if (ch := channels[k]).is_available()}
 
+    def _snapshot(self, channels: dict[str, Any]) -> dict[str, Any]:
+        return {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
+
+    def _read(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
+        """A pull task's input: the superstep's state, restricted to the keys its node reads."""
+        if name in self.reads_all:
+            return dict(state)
+        return {k: state[k] for k in self.reads[name] if k in state}
+
     def _route(
-        self, name: str, output: Any, writes: list[tuple[str, Any]], channels: dict[str, Any]
+        self,
+        name: str,
+        output: Any,
+        writes: list[tuple[str, Any]],
+        channels: dict[str, Any],
+        state: dict[str, Any],
     ) -> tuple[set[str], list[Send]]:
         """Nodes triggered and packets sent by ``name``'s static edges and routers."""
         nxt = set(self.static.get(name, ()))
@@ -227,7 +243,7 @@ class FastGraph:
         routers = self.routers.get(name)
         if not routers:
             return nxt, sends
-        fresh = self._fresh(writes, channels)
+        fresh = self._fresh(writes, channels, state)
         for path, ends, passthrough in routers:
             value = {**output, **fresh} if passthrough and isinstance(output, dict) else fresh
             result = path(value)
@@ -241,20 +257,25 @@ class FastGraph:
                     nxt.add(dest)
         return nxt, sends
 
-    def _fresh(self, writes: list[tuple[str, Any]], channels: dict[str, Any]) -> dict[str, Any]:
+    def _fresh(
+        self, writes: list[tuple[str, Any]], channels: dict[str, Any], state: dict[str, Any]
+    ) -> dict[str, Any]:
         """The state with one task's writes applied (what its routers read)."""
         mine: dict[str, list[Any]] = {}
         for k, v in writes:
             if k in channels:
                 mine.setdefault(k, []).append(v)
-        out = {}
-        for k in self.state_keys:
-            ch = channels[k]
-            if k in mine:
-                ch = ch.copy()
-                ch.update(mine[k])
+        if not mine.keys() <= state.keys():  # a key becomes available: keep the schema's order
+            state = {k: None for k in self.state_keys if k in state or k in mine}
+            state.update({k: channels[k].get() for k in state if k not in mine})
+        out = dict(state)
+        for k, values in mine.items():
+            ch = channels[k].copy()
+            ch.update(values)
             if ch.is_available():
                 out[k] = ch.get()
+            else:
+                del out[k]
         return out
 
     @staticmethod
