@@ -263,6 +263,8 @@ def test_train_runs_an_llm_experiment(llm_run):
     for row in rows:
         assert row["charts/episodes"] == 4  # G · groups finished episodes per iteration
         assert "charts/team_return" in row and "charts/format_ok" in row
+        for key in ("total_loss", "entropy", "mean_kl_loss"):
+            assert f"losses/orchestrator/{key}" in row, key
     assert (run / "checkpoint" / "algorithm_state.pkl").exists()
     assert result.final_checkpoint == run / "checkpoint"
     assert ExperimentConfig.from_yaml(run / "config.yaml") == cfg

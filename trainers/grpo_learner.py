@@ -47,8 +47,10 @@ from typing import Any
 import numpy as np
 import torch
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.algorithms.ppo.ppo import LEARNER_RESULTS_KL_KEY
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import ENTROPY_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
@@ -323,6 +325,11 @@ class GRPOLearner(TorchLearner):
                 stats["entropy"] = float((entropy * own).sum() / own.sum())
             stats["advantage_abs_mean"] = float(adv.abs().mean()) if len(adv) else 0.0
         self.metrics.log_dict({f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1)
+        # also under RLlib's standard names, which train()'s metrics (losses/<pool>/…) report
+        standard = {LEARNER_RESULTS_KL_KEY: stats["kl"]}
+        if "entropy" in stats:
+            standard[ENTROPY_KEY] = stats["entropy"]
+        self.metrics.log_dict(standard, key=module_id, window=1)
         if self._fresh:
             self.metrics.log_value((module_id, "grpo/logprob_gap_fresh"), gap, window=1)
         return loss
