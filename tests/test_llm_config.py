@@ -317,3 +317,34 @@ def test_sweep_runs_an_llm_trial(tmp_path, ray_session):
     assert trial["params"] == {"algorithm.grpo.clip_high": 0.25}
     saved = ExperimentConfig.from_yaml(Path(trial["run_dir"]) / "config.yaml")
     assert saved.algorithm.grpo.clip_high == 0.25 and saved.algorithm.name == "GRPO"
+
+
+def test_an_iteration_where_no_trained_agent_acts_skips_the_update(ray_session):
+    """text-toolchain chain:2: the frozen greedy agent_0 never passes the turn, so the trained
+    agent_1 never acts; the iteration must not reach RLlib's learner with an empty batch."""
+    from ray.rllib.utils.metrics import ALL_MODULES
+
+    from trainers.grpo_learner import SKIPPED_UPDATES
+
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": "text-toolchain",
+            "topology": "chain:2",
+            "scenario_kwargs": {"max_prompt_tokens": 256, "max_new_tokens": 16, "max_turns": 4},
+            "sharing": "agent",
+            "pools": {
+                "agent_0": {"model": {"type": "llm", "temperature": 0.0}},
+                "agent_1": {"model": {"type": "llm", "tiny_seed": 1}},
+            },
+            "train": ["agent_1"],
+            "algorithm": {"name": "GRPO", "grpo": {"group_size": 2, "groups_per_iteration": 1}},
+        }
+    )
+    algo = to_algorithm_config(cfg).build_algo()
+    try:
+        result = algo.train()
+        assert result["env_runners"]["num_episodes"] == 2
+        assert "agent_1/return" not in result["env_runners"].get("agent_episode_returns_mean", {})
+        assert result["learners"][ALL_MODULES][SKIPPED_UPDATES] == 1
+    finally:
+        algo.stop()

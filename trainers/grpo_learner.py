@@ -77,6 +77,9 @@ ADVANTAGES = "advantages"
 GRPO_KEEP = "grpo_keep"
 #: ``learner_config_dict`` key holding the :class:`~trainers.grpo.GRPOConfig` fields.
 CONFIG_KEY = "grpo"
+#: learner-results counter (``ALL_MODULES``): iterations whose episodes had no step of a trained
+#: module, so no update ran.
+SKIPPED_UPDATES = "grpo_skipped_updates"
 
 
 # ----- group sampling (env side) ------------------------------------------------------------
@@ -423,6 +426,11 @@ class GRPO(PPO):
             if not episodes:
                 return
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        if not any(self._trains(m) for m in episode_modules(episodes)):
+            # no trained agent acted (e.g. a frozen agent used up every turn): nothing to learn,
+            # and RLlib's learner cannot update on a batch without a trained module
+            self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, SKIPPED_UPDATES), 1, reduce="sum")
+            return
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             learner_results = self.learner_group.update(
                 episodes=episodes,
@@ -447,6 +455,23 @@ class GRPO(PPO):
                 policies=modules,
                 inference_only=True,
             )
+
+    def _trains(self, module_id: str) -> bool:
+        """Whether ``module_id`` is in ``policies_to_train``."""
+        which = self.config.policies_to_train
+        if which is None:
+            return True
+        return which(module_id, None) if callable(which) else module_id in which
+
+
+def episode_modules(episodes: list[Any]) -> set[str]:
+    """The module ids that acted (stepped at least once) in multi-agent ``episodes``."""
+    return {
+        sa.module_id
+        for episode in episodes
+        for sa in episode.agent_episodes.values()
+        if sa.module_id is not None and len(sa) > 0
+    }
 
 
 def sample_episodes(group: Any, n: int) -> tuple[list[Any], list[Any]]:
