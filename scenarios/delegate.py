@@ -307,9 +307,9 @@ class Delegate(Scenario):
         return float(np.random.default_rng([task_seed, round_, part, worker]).random())
 
     def _coerce(self, agent: str, action: Any) -> np.ndarray:
-        a = np.asarray(action).reshape(-1).astype(np.int64)
+        a = np.asarray(action, dtype=np.int64).reshape(-1)
         space = self.action_space(agent)
-        if a.shape != space.shape or (a < 0).any() or (a >= space.nvec).any():
+        if a.shape != space.shape or not ((a >= 0) & (a < space.nvec)).all():
             raise ValueError(f"{agent} action {action!r} is outside {space}")
         return a
 

@@ -28,6 +28,7 @@ LangGraph replays and stops using the fast path if one differs.
 from __future__ import annotations
 
 import contextvars
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -108,7 +109,13 @@ class FastGraph:
         self.agent_nodes = dict(agent_nodes)
         self.state_keys = list(builder.channels)
         self.input_keys = set(builder.schemas[builder.input_schema])
-        self.templates = {k: compiled.channels[k] for k in self.state_keys}
+        #: empty channels to copy per run (from_checkpoint builds each from its type: slower)
+        self.templates = {k: compiled.channels[k].from_checkpoint(MISSING) for k in self.state_keys}
+        self.containers = {
+            k
+            for k, t in self.templates.items()
+            if isinstance(t, BinaryOperatorAggregate) and t.value is not MISSING
+        }
         out = compiled.output_channels
         self.output_keys = [out] if isinstance(out, str) else list(out)
         self.reads = {n: list(compiled.nodes[n].channels) for n in builder.nodes}
@@ -165,7 +172,9 @@ class FastGraph:
     def _run(
         self, inputs: Mapping[str, Any], bridge: _FastBridge, skip: bool, limit: int
     ) -> dict[str, Any]:
-        channels = {k: t.from_checkpoint(MISSING) for k, t in self.templates.items()}
+        channels = {k: t.copy() for k, t in self.templates.items()}
+        for k in self.containers:  # a reducer's fresh initial value (``typ()``), never shared
+            channels[k].value = copy.copy(channels[k].value)
         barriers: list[set[str]] = [set() for _ in self.joins]
         # LangGraph's START task: the input's state keys, then START's edges and routers
         writes = [(k, v) for k, v in inputs.items() if k in self.input_keys]
