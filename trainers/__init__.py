@@ -36,6 +36,8 @@ _EXPORTS = {
     "sweep": "trainers.sweep",
     "FinetuneJob": "trainers.finetune",
     "run_finetune": "trainers.finetune",
+    "GRPOConfig": "trainers.config",
+    "GRPOSettings": "trainers.config",
     "GRPO": "trainers.grpo_learner",
     "GRPOLearner": "trainers.grpo_learner",
 }

@@ -519,7 +519,6 @@ def run_finetune(
                 result = algo.train()
                 it = int(result.get("training_iteration", it + 1))
                 row = flatten_result(result, {ORCHESTRATOR: ORCHESTRATOR}, set())
-                row.update(_learner_row(result))
                 history.append(row)
                 out.write(json.dumps(row) + "\n")
                 out.flush()
@@ -555,16 +554,6 @@ def run_finetune(
     if console is not None:
         _print_summary(console, summary)
     return FinetuneResult(run, history, model_dir, checkpoint, summary)
-
-
-def _learner_row(result: dict[str, Any]) -> dict[str, Any]:
-    stats = (result.get("learners") or {}).get(ORCHESTRATOR) or {}
-    row = {}
-    for key, value in stats.items():
-        if isinstance(key, str) and (key.startswith("grpo/") or key == "total_loss"):
-            with contextlib.suppress(TypeError, ValueError):
-                row[f"losses/{ORCHESTRATOR}/{key}"] = float(value)
-    return row
 
 
 def _save_model(algo: Any, path: Path) -> None:

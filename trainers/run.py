@@ -180,7 +180,8 @@ def flatten_result(
     """Namespaced metrics of one ``algo.train()`` result.
 
     ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction and
-    the scenario's metrics; ``losses/<pool>/…`` for learning pools; ``<agent>/return`` and
+    the scenario's metrics; ``losses/<pool>/…`` for learning pools (PPO's losses, and GRPO's
+    ``grpo/…`` statistics such as ``logprob_gap_fresh``); ``<agent>/return`` and
     ``<agent>/credit`` per agent.
     """
     out: dict[str, Any] = {}
@@ -217,9 +218,9 @@ def flatten_result(
     for pool, stats in learners.items():
         if not isinstance(stats, Mapping) or pool in frozen:
             continue
-        for key in LOSS_KEYS:
-            if key in stats:
-                out[f"losses/{pool}/{key}"] = _num(stats[key])
+        for key, value in stats.items():
+            if key in LOSS_KEYS or (isinstance(key, str) and key.startswith("grpo/")):
+                out[f"losses/{pool}/{key}"] = _num(value)
     for key, value in _walk(learners):
         parts = key.split("/")
         if "credit" in parts[:-1] and parts[-1] in agent_to_pool:
