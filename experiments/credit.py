@@ -56,7 +56,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "estimators": {"ns": (4,), "games": 3, "seeds": 3, "relay_topology": "star:3"},
     },
     "default": {
-        "iterations": {"relay": 8, "delegate": 20},
+        "iterations": {"relay": 6, "delegate": 20},
         "eval": 100,
         "estimators": {"ns": (4, 8), "games": 12, "seeds": 10, "relay_topology": "star:7"},
     },

@@ -43,7 +43,7 @@ PUBLISHED = (
 PARL_RATIO = 4.5
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"n": (2,), "iterations": 2, "eval": 3, "reference": 10},
-    "default": {"n": (2, 4, 8), "iterations": 25, "eval": 100, "reference": 200},
+    "default": {"n": (2, 4, 8), "iterations": 20, "eval": 100, "reference": 200},
     "full": {"n": (2, 3, 4, 5, 6, 7, 8), "iterations": 60, "eval": 200, "reference": 500},
 }
 MAX_TYPES = 4
@@ -87,11 +87,11 @@ def oracle_reference(n: int, mode: str, episodes: int) -> dict[str, Any]:
     import numpy as np
 
     from scenarios.engine import run_inline
-    from scenarios.registry import build
     from trainers.evaluate import EVAL_SEED
 
-    scenario = build("delegate", f"star:{n}", **task(n), parallel=mode == "parallel")
     started = time.time()
+    kwargs = {**task(n), "parallel": mode == "parallel"}
+    scenario = harness.scenario_env("delegate", f"star:{n}", kwargs).scenario  # shared oracle
     graph = scenario.build_graph().compile()
     rows = []
     for seed in range(EVAL_SEED, EVAL_SEED + episodes):

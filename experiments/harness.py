@@ -169,14 +169,40 @@ def compact_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: environments by (scenario, topology, kwargs), kept for the whole process (see scenario_env).
+_ENVS: dict[str, Any] = {}
+
+
+def scenario_env(scenario: str, topology: Any, kwargs: Mapping[str, Any]) -> Any:
+    """One :class:`~scenarios.engine.GraphEnv` per scenario setting for the whole process.
+
+    Evaluations of several seeds (and oracle references) then share one scenario instance and
+    whatever it caches: ``delegate``'s exact oracle fills its dynamic-programming tables lazily,
+    which took about 80 s for ``star:8`` with 8 parts in sequential mode.
+    """
+    key = json.dumps([scenario, topology, dict(kwargs)], sort_keys=True, default=str)
+    if key not in _ENVS:
+        from scenarios.registry import make
+
+        _ENVS[key] = make(scenario, topology=topology, **dict(kwargs))
+    return _ENVS[key]
+
+
 def evaluation(checkpoint: Path, episodes: int) -> dict[str, Any]:
-    """Greedy evaluation of ``checkpoint``: the summary of :func:`trainers.evaluate.evaluate`
-    plus the mean of every scenario metric over the episodes (``metrics``)."""
+    """Greedy evaluation of ``checkpoint`` as :func:`trainers.evaluate.evaluate` does it (same
+    episode runner, seeds and summary, no per-agent credit), on the process-wide environment of
+    its scenario; plus the mean of every scenario metric over the episodes (``metrics``)."""
     import numpy as np
 
-    from trainers.evaluate import evaluate
+    from trainers.evaluate import EVAL_SEED, _episode, _summarise, load_team
+    from trainers.run import setup_process
 
-    result = evaluate(checkpoint, episodes, show=False, credit="team")
+    setup_process()
+    cfg, plan, policy = load_team(checkpoint)
+    ec = plan.env_config
+    env = scenario_env(ec["scenario"], ec.get("topology"), ec.get("kwargs", {}))
+    rows = [_episode(env, policy, EVAL_SEED + i, "team", cfg) for i in range(episodes)]
+    result = _summarise(rows, plan.agents)
     keys = sorted({k for ep in result.episodes for k in ep["metrics"]})
     metrics = {
         k: float(np.mean([ep["metrics"][k] for ep in result.episodes if k in ep["metrics"]]))

@@ -37,7 +37,7 @@ PUBLISHED = (
 )
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"iterations": 2, "eval": 3},
-    "default": {"iterations": 30, "eval": 100},
+    "default": {"iterations": 25, "eval": 100},
     "full": {"iterations": 100, "eval": 200},
 }
 ORCHESTRATOR = {"model": {"type": "mlp", "hidden": [64, 64]}}

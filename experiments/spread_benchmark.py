@@ -13,7 +13,7 @@ were not tuned for this task.
 The reference is EPyMARL's benchmark paper (cited below). Its returns use another reward
 convention, so both numbers are reported: our native team return and an EPyMARL-convention
 equivalent computed from the same episodes' distances and collisions (``epymarl_return`` in
-this script). Our budget is far smaller than the paper's 20M env steps: the default is 60k env
+this script). Our budget is far smaller than the paper's 20M env steps: the default is 50k env
 steps per seed, ``--full`` 1M (about an hour per seed on 2 cores).
 
 Run: ``python -m experiments.spread_benchmark`` (``--full``, ``--smoke``).
@@ -39,7 +39,7 @@ N_AGENTS = 3
 STEPS = 25
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"env_steps": 256, "eval": 2, "random": 5},
-    "default": {"env_steps": 60_000, "eval": 50, "random": 200},
+    "default": {"env_steps": 50_000, "eval": 50, "random": 200},
     "full": {"env_steps": 1_000_000, "eval": 100, "random": 500},
 }
 
