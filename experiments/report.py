@@ -113,7 +113,7 @@ def section(
             f"**No results yet.** Run `{default_cmd}` (then `python -m experiments.report`).",
             "",
         ]
-        body = ""
+        body = module.report([], fig)  # what a claim shows without data (e.g. its reference)
     else:
         cmds = commands(records) or [default_cmd]
         head += [

@@ -69,11 +69,15 @@ REFERENCE: dict[str, Any] = {
         "agents (maintainer: github.com/uoe-agents/epymarl/issues/29)"
     ),
     "verified": (
-        "The values and the budget were taken from a secondary transcription of Table 3 (a "
-        "public repository's sanity-check script) and agree with the EPyMARL maintainers' "
-        "statements in issues #9 and #29; the paper's PDF could not be opened from this "
-        "machine. Check them against the PDF before quoting; the IPPO row is left empty for "
-        "that reason."
+        "the paper's PDF could not be opened from this machine. The values, the 20M/2M budgets "
+        "and the 25-step episodes come from a secondary transcription of Table 3 (a public "
+        "repository's sanity-check script for MPE Spread). The reward convention comes from "
+        "the EPyMARL maintainers (github.com/uoe-agents/epymarl/issues/29: MPE returns in the "
+        "paper are divided by the number of agents; the same thread reports random play at "
+        "about −700 before that division, which matches the self-collision term: see "
+        "epymarl_return). In issue #9 a maintainer gives 40M on-policy / 4M off-policy env "
+        "steps in a discussion of SMAC, so check the paper's MPE budget too. Check every "
+        "number against the PDF before quoting it; the IPPO row is left empty for that reason."
     ),
 }
 
@@ -231,22 +235,26 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
                 an.fmt([_converted(r, "eval") for r in rs], digits=1),
             ]
         )
-    out += [
-        an.table(
-            [
-                "ours",
-                "seeds / episodes",
-                "env steps",
-                "final return (native)",
-                "best return (native)",
-                "EPyMARL convention: final",
-                "EPyMARL convention: best",
-                "EPyMARL convention: greedy eval",
-            ],
-            rows,
-        ),
-        "",
-    ]
+    out += (
+        []
+        if not rows
+        else [
+            an.table(
+                [
+                    "ours",
+                    "seeds / episodes",
+                    "env steps",
+                    "final return (native)",
+                    "best return (native)",
+                    "EPyMARL convention: final",
+                    "EPyMARL convention: best",
+                    "EPyMARL convention: greedy eval",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    )
     mappo = ref["values"].get("MAPPO")
     if groups and mappo is not None:
         rs = next(iter(groups.values()))
