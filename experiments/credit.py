@@ -13,6 +13,12 @@ Target scores, fixed before running:
   episodes, 3-iteration moving average);
 * ``relay``: a team return of 0.9 (the answer is exact in 90% of episodes; the optimum is 1).
 
+Each scenario also gets a lower target of 0.5 (half of the oracle; for ``relay``, exact answers
+in half of the episodes, which needs at least two of the three bits to get through; random play
+scores 1/8), because pilot runs with team credit reached only 0.19 on ``relay`` after 6,000 env
+steps and 0.67 of the oracle on ``delegate`` after 20,000: within the default budget the main
+targets may not be reached by any method.
+
 Reported: env steps to the target (or "not reached"), final return, greedy evaluation, and the
 wall time each method costs (Shapley and leave-one-out replay every episode).
 
@@ -44,10 +50,10 @@ PUBLISHED = (
 )
 METHODS = ("team", "local", "loo", "shapley")
 SCENARIOS = ("relay", "delegate")
-#: scenario → (training metric, target, description)
-TARGETS: dict[str, tuple[str, float, str]] = {
-    "delegate": ("oracle_fraction", 0.8, "80% of the oracle's expected return"),
-    "relay": ("team_return", 0.9, "team return 0.9 (exact answer in 90% of episodes)"),
+#: scenario → (training metric, main target, description, a lower second target)
+TARGETS: dict[str, tuple[str, float, str, float]] = {
+    "delegate": ("oracle_fraction", 0.8, "80% of the oracle's expected return", 0.5),
+    "relay": ("team_return", 0.9, "team return 0.9 (exact answer in 90% of episodes)", 0.5),
 }
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {
@@ -56,7 +62,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "estimators": {"ns": (4,), "games": 3, "seeds": 3, "relay_topology": "star:3"},
     },
     "default": {
-        "iterations": {"relay": 6, "delegate": 20},
+        "iterations": {"relay": 8, "delegate": 20},
         "eval": 100,
         "estimators": {"ns": (4, 8), "games": 12, "seeds": 10, "relay_topology": "star:7"},
     },
@@ -247,7 +253,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
     if present:
         f, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 4), squeeze=False)
     for i, scenario in enumerate(present):
-        key, target, text = TARGETS[scenario]
+        key, target, text, lower = TARGETS[scenario]
         rows, finals, notes = [], {}, []
         for method in METHODS:
             name = f"{scenario}-{method}"
@@ -255,7 +261,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             if not rs:
                 if name in unsupported:
                     notes.append(f"- {scenario} · {method} did not run: {unsupported[name]}")
-                rows.append([method, 0, "n/a" if name in unsupported else "not run"] + ["—"] * 4)
+                rows.append([method, 0, "n/a" if name in unsupported else "not run"] + ["—"] * 5)
                 continue
             finals[method] = [an.final(r, "team_return") for r in rs]
             wall = an.stats(h.get("iteration_s") for r in rs for h in r["history"])["mean"]
@@ -263,6 +269,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
                 [
                     method,
                     len(rs),
+                    an.fmt_steps([an.steps_to(r, key, lower) for r in rs]),
                     an.fmt_steps([an.steps_to(r, key, target) for r in rs]),
                     an.fmt(finals[method]),
                     an.fmt([an.final(r, "oracle_fraction") for r in rs], pct=True),
@@ -271,14 +278,15 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
                 ]
             )
         out += [
-            f"**{scenario}** (`star:3`, joint training; target: {text}, 3-iteration moving "
-            f"average of the training `{key}`).",
+            f"**{scenario}** (`star:3`, joint training; target: {text}, and a lower one of "
+            f"{lower:g}; 3-iteration moving average of the training `{key}`).",
             "",
             an.table(
                 [
                     "credit",
                     "seeds",
-                    "env steps to target",
+                    f"env steps to {lower:g}",
+                    f"env steps to {target:g}",
                     "final return",
                     "final % of oracle",
                     "greedy eval return",
