@@ -242,11 +242,12 @@ def curves(
     key: str,
     labels: Mapping[str, str] | None = None,
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> None:
     """Mean (line) and min–max over seeds (band) of ``key`` against env steps per group, on a
-    common grid up to the shortest run; each seed as a thin line."""
+    common grid up to the shortest run; each seed as a thin line. ``colors``: group → color."""
     for i, (name, rs) in enumerate(groups.items()):
-        color = f"C{i}"
+        color = (colors or {}).get(name, f"C{i}")
         data = [series(r, key) for r in rs]
         data = [(x, y) for x, y in data if len(x)]
         if not data:

@@ -307,7 +307,9 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             out.append("")
         sub = {m: groups[f"{scenario}-{m}"] for m in METHODS if f"{scenario}-{m}" in groups}
         ax = axes[0][i]
-        an.curves(ax, sub, key, {m: m for m in sub})
+        an.curves(
+            ax, sub, key, {m: m for m in sub}, colors={m: f"C{METHODS.index(m)}" for m in sub}
+        )
         ax.axhline(target, color="k", linestyle=":", linewidth=1, label="target")
         ax.set_ylabel(f"training {key}")
         ax.set_title(scenario, fontsize=10)

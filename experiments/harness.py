@@ -34,6 +34,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# before torch is imported anywhere: extra OpenMP threads only spin-wait on a small CPU box
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `bench` (a plain folder) and this checkout's packages
     sys.path.insert(0, str(ROOT))
