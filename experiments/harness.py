@@ -11,8 +11,9 @@ Every claim script builds a list of :class:`Condition` objects for a budget (``s
 3. optionally evaluates the final checkpoint greedily (:func:`trainers.evaluate.evaluate`);
 4. writes ``<out>/<claim>/<budget>/<condition>/seed<k>.json`` atomically.
 
-A seed whose JSON exists is skipped, so an interrupted claim resumes where it stopped, and the
-report can be rebuilt from the JSON files alone. One Ray instance serves every run of a process
+A seed whose JSON exists with the same config is skipped, so an interrupted claim resumes where
+it stopped (a changed config is trained again), and the report can be rebuilt from the JSON
+files alone. One Ray instance serves every run of a process
 (started here, before the first run, and shut down at the end; :func:`trainers.run.train`
 leaves a Ray it did not start running).
 """
@@ -259,7 +260,9 @@ def run_claim(
     *,
     describe: Callable[[dict[str, Any]], str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every condition for seeds ``0 … seeds-1``, skipping those already saved.
+    """Run every condition for seeds ``0 … seeds-1``, skipping those already saved with the
+    same config (a saved run whose config differs, e.g. after a budget change, is redone and
+    overwritten, so one budget directory never mixes settings).
 
     Conditions are interleaved by seed (seed 0 of every condition first), so a claim stopped
     early still has comparable arms. Returns the records (loaded for skipped seeds).
@@ -276,9 +279,15 @@ def run_claim(
                 done += 1
                 path = ctx.record_path(cond.name, seed)
                 if path.exists():
-                    records.append(read_json(path))
-                    ctx.log(f"({done}/{total}) {cond.name} seed {seed}: saved, skipped")
-                    continue
+                    saved = read_json(path)
+                    if saved.get("config") == plain(make_config(ctx, cond, seed).to_dict()):
+                        records.append(saved)
+                        ctx.log(f"({done}/{total}) {cond.name} seed {seed}: saved, skipped")
+                        continue
+                    ctx.log(
+                        f"({done}/{total}) {cond.name} seed {seed}: saved with another config "
+                        "(the script's budget or settings changed): training again"
+                    )
                 ctx.log(f"({done}/{total}) {cond.name} seed {seed}: training…")
                 try:
                     record = run_seed(ctx, cond, seed)
@@ -343,6 +352,11 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
     os.replace(tmp, path)
+
+
+def plain(data: Any) -> Any:
+    """``data`` as it reads back from JSON (tuples become lists…), for comparisons."""
+    return json.loads(json.dumps(data, default=_json_default))
 
 
 def read_json(path: Path) -> Any:

@@ -61,6 +61,17 @@ def test_smoke_resumes_without_retraining(smoke: Any) -> None:
     again = orchestrator_only.main(["--smoke", "--seeds", "1", "--out", str(out), "--quiet"])
     assert {p: p.stat().st_mtime_ns for p in paths} == before
     assert sorted(r["created"] for r in again) == sorted(r["created"] for r in records)
+    # a run saved with another config (say, an older budget) is trained again, not mixed in
+    joint = out / "orchestrator_only" / "smoke" / "joint-star3" / "seed0.json"
+    stale = json.loads(joint.read_text())
+    stale["config"]["budget"]["iterations"] = 99
+    joint.write_text(json.dumps(stale))
+    orchestrator_only.main(["--smoke", "--seeds", "1", "--out", str(out), "--quiet"])
+    redone = json.loads(joint.read_text())
+    assert redone["config"]["budget"]["iterations"] == 2 and redone["iterations"] == 2
+    assert redone["created"] >= stale["created"]
+    others = [p for p in paths if p != joint]
+    assert {p: p.stat().st_mtime_ns for p in others} == {p: before[p] for p in others}
 
 
 @pytest.mark.usefixtures("ray_session")
