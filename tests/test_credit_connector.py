@@ -617,3 +617,25 @@ def test_one_ppo_iteration_with_shapley_credit(ray_session: Any) -> None:
     cost = {k: v.peek() if hasattr(v, "peek") else v for k, v in learners["credit_cost"].items()}
     assert cost["episodes"] > 0 and cost["coalitions"] >= cost["episodes"]
     assert "orchestrator" in learners["credit"]
+
+
+def test_workers_spread_episodes_over_ray_actors_with_the_same_credits(ray_session) -> None:
+    """credit.workers=2 replays part of a batch in a Ray actor: same credits, same counts."""
+    env_config = {**DELEGATE, "topology": "star:2"}
+    env = RLlibGraphEnv(env_config)
+    batch = [sample(env, s, random_policy(env, s)) for s in range(12)]
+    serial = connector(env_config, method="shapley").assign_all(batch)
+    batch = [sample(env, s, random_policy(env, s)) for s in range(12)]
+    parallel = connector(env_config, method="shapley", workers=2)
+    records = parallel.assign_all(batch)
+    assert parallel._actors is not None and len(parallel._actors) == 1
+    assert [r.seed for r in records] == [r.seed for r in serial]
+    for s, p in zip(serial, records, strict=True):
+        assert p.credits == s.credits
+        assert (p.replays, p.verified) == (s.replays, s.verified)
+    assert parallel.totals["episodes"] == 12
+    # the rewrite reached the episodes: terminal rewards are the credits
+    for ep, rec in zip(batch, records, strict=True):
+        for agent, credit in rec.credits.items():
+            rewards = ep.agent_episodes[agent].get_rewards()
+            assert rewards[-1] == pytest.approx(credit + (sum(rewards[:-1]) * 0))

@@ -530,6 +530,16 @@ def _training_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     return kw
 
 
+def credit_workers(cfg: ExperimentConfig) -> int:
+    """Replay processes for credit: ``credit.workers``, or the cores the trainer leaves idle."""
+    if cfg.credit.workers is not None:
+        return cfg.credit.workers
+    res = cfg.resources
+    cpus = res.num_cpus or os.cpu_count() or 1
+    learners = res.num_learners if res.num_gpus_per_learner == 0 else 0
+    return max(1, min(8, cpus - res.num_env_runners - learners))
+
+
 def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
     try:
         from trainers.credit_connector import make_credit_connector
@@ -542,8 +552,9 @@ def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
         ) from None
     from trainers.credit_connector import CreditError
 
+    credit = dataclasses.replace(cfg.credit, workers=credit_workers(cfg))
     try:
-        factory = make_credit_connector(cfg.credit, plan.env_config)
+        factory = make_credit_connector(credit, plan.env_config)
     except CreditError as exc:
         raise ConfigError(f"credit: {exc}") from None
     out: dict[str, Any] = {"learner_connector": factory}

@@ -76,6 +76,10 @@ class CreditConfig:
         exact_max: Largest team for which ``"auto"`` computes exact Shapley values.
         normalize: Standardise advantages per agent after GAE (matters when agents share a
             module; see ``trainers.credit_connector.PerAgentAdvantageNormalization``).
+        workers: Processes that replay episodes for ``loo``/``shapley``, counting the learner
+            itself (extra ones are Ray actors): ``None`` uses the cores the trainer leaves idle
+            (CPUs − 1 driver − env runners − CPU learners, at least 1, at most 8). Credits do
+            not depend on it.
     """
 
     method: CreditMethod = "team"
@@ -84,9 +88,14 @@ class CreditConfig:
     repeats: int = 1
     exact_max: int = 8
     normalize: bool = False
+    workers: int | None = None
 
     def check(self) -> None:
         """Field-level validation (what the scenario supports is checked in ``resolve``)."""
+        if self.workers is not None and not 1 <= self.workers <= 64:
+            raise ConfigError(
+                f"credit.workers must be null (the idle cores) or 1…64, got {self.workers}"
+            )
         if self.method not in CREDIT_METHODS:
             raise ConfigError(
                 f"credit.method={self.method!r} is unknown: use one of {', '.join(CREDIT_METHODS)}"

@@ -101,6 +101,7 @@ __all__ = [
     "CreditConnectorFactory",
     "CreditError",
     "CreditPPOTorchLearner",
+    "CreditWorker",
     "EpisodeCredit",
     "EpisodeReplays",
     "PerAgentAdvantageNormalization",
@@ -155,6 +156,7 @@ class _CreditSettings:
     budget: int | None = None
     exact_max: int = 8
     normalize: bool = False
+    workers: int = 1
 
     @classmethod
     def from_config(cls, credit: Any) -> _CreditSettings:
@@ -164,6 +166,7 @@ class _CreditSettings:
         repeats = getattr(credit, "repeats", 1)
         exact_max = getattr(credit, "exact_max", 8)
         normalize = bool(getattr(credit, "normalize", False))
+        workers = getattr(credit, "workers", None) or 1
         if method not in METHODS:
             raise CreditError(f"unknown credit method {method!r}; use one of {', '.join(METHODS)}")
         if estimator not in ESTIMATORS:
@@ -185,7 +188,9 @@ class _CreditSettings:
                 f"credit.budget must be None (the estimator's default, 8 per player) or an "
                 f"integer number of coalition evaluations ≥ 2, got {budget!r}"
             )
-        return cls(method, estimator, budget, exact_max, normalize)
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise CreditError(f"credit.workers must be an integer ≥ 1, got {workers!r}")
+        return cls(method, estimator, budget, exact_max, normalize, workers)
 
 
 class CreditConnectorFactory:
@@ -218,7 +223,8 @@ class CreditConnectorFactory:
         s = self.settings
         return (
             f"CreditConnectorFactory(method={s.method!r}, estimator={s.estimator!r}, "
-            f"budget={s.budget!r}, exact_max={s.exact_max}, normalize={s.normalize})"
+            f"budget={s.budget!r}, exact_max={s.exact_max}, normalize={s.normalize}, "
+            f"workers={s.workers})"
         )
 
 
@@ -459,6 +465,7 @@ class CreditConnector(ConnectorV2):
         )
         self.totals["seconds"] = 0.0
         self.last: list[EpisodeCredit] = []
+        self._actors: list[Any] | None = None
 
     @property
     def normalize(self) -> bool:
@@ -486,7 +493,7 @@ class CreditConnector(ConnectorV2):
         **kwargs: Any,
     ) -> Any:
         start = time.perf_counter()
-        self.last = [rec for ep in episodes if (rec := self.assign(ep)) is not None]
+        self.last = self.assign_all(episodes)
         seconds = time.perf_counter() - start
         self.totals["seconds"] += seconds
         if metrics is not None and self.last:
@@ -494,7 +501,7 @@ class CreditConnector(ConnectorV2):
             metrics.log_value(("credit_cost", "seconds"), seconds, reduce="sum")
         return batch
 
-    # ----- one episode ---------------------------------------------------------------------
+    # ----- episodes ------------------------------------------------------------------------
     def assign(self, episode: MultiAgentEpisode) -> EpisodeCredit | None:
         """Rewrite the terminal rewards of one finished episode in place.
 
@@ -507,6 +514,34 @@ class CreditConnector(ConnectorV2):
                 ``Outcome.local`` for a player, or a replay of ``N`` that differs from the
                 episode's outcome.
         """
+        records = self.assign_all([episode])
+        return records[0] if records else None
+
+    def assign_all(self, episodes: Sequence[MultiAgentEpisode]) -> list[EpisodeCredit]:
+        """:meth:`assign` for many episodes; with ``settings.workers > 1`` (and Ray running)
+        their replays are spread over that many processes (this one and Ray actors)."""
+        found = [(ep, job) for ep in episodes if (job := self._job(ep)) is not None]
+        jobs = []
+        for i, (_, job) in enumerate(found):
+            verify = self._should_verify(int(self.totals["episodes"]) + i)
+            jobs.append((*job[1:], verify))
+        records = self._run_jobs(jobs)
+        for (_, job), record in zip(found, records, strict=True):
+            ends, _, outcome, players, _ = job
+            team_return = float(outcome.reward)
+            for agent in players:
+                sa, k, _ = ends[agent]
+                old = float(sa.get_rewards(k - 1))
+                _set_reward(sa, k - 1, old - team_return + record.credits[agent])
+            self.totals["episodes"] += 1
+            self.totals["verified"] += record.verified
+            self.totals["lookups"] += record.lookups
+            self.totals["coalitions"] += record.coalitions
+            self.totals["replays"] += record.replays
+        return records
+
+    def _job(self, episode: MultiAgentEpisode) -> tuple[Any, ...] | None:
+        """What crediting ``episode`` needs: ``(ends, seed, outcome, players, actions)``."""
         if not isinstance(episode, MultiAgentEpisode):
             raise CreditError(
                 f"credit needs MultiAgentEpisodes (a multi-agent env such as "
@@ -536,28 +571,59 @@ class CreditConnector(ConnectorV2):
             )
         _, first_k, first_infos = next(iter(ends.values()))
         outcome = first_infos[first_k]["outcome"]
-        team_return = float(outcome.reward)
         seed = _episode_seed(episode, first_infos)
         actions = _episode_actions(ends)
         players = [a for a in ends if a in actions]
-        record = self._credits(episode, seed, outcome, players, actions)
-        for agent in players:
-            sa, k, _ = ends[agent]
-            old = float(sa.get_rewards(k - 1))
-            _set_reward(sa, k - 1, old - team_return + record.credits[agent])
-        self.totals["episodes"] += 1
-        self.totals["lookups"] += record.lookups
-        self.totals["coalitions"] += record.coalitions
-        self.totals["replays"] += record.replays
-        return record
+        return ends, seed, outcome, players, actions
+
+    def _run_jobs(self, jobs: list[tuple[Any, ...]]) -> list[EpisodeCredit]:
+        """Credits of ``(seed, outcome, players, actions, verify)`` jobs, in order."""
+        workers = self._workers()
+        if len(workers) == 0 or len(jobs) < 2:
+            return [self._credits(*job) for job in jobs]
+        shares = _shares(jobs, len(workers) + 1)  # this process takes the first share
+        import ray
+
+        refs = [
+            w.credits.remote([jobs[i] for i in share])
+            for w, share in zip(workers, shares[1:], strict=True)
+        ]
+        out: list[EpisodeCredit | None] = [None] * len(jobs)
+        for i in shares[0]:
+            out[i] = self._credits(*jobs[i])
+        for share, records in zip(shares[1:], ray.get(refs), strict=True):
+            for i, record in zip(share, records, strict=True):
+                out[i] = record
+        return out  # type: ignore[return-value]
+
+    def _workers(self) -> list[Any]:
+        """The Ray actors replaying for this piece (none: replays stay in this process)."""
+        want = self.settings.workers - 1
+        if want < 1 or self.settings.method not in ("loo", "shapley") or "env" in self.env_config:
+            return []
+        if self._actors is None:
+            import ray
+
+            if not ray.is_initialized():
+                return []
+            actor = ray.remote(num_cpus=0)(CreditWorker)  # CPU is the idle cores', not Ray's
+            settings = dataclasses.replace(self.settings, workers=1)
+            self._actors = [actor.remote(settings, self.env_config) for _ in range(want)]
+        return self._actors
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_actors"] = None  # actors and the env are rebuilt where the piece lands
+        state["_env"] = None if "env" not in self.env_config else state["_env"]
+        return state
 
     def _credits(
         self,
-        episode: MultiAgentEpisode,
         seed: int,
         outcome: Any,
         players: list[str],
         actions: dict[str, list[Any]],
+        verify: bool,
     ) -> EpisodeCredit:
         s = self.settings
         team_return = float(outcome.reward)
@@ -567,7 +633,6 @@ class CreditConnector(ConnectorV2):
             return EpisodeCredit(seed, team_return, self._local(outcome, players, seed))
         replays = EpisodeReplays(self.env, seed, actions)
         full = frozenset(players)
-        verify = self._should_verify()
 
         def value(coalition: frozenset[str]) -> float:
             # v(N) is the episode itself; replayed only to check that replays are faithful
@@ -575,18 +640,16 @@ class CreditConnector(ConnectorV2):
 
         v = CachedValue(value)
         v_full = v(full)
-        if verify:
-            self.totals["verified"] += 1
-            if not math.isclose(v_full, team_return, rel_tol=0.0, abs_tol=REPLAY_TOL):
-                raise CreditError(
-                    f"the replay of episode seed={seed} with its recorded actions returned "
-                    f"{v_full!r}, but the episode's outcome was {team_return!r}: the actions "
-                    "stored in the episode are not the ones the env executed (RLlib stores the "
-                    "module's Box actions before unsquashing/clipping them: set "
-                    "config.env_runners(normalize_actions=False, clip_actions=False), or have "
-                    "the env report its executed actions in the final infos['actions']), or "
-                    "the scenario is not deterministic given the seed"
-                )
+        if verify and not math.isclose(v_full, team_return, rel_tol=0.0, abs_tol=REPLAY_TOL):
+            raise CreditError(
+                f"the replay of episode seed={seed} with its recorded actions returned "
+                f"{v_full!r}, but the episode's outcome was {team_return!r}: the actions "
+                "stored in the episode are not the ones the env executed (RLlib stores the "
+                "module's Box actions before unsquashing/clipping them: set "
+                "config.env_runners(normalize_actions=False, clip_actions=False), or have "
+                "the env report its executed actions in the final infos['actions']), or "
+                "the scenario is not deterministic given the seed"
+            )
         if s.method == "loo":
             credits = leave_one_out(players, v)
             v_empty = None
@@ -597,10 +660,10 @@ class CreditConnector(ConnectorV2):
             seed, team_return, credits, v_empty, v.lookups, len(v), replays.replays, verify
         )
 
-    def _should_verify(self) -> bool:
+    @staticmethod
+    def _should_verify(i: int) -> bool:
         """Replay ``N`` for the first :data:`VERIFY_FIRST` episodes, then every
         :data:`VERIFY_EVERY`-th (counted over the episodes this piece credited)."""
-        i = int(self.totals["episodes"])
         return i < VERIFY_FIRST or i % VERIFY_EVERY == 0
 
     def _local(self, outcome: Any, players: list[str], seed: int) -> dict[str, float]:
@@ -656,6 +719,28 @@ class CreditConnector(ConnectorV2):
             sum(r.replays for r in records) / n,
             reduce="mean",
         )
+
+
+class CreditWorker:
+    """A process that credits episodes for a :class:`CreditConnector` (run as a Ray actor)."""
+
+    def __init__(self, settings: _CreditSettings, env_config: dict[str, Any]) -> None:
+        self.piece = CreditConnector(settings=settings, env_config=env_config)
+
+    def credits(self, jobs: list[tuple[Any, ...]]) -> list[EpisodeCredit]:
+        return [self.piece._credits(*job) for job in jobs]
+
+
+def _shares(jobs: list[tuple[Any, ...]], k: int) -> list[list[int]]:
+    """Split job indices into ``k`` shares of about equal cost (``2**players`` replays each),
+    largest first onto the least loaded share."""
+    load = [0.0] * k
+    shares: list[list[int]] = [[] for _ in range(k)]
+    for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][2])):
+        j = load.index(min(load))
+        shares[j].append(i)
+        load[j] += 2.0 ** len(jobs[i][2])
+    return shares
 
 
 def _episode_actions(ends: Mapping[str, tuple[Any, int, list[Any]]]) -> dict[str, list[Any]]:
