@@ -102,7 +102,7 @@ def _episodes(n: int, games: int) -> tuple[list, list[dict[str, float]], float, 
     return episodes, exacts, scale, exact_ms
 
 
-def _measure(
+def measure(
     estimator: Callable[..., dict[str, float]],
     episodes: Sequence[tuple[list[str], Callable[[frozenset[str]], float]]],
     exacts: Sequence[dict[str, float]],
@@ -167,7 +167,7 @@ def estimator_table(
                 if budget < min_budget(name, n):
                     rows.append(Row(n, name, budget, None, None, scale, None))
                     continue
-                rmse, bias, evals, ms = _measure(estimator, episodes, exacts, budget, seeds)
+                rmse, bias, evals, ms = measure(estimator, episodes, exacts, budget, seeds)
                 rows.append(Row(n, name, budget, rmse, evals, scale, ms, bias))
     return rows
 
@@ -198,7 +198,7 @@ def bias_table(
     rows = []
     for budget in sorted(set(budgets)):
         for name in methods:
-            rmse, bias, evals, ms = _measure(ESTIMATORS[name], episodes, exacts, budget, seeds)
+            rmse, bias, evals, ms = measure(ESTIMATORS[name], episodes, exacts, budget, seeds)
             rows.append(Row(n, name, budget, rmse, evals, scale, ms, bias))
     return rows
 

@@ -62,7 +62,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "estimators": {"ns": (4,), "games": 3, "seeds": 3, "relay_topology": "star:3"},
     },
     "default": {
-        "iterations": {"relay": 8, "delegate": 20},
+        "iterations": {"relay": 6, "delegate": 20},
         "eval": 100,
         "estimators": {"ns": (4, 8), "games": 12, "seeds": 10, "relay_topology": "star:7"},
     },
@@ -124,7 +124,7 @@ def supported(ctx: harness.Context, conds: Sequence[Condition]) -> list[Conditio
 
 # ----- part 2: estimator error vs budget ----------------------------------------------------
 def relay_games(topology: str, games: int) -> tuple[list, list[dict[str, float]]]:
-    """``(episodes, exact)`` for :func:`bench.credit_cost._measure`: one game per relay episode
+    """``(episodes, exact)`` for :func:`bench.credit_cost.measure`: one game per relay episode
     (seed), its coalition values tabulated by counterfactual replay with the optimal protocol."""
     from itertools import combinations
 
@@ -161,7 +161,7 @@ def estimator_rows(
     (measured against Shapley), on the given games."""
     import numpy as np
 
-    from bench.credit_cost import ESTIMATORS, _measure
+    from bench.credit_cost import ESTIMATORS, measure
     from trainers.credit import leave_one_out, min_budget
 
     n = len(episodes[0][0])
@@ -187,7 +187,7 @@ def estimator_rows(
         for name, estimator in ESTIMATORS.items():
             if budget < min_budget(name, n):
                 continue
-            rmse, bias, evals, _ = _measure(estimator, episodes, exact, budget, seeds)
+            rmse, bias, evals, _ = measure(estimator, episodes, exact, budget, seeds)
             rows.append(
                 {
                     "n": n,

@@ -198,15 +198,12 @@ def evaluation(checkpoint: Path, episodes: int) -> dict[str, Any]:
     its scenario; plus the mean of every scenario metric over the episodes (``metrics``)."""
     import numpy as np
 
-    from trainers.evaluate import EVAL_SEED, _episode, _summarise, load_team
-    from trainers.run import setup_process
+    from trainers.evaluate import evaluate, load_team
 
-    setup_process()
-    cfg, plan, policy = load_team(checkpoint)
+    _, plan, _ = load_team(checkpoint)
     ec = plan.env_config
     env = scenario_env(ec["scenario"], ec.get("topology"), ec.get("kwargs", {}))
-    rows = [_episode(env, policy, EVAL_SEED + i, "team", cfg) for i in range(episodes)]
-    result = _summarise(rows, plan.agents)
+    result = evaluate(checkpoint, episodes, credit="team", show=False, env=env)
     keys = sorted({k for ep in result.episodes for k in ep["metrics"]})
     metrics = {
         k: float(np.mean([ep["metrics"][k] for ep in result.episodes if k in ep["metrics"]]))

@@ -115,6 +115,7 @@ def evaluate(
     seed: int = EVAL_SEED,
     credit: str | None = None,
     show: bool = True,
+    env: Any = None,
 ) -> EvalResult:
     """Run ``episodes`` greedy episodes of the team in ``checkpoint`` and print a table.
 
@@ -124,6 +125,8 @@ def evaluate(
         seed: first episode seed.
         credit: credit method to report (default: the run's; ``"team"``: none).
         show: print the rich table.
+        env: a ``GraphEnv`` of the run's scenario to reuse (e.g. across the seeds of an
+            experiment, so oracle tables are built once); default: a new one.
 
     Returns:
         An :class:`EvalResult`.
@@ -135,7 +138,7 @@ def evaluate(
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
     method = credit or cfg.credit.method
-    env = _make_env(plan.env_config)
+    env = env if env is not None else _make_env(plan.env_config)
     records = []
     for i in range(episodes):
         records.append(_episode(env, policy, seed + i, method, cfg))
