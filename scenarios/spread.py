@@ -34,11 +34,12 @@ Metrics: ``return`` (episode sum of the team reward), ``<agent>/return`` (mpe2 p
 of the nearest agent's distance, i.e. ``-G``, averaged over steps), ``covered`` (landmarks within
 0.1 of an agent at the last step; ``success`` when all are) and ``steps``.
 
-Reference numbers: TODO(citation needed) no published MAPPO/IPPO return for
-``simple_spread_v3`` is quoted here until one is cited exactly (paper, table, reward convention,
-episode length). Conventions differ: EPyMARL's maintainers state that the MPE returns in their
-paper are divided by the number of agents (github.com/uoe-agents/epymarl/issues/29), and older
-MPE forks use other reward definitions.
+Reference numbers: ``docs/results.md`` (section "spread") compares training here with EPyMARL's
+benchmark (Papoudakis et al., NeurIPS 2021 Datasets and Benchmarks, arXiv:2006.07869, Table 3,
+MPE Spread), with the provenance of each number and how the conventions differ: their returns
+use the older MPE reward (a self-collision term) divided by the number of agents
+(github.com/uoe-agents/epymarl/issues/29); ``experiments/spread_benchmark.py`` converts our
+episodes into that convention.
 """
 
 from __future__ import annotations
