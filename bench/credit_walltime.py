@@ -75,7 +75,7 @@ class Timing:
         return statistics.median(values) if values else float("nan")
 
 
-def build(n: int, method: str, estimator: str, seed: int) -> Any:
+def build(n: int, method: str, estimator: str, seed: int, workers: int | None = None) -> Any:
     """The PPO algorithm ``marl run delegate --topology star:{n-1} --credit METHOD`` trains."""
     from trainers.algo import to_algorithm_config
     from trainers.config import CreditConfig, ExperimentConfig
@@ -83,7 +83,7 @@ def build(n: int, method: str, estimator: str, seed: int) -> Any:
     cfg = ExperimentConfig(
         scenario="delegate",
         topology=f"star:{n - 1}",
-        credit=CreditConfig(method=method, estimator=estimator),
+        credit=CreditConfig(method=method, estimator=estimator, workers=workers),
         seed=seed,
     )
     return to_algorithm_config(cfg).build_algo()
@@ -111,10 +111,10 @@ def _peek(value: Any) -> Any:
 
 
 def measure(
-    n: int, iterations: int, method: str, estimator: str, seed: int
+    n: int, iterations: int, method: str, estimator: str, seed: int, workers: int | None = None
 ) -> tuple[Timing, Timing]:
     """Alternate ``team`` and ``method`` iterations on ``n`` agents; one warm-up each."""
-    algos = {m: build(n, m, estimator, seed) for m in ("team", method)}
+    algos = {m: build(n, m, estimator, seed, workers) for m in ("team", method)}
     timings = {m: Timing() for m in algos}
     try:
         for algo in algos.values():
@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--estimator", default="exact", help="Shapley estimator (default exact)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workers", type=int, default=None, help="credit.workers (default: the idle cores)"
+    )
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument(
         "--probe-only", action="store_true", help="only the connector-alone table (no Ray)"
@@ -225,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"delegate, PPO (trainers.algo defaults), credit={args.method}"
         f"{'/' + args.estimator if args.method == 'shapley' else ''} vs team; "
+        f"credit.workers={args.workers or 'auto'}; "
         f"{args.iterations} alternating iterations after one warm-up each; 'early': ratio of "
         f"the medians of the first {args.early} (random policies), 'run': ratio of total times"
     )
@@ -237,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     try:
         for n in args.sizes:
-            team, shap = measure(n, args.iterations, args.method, args.estimator, args.seed)
+            team, shap = measure(
+                n, args.iterations, args.method, args.estimator, args.seed, args.workers
+            )
             k = args.early
             early = shap.median("seconds", k) / team.median("seconds", k)
             run = sum(shap.seconds) / sum(team.seconds)

@@ -62,12 +62,12 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "estimators": {"ns": (4,), "games": 3, "seeds": 3, "relay_topology": "star:3"},
     },
     "default": {
-        "iterations": {"relay": 6, "delegate": 20},
+        "iterations": {"relay": 20, "delegate": 20},
         "eval": 100,
         "estimators": {"ns": (4, 8), "games": 12, "seeds": 10, "relay_topology": "star:7"},
     },
     "full": {
-        "iterations": {"relay": 25, "delegate": 60},
+        "iterations": {"relay": 60, "delegate": 60},
         "eval": 200,
         "estimators": {"ns": (4, 6, 8, 10), "games": 16, "seeds": 20, "relay_topology": "star:7"},
     },

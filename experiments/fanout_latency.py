@@ -260,7 +260,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         if pts:
             xs = [n for n, _ in pts]
             ys = [s["mean"] for _, s in pts]
-            err = [[s["mean"] - s["min"] for _, s in pts], [s["max"] - s["mean"] for _, s in pts]]
+            err = _range_err([s for _, s in pts])
             axes[0].errorbar(
                 xs, ys, yerr=err, color=f"C{i}", marker="o", capsize=3, label=f"learned, {m}"
             )
@@ -279,10 +279,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             axes[1].errorbar(
                 [n for n, _ in solved],
                 [s["mean"] for _, s in solved],
-                yerr=[
-                    [s["mean"] - s["min"] for _, s in solved],
-                    [s["max"] - s["mean"] for _, s in solved],
-                ],
+                yerr=_range_err([s for _, s in solved]),
                 color=f"C{i}",
                 marker="o",
                 capsize=3,
@@ -297,6 +294,14 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         ax.legend(fontsize=8)
     out += ["", fig.save(f, "latency", "latency and solved fraction vs number of subagents")]
     return "\n".join(out)
+
+
+def _range_err(stats: list[dict[str, Any]]) -> list[list[float]]:
+    """Error bars from the mean to the min and max (never negative: float rounding)."""
+    return [
+        [max(0.0, s["mean"] - s["min"]) for s in stats],
+        [max(0.0, s["max"] - s["mean"]) for s in stats],
+    ]
 
 
 if __name__ == "__main__":
