@@ -8,38 +8,41 @@ This part measures what they cost inside training: for ``delegate`` on ``star:1 
 trie) and the same experiment with ``credit=team``, then times ``algo.train()``.
 
 Both algorithms of a team size are built up front and their iterations alternate, so load from
-other processes hits both alike; the table reports medians. Policies start random and train for
-only a few iterations, which is the costly end (long episodes, many workers touched); a trained
-orchestrator delegates in fewer rounds and touches fewer workers. Besides the ratio, the table
+other processes hits both alike. Two ratios: ``early``, of the medians of the first iterations
+(random policies: long episodes, many workers touched, the costly end), and ``run``, of the
+total times of the whole run (a learning orchestrator delegates in fewer rounds and touches
+fewer workers); the last two columns are both runs' final returns. Besides, the table
 shows the episodes per iteration, the players per episode, the replays the credit connector ran
 per episode, and the seconds it spent per iteration (``credit_cost/seconds``).
 
 A second table times the connector alone on sampled episodes (no RLlib), for random policies
 and for the delegate oracle standing in for a trained team.
 
-Measured (2 shared cores, load average 5–18 from other jobs, so ±20%; random initial policies;
-``trainers.algo`` defaults: 1000 env steps per iteration, 8 envs, one local env runner):
+Measured on this 2-core machine (quiet; ``trainers.algo`` defaults: 1000 env steps per
+iteration, 8 envs, one local env runner; fast replays, ``credit.workers`` auto = 2, i.e. the
+learner plus one Ray actor on the core the trainer leaves idle; 20 alternating iterations):
 
-====  =========  ==============  =====  ===========  ==============  =============
- n    team s/it  shapley s/it    ratio  replays/ep   credit s/it     LOO ratio
-====  =========  ==============  =====  ===========  ==============  =============
- 2    3.96       5.79            1.46x  1.8          1.7
- 3    5.50       9.73            1.77x  3.6          4.6             1.38x
- 4    3.52       12.15           3.45x  6.9          8.8
- 5    5.35       26.21           4.90x  12.7         22.3
- 6    3.04       26.28           8.64x  22.2         23.5            2.64x
-====  =========  ==============  =====  ===========  ==============  =============
+====  =========  =========  =====  ===========  ==========  ====================
+ n    team s/it  cred s/it  early  replays/ep   credit s/it run (whole 20 its)
+====  =========  =========  =====  ===========  ==========  ====================
+ 2    1.87       2.09       1.12x  1.9          0.08        0.87x
+ 3    1.86       1.72       0.93x  3.7          0.21        1.01x
+ 4    2.63       3.30       1.25x  7.0          0.46        1.01x
+ 5    2.65       2.77       1.05x  13.2         0.77        1.12x
+ 6    2.33       3.23       1.39x  21.5         1.15        1.27x
+====  =========  =========  =====  ===========  ==========  ====================
 
-The goal of ≤ 1.3x is not met: one replay of a delegate episode costs 4–17 ms (LangGraph
-supersteps; ~10 per random episode), about half of what sampling *and* learning the episode
-cost in PPO (~30–40 ms), and exact Shapley needs 2–22 replays per episode at n = 2–6 even after
-the trie shares every replay whose actions coincide (≈ half of the 2**n coalitions). With the
-oracle team the connector spent 5–40 ms per episode at every n in three runs (2–4 replays of
-3–9 ms: short episodes, at most 3 workers touched), which would put the ratio near 1.2–2x late
-in training; random policies cost 9 ms (n = 2) to 400–500 ms (n = 6) per episode.
+Over a whole (20-iteration) run exact Shapley credit costs at most 1.27x the wall time of team
+credit at n ≤ 6 (goal ≤ 1.3x); the first iterations, with random policies (long episodes, every
+worker touched, 21 replays per episode at n = 6), cost up to 1.39x. Noise between runs is about
+±15%. History: through LangGraph a replay cost 4–17 ms and the same measurement gave 1.46x (n=2)
+… 8.64x (n=6); :mod:`scenarios.replay` (0.4–1 ms per replay) brought n = 6 to 1.49x, the second
+process to 1.27x: in one process (before ``credit.workers``) the whole-run ratios were 0.91,
+0.98, 1.12, 1.23 and 1.49x.
 
 Run: ``python bench/credit_walltime.py`` (about 10 minutes on 2 cores); ``--help`` lists the
-knobs (``--sizes 2 3``, ``--iterations``, ``--method loo``, ``--estimator kernel``).
+knobs (``--sizes 2 3``, ``--iterations``, ``--workers 1``, ``--method loo``,
+``--estimator kernel``).
 """
 
 from __future__ import annotations
