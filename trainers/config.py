@@ -493,28 +493,13 @@ class ExperimentConfig:
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         """YAML text of :meth:`to_dict` (field order kept); also written to ``path`` if given."""
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_yaml(self.to_dict(), path)
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> ExperimentConfig:
         """Load from YAML text or a ``.yaml``/``.yml`` file path."""
-        text = str(source)
-        if isinstance(source, Path) or (
-            "\n" not in text and text.endswith((".yaml", ".yml")) and Path(text).exists()
-        ):
-            text = Path(source).read_text()
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config is not valid YAML: {exc}") from None
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError("a config YAML must be a mapping of fields (scenario: ..., ...)")
-        return cls.from_dict(data)
+        data = load_yaml_mapping(source, "config", "scenario: ..., ...")
+        return cls.from_dict(data or {})
 
     def replace(self, **changes: Any) -> ExperimentConfig:
         """A copy with dotted-path changes, e.g. ``replace(**{"algorithm.lr": 1e-3})``."""
@@ -545,6 +530,37 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
             raise ConfigError(f"cannot set {dotted!r}: {key!r} is not a mapping")
         node = child
     node[keys[-1]] = value
+
+
+# ----- YAML files of configs and jobs ------------------------------------------------------------
+def dump_yaml(data: dict[str, Any], path: str | Path | None = None) -> str:
+    """YAML text of a plain dict (field order kept); also written to ``path`` if given."""
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    if path is not None:
+        Path(path).write_text(text)
+    return text
+
+
+def load_yaml_mapping(source: str | Path, what: str, example: str) -> dict[str, Any] | None:
+    """The mapping in YAML text or a ``.yaml``/``.yml`` file (None for an empty document).
+
+    Raises:
+        ConfigError: a missing file, invalid YAML or a document that is not a mapping; the
+            message names ``what`` ("config", "job") and shows ``example`` fields.
+    """
+    text = str(source)
+    if isinstance(source, Path) or ("\n" not in text and text.endswith((".yaml", ".yml"))):
+        path = Path(source)
+        if not path.exists():
+            raise ConfigError(f"{what} file {path} does not exist: give the path of a {what} YAML")
+        text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"a {what} YAML must be a mapping ({example})")
+    return data
 
 
 # ----- generic dataclass <-> plain conversion -----------------------------------------------

@@ -46,8 +46,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from marl_agents.pools import ModelConfig, PoolConfig, PoolError
 from trainers.config import (
     AlgoConfig,
@@ -59,7 +57,9 @@ from trainers.config import (
     LoggingConfig,
     OutputConfig,
     ResourcesConfig,
+    dump_yaml,
     from_plain,
+    load_yaml_mapping,
     to_plain,
 )
 
@@ -267,10 +267,7 @@ class FinetuneJob:
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         """YAML text (field order kept); also written to ``path`` if given."""
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_yaml(self.to_dict(), path)
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> FinetuneJob:
@@ -279,19 +276,7 @@ class FinetuneJob:
         Raises:
             ConfigError: a missing file, invalid YAML or a bad field.
         """
-        text = str(source)
-        if isinstance(source, Path) or ("\n" not in text and text.endswith((".yaml", ".yml"))):
-            path = Path(source)
-            if not path.exists():
-                raise ConfigError(f"job file {path} does not exist: give the path of a job YAML")
-            text = path.read_text()
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"job is not valid YAML: {exc}") from None
-        if data is not None and not isinstance(data, dict):
-            raise ConfigError("a job YAML must be a mapping (orchestrator: ..., subagents: ...)")
-        return cls.from_dict(data)
+        return cls.from_dict(load_yaml_mapping(source, "job", "orchestrator: ..., subagents: ..."))
 
     # ----- checks ------------------------------------------------------------------------
     @property
