@@ -198,12 +198,12 @@ def evaluation(checkpoint: Path, episodes: int) -> dict[str, Any]:
     its scenario; plus the mean of every scenario metric over the episodes (``metrics``)."""
     import numpy as np
 
-    from trainers.evaluate import evaluate, load_team
+    from trainers.evaluate import evaluate
 
-    _, plan, _ = load_team(checkpoint)
-    ec = plan.env_config
-    env = scenario_env(ec["scenario"], ec.get("topology"), ec.get("kwargs", {}))
-    result = evaluate(checkpoint, episodes, credit="team", show=False, env=env)
+    def make_env(ec: Mapping[str, Any]) -> Any:
+        return scenario_env(ec["scenario"], ec.get("topology"), ec.get("kwargs", {}))
+
+    result = evaluate(checkpoint, episodes, credit="team", show=False, make_env=make_env)
     keys = sorted({k for ep in result.episodes for k in ep["metrics"]})
     metrics = {
         k: float(np.mean([ep["metrics"][k] for ep in result.episodes if k in ep["metrics"]]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ def evaluate(
     seed: int = EVAL_SEED,
     credit: str | None = None,
     show: bool = True,
-    env: Any = None,
+    make_env: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> EvalResult:
     """Run ``episodes`` greedy episodes of the team in ``checkpoint`` and print a table.
 
@@ -125,8 +125,9 @@ def evaluate(
         seed: first episode seed.
         credit: credit method to report (default: the run's; ``"team"``: none).
         show: print the rich table.
-        env: a ``GraphEnv`` of the run's scenario to reuse (e.g. across the seeds of an
-            experiment, so oracle tables are built once); default: a new one.
+        make_env: builds the ``GraphEnv`` from the run's env config (e.g. one that reuses an
+            environment across the seeds of an experiment, so oracle tables are built once);
+            default: a new environment.
 
     Returns:
         An :class:`EvalResult`.
@@ -138,7 +139,7 @@ def evaluate(
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
     method = credit or cfg.credit.method
-    env = env if env is not None else _make_env(plan.env_config)
+    env = (make_env or _make_env)(plan.env_config)
     records = []
     for i in range(episodes):
         records.append(_episode(env, policy, seed + i, method, cfg))
