@@ -132,6 +132,34 @@ def render_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
     return OPEN + json.dumps({"name": name, "arguments": dict(arguments)}) + CLOSE
 
 
+_OPEN_NAME = re.compile(r'<tool>\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_.\-]*)')
+
+
+def complete_call(text: str, tool_names: Collection[str]) -> str:
+    """``text`` with an unfinished call to a bound tool completed, for constrained replies.
+
+    Where ``text`` parses as well-formed calls it is returned unchanged. Otherwise, when it
+    opens a call whose name so far (``<tool>{"name": "transfer_to_m``…: the identifier
+    characters after the opening quote) is a prefix of exactly one of ``tool_names``, the
+    text from ``<tool>`` on becomes that tool's canonical call with no arguments. Anything
+    else is returned unchanged (and stays a format error). With a prefill that opens the
+    call, a policy then only has to choose the tool: e.g. one letter picks a handoff.
+
+    Example:
+        >>> complete_call('<tool>{"name": "to_m#!', ["to_math", "to_web"])
+        '<tool>{"name": "to_math", "arguments": {}}</tool>'
+    """
+    if parse_tool_calls(text, tool_names).format_ok:
+        return text
+    match = _OPEN_NAME.search(text)
+    if match is None or not match.group(1):
+        return text
+    names = [n for n in tool_names if n.startswith(match.group(1))]
+    if len(names) != 1:
+        return text
+    return text[: match.start()] + render_tool_call(names[0], {})
+
+
 def render_tool_instructions(tools: Sequence[Mapping[str, Any]]) -> str:
     """A system-prompt section describing ``tools`` (OpenAI function format) and the format.
 

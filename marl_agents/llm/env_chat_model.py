@@ -66,7 +66,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from marl_agents.llm.backend import Generation, SamplingParams, stop_ids
 from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, reply_message, to_chat_dicts
 from scenarios.text_space import TextSpaces, encode_prompt
-from scenarios.toolcalls import parse_tool_calls
+from scenarios.toolcalls import complete_call, parse_tool_calls
 
 
 def in_env_run() -> bool:
@@ -93,6 +93,14 @@ class EnvChatModel(PolicyChatModel):
         format_penalty: reward (≥ 0, subtracted) paid to the agent through
             ``scenarios.emit_reward`` when its output has a malformed tool call in an env
             run; ``0`` only records the flag.
+        prefill: text an env-mode reply starts with (or a function of the prompt's chat
+            dicts returning it, e.g. to prefill only the first turn): the prompt ends with it,
+            the policy continues it, and the app sees ``prefill`` + the generated text (e.g.
+            ``'<tool>{"name": "transfer_to_'`` constrains a supervisor's reply to a handoff).
+        complete_calls: an unfinished call whose name so far is a prefix of exactly one
+            bound tool's name is completed to that tool's call with no arguments
+            (:func:`scenarios.toolcalls.complete_call`); with a ``prefill`` that opens a
+            handoff, one generated letter then picks the worker.
         record: whether env-mode calls are recorded in ``recorder`` (the env's trace and the
             learner's episodes hold the same observations and actions). An env runner never
             empties the recorder: in long training runs set ``False`` or call
@@ -108,6 +116,8 @@ class EnvChatModel(PolicyChatModel):
     tokenizer: Any = None
     format_penalty: float = Field(default=0.0, ge=0.0)
     record: bool = True
+    prefill: str | Callable[[list[dict[str, Any]]], str] = ""
+    complete_calls: bool = False
     _calls: int = PrivateAttr(default=0)
 
     @model_validator(mode="after")
@@ -155,11 +165,18 @@ class EnvChatModel(PolicyChatModel):
         tools = kwargs.pop("tools", None)
         agent = self._agent_key(run_manager, kwargs)
         chat = to_chat_dicts(messages, tools)
-        obs = self.spaces.encode_prompt(encode_prompt(self.tokenizer, chat))
+        prompt = encode_prompt(self.tokenizer, chat)
+        prefill = self.prefill(chat) if callable(self.prefill) else self.prefill
+        if prefill:
+            prompt += encode_prompt(self.tokenizer, prefill)
+        obs = self.spaces.encode_prompt(prompt)
         action = decide(agent, obs)
         gen = self.generation_of(obs, action)
+        text = prefill + gen.text
         names = [t["function"]["name"] for t in tools] if tools else None
-        parsed = parse_tool_calls(gen.text, names) if tools else None
+        if self.complete_calls and names:
+            text = complete_call(text, names)
+        parsed = parse_tool_calls(text, names) if tools else None
         step = LLMStep(
             agent=agent,
             generation=gen,
@@ -172,7 +189,7 @@ class EnvChatModel(PolicyChatModel):
         self._calls += 1
         if not step.format_ok and self.format_penalty:
             emit_reward(-self.format_penalty, [agent])
-        content = parsed.content if parsed else gen.text
+        content = parsed.content if parsed else text
         message = reply_message(step, index, content, self._calls)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
