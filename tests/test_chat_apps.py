@@ -117,9 +117,9 @@ def test_roles_override_and_single_react_agent_is_one_agent():
     sc = ChatAppScenario(react_app, tasks=["What is 6 times 7?"], verifier=product_right)
     assert sc.possible_agents == ["assistant"] and sc.topology.roles == {"assistant": "agent"}
     sc = ChatAppScenario(
-        react_app, tasks=["What is 6 times 7?"], verifier=product_right, roles={"assistant": "x"}
+        react_app, tasks=["What is 6 times 7?"], verifier=product_right, roles={"assistant": "worker"}
     )
-    assert sc.topology.roles == {"assistant": "x"}
+    assert sc.topology.roles == {"assistant": "worker"}
 
 
 # ----- scripted episodes ---------------------------------------------------------------------
@@ -198,6 +198,7 @@ def test_complete_call_picks_the_one_tool_a_prefix_names():
         ({"tasks": []}, "non-empty list"),
         ({"verifier": "yes"}, "verifier must be"),
         ({"roles": {"nobody": "worker"}}, r"roles names \['nobody'\]"),
+        ({"roles": {"assistant": "boss"}}, "are not roles: use one of"),
         ({"agents": ["helper"]}, "not in agents="),
     ],
 )

@@ -211,7 +211,7 @@ def test_react_agent_scripted_token_episode_gets_the_verifier_reward(
     tok = backend.tokenizer
     chat = EnvChatModel(backend=backend, spaces=spaces)
     env = GraphEnv(scenario(react_app(chat), spaces))
-    assert env.possible_agents == ["agent", "tools"]  # the prebuilt tool node has no metadata
+    assert env.possible_agents == ["agent"]  # the prebuilt ToolNode is no agent
 
     def policy(agent: str, obs: np.ndarray) -> np.ndarray:
         prompt = spaces.prompt_text(obs, tok)

@@ -599,3 +599,62 @@ def test_skeleton_runs_send_command_and_join() -> None:
 
 def test_generators_registry_covers_specs() -> None:
     assert {s.split(":")[0] for s in SPECS} == set(GENERATORS)
+
+
+# ----- inferred roles, tool nodes --------------------------------------------------------------
+def unlabelled_supervisor(**meta: dict[str, Any]) -> StateGraph:
+    """A supervisor app without any metadata, as LangGraph's tutorials write one."""
+    b = StateGraph(State)
+    for name in ("supervisor", "research", "math"):
+        b.add_node(name, noop, metadata=meta.get(name))
+    b.add_edge(START, "supervisor")
+    b.add_conditional_edges(
+        "supervisor", lambda s: s["next"], {"research": "research", "math": "math", END: END}
+    )
+    b.add_edge("research", "supervisor")
+    b.add_edge("math", "supervisor")
+    return b
+
+
+def test_entry_agent_that_routes_is_the_orchestrator_and_its_targets_workers() -> None:
+    t = Topology.from_langgraph(unlabelled_supervisor())
+    assert t.roles == {"supervisor": "orchestrator", "research": "worker", "math": "worker"}
+    assert t.pool_ids == ["orchestrator", "worker"]  # no weight sharing across roles
+
+
+def test_declared_roles_and_pools_win_over_inferred_ones() -> None:
+    t = Topology.from_langgraph(
+        unlabelled_supervisor(math={"role": "aggregator"}, research={"pool": "mine"})
+    )
+    assert t.roles == {"supervisor": "orchestrator", "research": "worker", "math": "aggregator"}
+    assert t.pools["research"] == "mine"
+
+
+def test_a_pipeline_infers_no_roles() -> None:
+    b = StateGraph(State)
+    b.add_node("a", noop).add_node("b", noop)
+    b.add_edge(START, "a").add_edge("a", "b").add_edge("b", END)
+    assert set(Topology.from_langgraph(b).roles.values()) == {"agent"}
+
+
+def test_tool_nodes_are_not_agents_unless_marked() -> None:
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    def build(meta: dict[str, Any] | None) -> StateGraph:
+        b = StateGraph(State)
+        b.add_node("assistant", noop)
+        b.add_node("tools", ToolNode([lookup]), metadata=meta)
+        b.add_edge(START, "assistant")
+        b.add_conditional_edges("assistant", tools_condition, {"tools": "tools", END: END})
+        b.add_edge("tools", "assistant")
+        return b
+
+    t = Topology.from_langgraph(build(None))
+    assert t.agent_ids == ["assistant"] and t.graph.nodes["tools"]["kind"] == "node"
+    assert Topology.from_langgraph(build({"agent": True})).agent_ids == ["assistant", "tools"]

@@ -9,9 +9,14 @@ What is captured from a ``StateGraph`` builder (or a compiled graph's ``.builder
   node's routers reach with ``Send``), ``subgraph`` (a group label), and on a subgraph node
   ``flatten`` (bool) and ``inner`` (inner node → metadata). Other keys are ignored.
 * **Agent detection**: every node is an agent, except a node with metadata ``agent: False`` or
-  with role ``"tool"`` (and no ``agent: True``); those become plain nodes (``kind="node"``:
-  tools, routers, reducers), never trainable and without a pool. LangGraph's generated error
+  with role ``"tool"`` (and no ``agent: True``), and a prebuilt ``ToolNode`` (role ``"tool"``
+  unless its metadata says otherwise); those become plain nodes (``kind="node"``: tools,
+  routers, reducers), never trainable and without a pool. LangGraph's generated error
   handler nodes are skipped.
+* **Inferred roles** (:func:`infer_roles`): where the structure says so, agents without a
+  declared role get one: the single entry agent that routes (conditional edges, ``Command``,
+  ``Send``) to other agents is the ``orchestrator`` and those agents are ``worker``\ s, so
+  their pools (the role, by default) do not share weights.
 * **Channels**: static edges (``static``); ``add_edge([a, b], c)`` joins (``join``, labelled
   ``"a+b"``); conditional edges with their path maps (``conditional``, label = the path-map
   key); ``Send`` fan-out (``send``), recognised when the router's return annotation mentions
@@ -96,8 +101,36 @@ def from_langgraph(graph: Any, name: str | None = None) -> Topology:
         merged.items(), key=lambda e: (rank[e[0][0]], rank[e[0][1]])
     ):
         topology.add_channel(src, dst, kind, ",".join(labels) or None)
+    infer_roles(topology, root.explicit_roles)
     validate(topology)
     return topology
+
+
+def infer_roles(topology: Topology, keep: set[str]) -> None:
+    """Roles where the structure says so: the entry agent that routes to other agents is the
+    ``orchestrator``, the agents it routes to are ``worker``\\ s (nodes in ``keep`` declared
+    their role and keep it; pools that followed the role follow it)."""
+    g = topology.graph
+    entries = [n for n in g.successors(START) if g.nodes[n]["kind"] == "agent"]
+    if len(entries) != 1:
+        return
+    boss = entries[0]
+    routed = [
+        n
+        for n in g.successors(boss)
+        if n != boss
+        and g.nodes[n]["kind"] == "agent"
+        and g.edges[boss, n]["kind"] in ("conditional", "command", "send")
+    ]
+    if not routed:
+        return
+    for node, role in ((boss, "orchestrator"), *((n, "worker") for n in routed)):
+        data = g.nodes[node]
+        if node in keep:
+            continue
+        if data["pool"] == data["role"]:
+            data["pool"] = role
+        data["role"] = role
 
 
 def builder_of(graph: Any) -> StateGraph:
@@ -189,6 +222,8 @@ class _Scope:
 
         check_builder(builder, prefix)
         self.builder, self.prefix, self.parent = builder, prefix, parent
+        #: node ids whose role was declared in metadata (shared by all scopes of one import)
+        self.explicit_roles: set[str] = parent.explicit_roles if parent else set()
         self.names = [n for n, spec in builder.nodes.items() if not spec.is_error_handler]
         self.subs: dict[str, _Scope] = {}
         self.fanout: dict[str, set[str]] = {}
@@ -211,6 +246,10 @@ class _Scope:
                 scope = _Scope(topology, sub.builder, f"{node_id}/", self, inner, meta.get("inner"))
                 self.subs[name] = scope
             else:
+                if "role" in meta:
+                    self.explicit_roles.add(node_id)
+                elif _is_tool_node(spec.runnable):
+                    meta["role"] = "tool"  # a ToolNode runs tools: not an agent by default
                 _add_node(topology, node_id, meta, prefix[:-1] or None)
         self._check_fanout()
 
@@ -304,6 +343,14 @@ class _Scope:
                     f"node {self.prefix + name!r} lists {missing} in metadata 'fanout' but none "
                     f"of its conditional edges reaches them: add them to the router's path map"
                 )
+
+
+def _is_tool_node(runnable: Any) -> bool:
+    try:
+        from langgraph.prebuilt import ToolNode
+    except ImportError:  # pragma: no cover - langgraph-prebuilt not installed
+        return False
+    return isinstance(runnable, ToolNode)
 
 
 def _check_keys(node: str, meta: dict[str, Any]) -> None:

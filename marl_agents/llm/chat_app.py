@@ -39,7 +39,7 @@ import numpy as np
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.text_space import TextSpaces, load_tokenizer
 from topologies import Topology
-from topologies.topology import END, START
+from topologies.topology import END, ROLES, START
 
 Task = Mapping[str, Any] | str
 TaskSource = Callable[[np.random.Generator], Task] | Sequence[Task]
@@ -252,6 +252,9 @@ def app_topology(
     if entry is not None and routed:
         inferred[entry] = "orchestrator"
         inferred.update(dict.fromkeys(routed, "worker"))
+    bad = {a: r for a, r in roles.items() if r not in ROLES}
+    if bad:
+        raise ScenarioError(f"roles {bad} are not roles: use one of {list(ROLES)}")
     topo = Topology.empty(name=getattr(builder, "name", None) or "chat-app")
     for a in agents:
         k = int(instances.get(a, 1))
