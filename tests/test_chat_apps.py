@@ -117,7 +117,10 @@ def test_roles_override_and_single_react_agent_is_one_agent():
     sc = ChatAppScenario(react_app, tasks=["What is 6 times 7?"], verifier=product_right)
     assert sc.possible_agents == ["assistant"] and sc.topology.roles == {"assistant": "agent"}
     sc = ChatAppScenario(
-        react_app, tasks=["What is 6 times 7?"], verifier=product_right, roles={"assistant": "worker"}
+        react_app,
+        tasks=["What is 6 times 7?"],
+        verifier=product_right,
+        roles={"assistant": "worker"},
     )
     assert sc.topology.roles == {"assistant": "worker"}
 

@@ -15,7 +15,7 @@ What is captured from a ``StateGraph`` builder (or a compiled graph's ``.builder
   handler nodes are skipped.
 * **Inferred roles** (:func:`infer_roles`): where the structure says so, agents without a
   declared role get one: the single entry agent that routes (conditional edges, ``Command``,
-  ``Send``) to other agents is the ``orchestrator`` and those agents are ``worker``\ s, so
+  ``Send``) to other agents is the ``orchestrator`` and those agents are workers, so
   their pools (the role, by default) do not share weights.
 * **Channels**: static edges (``static``); ``add_edge([a, b], c)`` joins (``join``, labelled
   ``"a+b"``); conditional edges with their path maps (``conditional``, label = the path-map
