@@ -108,7 +108,7 @@ def from_langgraph(graph: Any, name: str | None = None) -> Topology:
 
 def infer_roles(topology: Topology, keep: set[str]) -> None:
     """Roles where the structure says so: the entry agent that routes to other agents is the
-    ``orchestrator``, the agents it routes to are ``worker``\\ s (nodes in ``keep`` declared
+    ``orchestrator``, the agents it routes to are workers (nodes in ``keep`` declared
     their role and keep it; pools that followed the role follow it)."""
     g = topology.graph
     entries = [n for n in g.successors(START) if g.nodes[n]["kind"] == "agent"]

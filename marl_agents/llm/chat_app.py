@@ -14,7 +14,7 @@ The user gives three things:
 
 Agents are the keys ``build_app`` reads from the mapping (or ``agents=``). Roles come from the
 app's structure where it says so (the entry agent that routes to other agents is the
-``orchestrator``, its targets are ``worker``\\ s), else ``agent``; ``roles=`` overrides. An agent
+``orchestrator``, its targets are workers), else ``agent``; ``roles=`` overrides. An agent
 absent from a counterfactual coalition (loo / Shapley credit) answers ``default_reply``.
 
 Example:
@@ -239,7 +239,7 @@ def app_topology(
     An agent whose id names a node of the app (as ``create_supervisor`` and ``create_swarm``
     name their agents' nodes) takes that node's channels to other agents; the entry agent
     that routes (conditional edges, ``Command``, ``Send``) to other agents is the
-    ``orchestrator`` and the agents it routes to are ``worker``\\ s. Where the app's structure
+    ``orchestrator`` and the agents it routes to are workers. Where the app's structure
     says nothing about an agent (its model is called inside a node of another name), its role
     is ``agent``. ``roles`` overrides any of them. With ``entry_first`` the entry agent
     comes first in the agent ids.
