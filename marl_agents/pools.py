@@ -61,7 +61,8 @@ class ModelConfig:
         temperature: ``llm``: sampling temperature while exploring (the env runners sample
             with transformers in process); a trained pool needs ``> 0`` (GRPO compares several
             samples per task), a frozen one may decode greedily with ``0``.
-        top_p: ``llm``: nucleus sampling while exploring, in ``(0, 1]``.
+        top_p: ``llm``: nucleus sampling while exploring, in ``(0, 1]``; a trained pool needs
+            ``1`` (the learner scores under ``logits / temperature``, without the nucleus).
         inference_temperature: ``llm``: temperature of ``forward_inference`` (evaluation;
             ``0``: greedy).
     """
@@ -95,7 +96,8 @@ class ModelConfig:
 
         Args:
             where: the pool, e.g. ``"pool 'orchestrator'"``.
-            trained: the pool learns (an ``llm`` pool then needs ``temperature > 0``).
+            trained: the pool learns (an ``llm`` pool then needs ``temperature > 0`` and
+                ``top_p = 1``).
         """
         if self.type not in MODEL_TYPES:
             raise PoolError(
@@ -149,6 +151,13 @@ class ModelConfig:
             )
         if not 0 < self.top_p <= 1:
             raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
+        if trained and self.top_p < 1:
+            raise PoolError(
+                f"{where}: top_p={self.top_p} on a trained LLM: the GRPO learner scores tokens "
+                "under logits / temperature and does not reproduce the top-p nucleus, so the "
+                "ratio would train a different policy from the one that sampled; set top_p: 1 "
+                "(lower the temperature to sharpen sampling) or freeze the pool"
+            )
         if isinstance(self.tiny_seed, bool) or not isinstance(self.tiny_seed, int):
             raise PoolError(f"{where}: tiny_seed must be an integer, got {self.tiny_seed!r}")
 

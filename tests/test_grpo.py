@@ -18,6 +18,7 @@ from trainers.grpo import (
     grpo_loss,
     kl_k3,
     pack_segments,
+    sampler_kl,
     shape_rewards,
     spurious_token_mask,
     token_entropy,
@@ -221,6 +222,18 @@ def test_kl_k3_hand_computed() -> None:
     want = [0.5 - math.log(0.5) - 1, 0.0, 2 - math.log(2) - 1]
     assert kl_k3(lp, ref).tolist() == pytest.approx(want)
     assert (kl_k3(lp, ref) >= 0).all()
+
+
+def test_sampler_kl_hand_computed() -> None:
+    # sampler gave 0.5 and 0.25 to its tokens; the learner scores 0.25 and 0.25 (and a masked
+    # token it disagrees on wildly): δ = learner − behaviour = log 0.5, 0 -> e^δ − δ − 1
+    behaviour = T([[math.log(0.5), math.log(0.25), math.log(0.9)]])
+    learner = T([[math.log(0.25), math.log(0.25), math.log(0.01)]])
+    mask = T([[True, True, False]])
+    want = (0.5 - math.log(0.5) - 1 + 0.0) / 2
+    assert sampler_kl(behaviour, learner, mask) == pytest.approx(want)
+    assert sampler_kl(behaviour, behaviour, mask) == 0.0  # the same distribution on both sides
+    assert sampler_kl(behaviour, learner, torch.zeros_like(mask)) == 0.0
 
 
 def test_kl_term_in_loss() -> None:

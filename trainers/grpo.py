@@ -21,6 +21,9 @@ hand-computed numbers:
   happened to contain; pushing them up would sharpen the policy on noise.
 * **Length budget by a dual variable**: :class:`LengthDual` (update rule in its docstring).
 * **KL to a reference model**: :func:`kl_k3`, Schulman's k3 estimator, weighted ``kl_coef``.
+* **Sampler–learner agreement**: :func:`sampler_kl`, the k3 estimate of
+  ``KL(sampler ‖ learner)`` from the behaviour logprobs and the learner's recompute (≈ 0 at
+  the sampler's weights when both score the same distribution, e.g. the same temperature).
 
 Typical use in a learner::
 
@@ -55,6 +58,7 @@ __all__ = [
     "grpo_loss",
     "kl_k3",
     "pack_segments",
+    "sampler_kl",
     "shape_rewards",
     "spurious_token_mask",
     "token_entropy",
@@ -329,6 +333,27 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """
     delta = ref_logprobs - logprobs
     return delta.exp() - delta - 1.0
+
+
+def sampler_kl(behaviour: torch.Tensor, learner: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean k3 estimate of ``KL(sampler ‖ learner)`` over the masked sampled tokens.
+
+    The tokens were drawn from the sampler, so :func:`kl_k3` with the sampler in the role of
+    ``π`` — ``exp(δ) − δ − 1``, ``δ = learner − behaviour`` — is unbiased and ``≥ 0``. At the
+    sampler's weights (an update's first minibatch) it is ≈ 0 unless the two sides score
+    different distributions (a temperature applied on one side only); later minibatches add
+    the update's own drift.
+
+    Args:
+        behaviour: ``[B, T]`` logprobs recorded at sampling.
+        learner: ``[B, T]`` the learner's logprobs of the same tokens.
+        mask: ``[B, T]`` bool, the tokens to average over (none: 0).
+    """
+    mask = mask.bool()
+    if not mask.any():
+        return 0.0
+    # float64: k3 ≈ δ²/2 is far below float32's resolution for δ ~ 1e-6 (rounding noise)
+    return float(kl_k3(behaviour.detach().double(), learner.detach().double())[mask].mean())
 
 
 def clipped_token_loss(

@@ -22,11 +22,19 @@ The pieces, each an RLlib seam:
 * :class:`GRPOLearner` (a ``TorchLearner``): ``compute_loss_for_module`` calls
   :func:`trainers.grpo.grpo_loss` with every knob of :class:`~trainers.grpo.GRPOConfig` on the
   module's teacher-forced token logprobs (``CausalLMModule.forward_train``) against those
-  recorded at sampling. Only the module's own sampled tokens carry gradient: the observation
-  (prompt, other agents' messages, tool outputs) is never scored, and padding is masked. It
-  logs ``logprob_gap_fresh``, the largest ``|new − old|`` logprob on the first minibatch of an
-  update (weights still equal to the samplers': the agreement check), a frozen KL reference
-  when ``kl_coef > 0``, and the length dual's ``λ``.
+  recorded at sampling. Both are under the distribution that drew the tokens: the sampler
+  stores ``log softmax(logits / T)`` and the row's temperature ``T``
+  (``SAMPLING_TEMPERATURE``), and the training forward divides its logits by that ``T``.
+  Trained modules must sample with ``temperature > 0`` and ``top_p = 1``
+  (``CausalLMModule.check_trainable``, checked when the learner is built). Only the module's
+  own sampled tokens carry gradient: the observation (prompt, other agents' messages, tool
+  outputs) is never scored, and padding is masked. It logs ``logprob_gap`` (largest
+  ``|new − old|`` token logprob) and ``sampler_kl`` (k3 estimate of ``KL(sampler ‖ learner)``
+  on the sampled tokens) per minibatch, their ``_fresh`` values on the first minibatch of an
+  update (weights still equal to the samplers': the agreement check, ≈ 0 unless sampler and
+  learner score different distributions), ``sampling_temperature`` (mean ``T`` of the rows),
+  a frozen KL reference (scored at the same ``T``) when ``kl_coef > 0``, and the length
+  dual's ``λ``.
 * :class:`GRPO` (a ``PPO`` subclass) samples exactly ``episodes_per_iteration`` finished
   episodes per iteration (so groups are whole) and updates the learners like PPO;
   :class:`GRPOAlgorithmConfig` carries the knobs (``config.grpo(...)``).
@@ -69,7 +77,7 @@ import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subag
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
-from trainers.grpo import GRPOConfig, LengthDual, compute_advantages, grpo_loss
+from trainers.grpo import GRPOConfig, LengthDual, compute_advantages, grpo_loss, sampler_kl
 
 #: batch column: the GRPO advantage of the row's episode (one value per row).
 ADVANTAGES = "advantages"
@@ -271,6 +279,10 @@ class GRPOLearner(TorchLearner):
         self.duals: dict[str, LengthDual] = {}
         self._refs: dict[str, Any] = {}
         self._fresh = False
+        for mid in self.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
+            module = self.module[mid].unwrapped()
+            if self.should_module_be_updated(mid) and isinstance(module, CausalLMModule):
+                module.check_trainable(f"module {mid!r}")
         if self._learner_connector is not None:
             self._learner_connector.append(
                 GRPOAdvantages(
@@ -315,15 +327,20 @@ class GRPOLearner(TorchLearner):
         if GRPO_KEEP in batch:
             mask = mask & batch[GRPO_KEEP].bool()[:, None]
         adv = batch[ADVANTAGES].float()
+        temps = module.batch_temperature(batch)  # the rows' sampling temperatures
         ref = None
         if self.grpo.kl_coef:
             with torch.no_grad():
-                ref, _ = module.score(batch[Columns.OBS], actions, model=self._refs[module_id])
+                ref, _ = module.score(
+                    batch[Columns.OBS], actions, model=self._refs[module_id], temperature=temps
+                )
         loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy)
         with torch.no_grad():
             own = actions != module.pad_id
             gap = float(((lp - old).abs() * own).max()) if own.any() else 0.0
             stats["logprob_gap"] = gap
+            stats["sampler_kl"] = sampler_kl(old, lp.detach(), own)
+            stats["sampling_temperature"] = float(temps.mean()) if len(temps) else 0.0
             if entropy is not None and own.any():
                 stats["entropy"] = float((entropy * own).sum() / own.sum())
             stats["advantage_abs_mean"] = float(adv.abs().mean()) if len(adv) else 0.0
@@ -335,6 +352,9 @@ class GRPOLearner(TorchLearner):
         self.metrics.log_dict(standard, key=module_id, window=1)
         if self._fresh:
             self.metrics.log_value((module_id, "grpo/logprob_gap_fresh"), gap, window=1)
+            self.metrics.log_value(
+                (module_id, "grpo/sampler_kl_fresh"), stats["sampler_kl"], window=1
+            )
         return loss
 
     @override

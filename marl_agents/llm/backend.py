@@ -7,13 +7,19 @@ returns one :class:`Generation` per prompt. Training uses the token ids exactly 
 (never re-tokenised text) and the logprobs recorded at sampling time as the behaviour policy's.
 
 **Which logprobs.** ``Generation.logprobs[i]`` is ``log softmax(logits)[token_ids[i]]`` of the
-model's raw next-token logits: temperature 1, no top-p truncation. It is the quantity a
-teacher-forced forward pass of the same weights recomputes, so it is the ``old_logprobs`` of
-the PPO/GRPO ratio. (vLLM's default ``logprobs_mode="raw_logprobs"`` is the same quantity.)
-``Generation.sampling_logprobs``, when a backend records it, is the log-probability under the
-distribution the token was actually drawn from (logits / temperature, renormalised over the
-top-p nucleus); it is ``None`` where the backend cannot give it. For temperature 1 and
-top_p 1 the two agree.
+model's raw next-token logits: temperature 1, no top-p truncation (vLLM's default
+``logprobs_mode="raw_logprobs"`` is the same quantity). ``Generation.sampling_logprobs``, when
+a backend records it, is the log-probability under the distribution the token was actually
+drawn from (logits / temperature, renormalised over the top-p nucleus); it is ``None`` where
+the backend cannot give it. For temperature 1 and top_p 1 the two agree.
+
+The behaviour policy of a PPO/GRPO ratio is the *sampling* distribution: the trained
+:class:`~marl_agents.llm.rl_module.CausalLMModule` stores ``sampling_logprobs`` as the
+ratio's old logprobs and its learner scores the tokens teacher-forced under
+``logits / temperature`` (``teacher_forced_logprobs(..., temperature=T)``), as TRL's
+GRPOTrainer and verl do. A top-p nucleus is not reproduced by the learner, so a trained pool
+must sample with ``top_p = 1`` (config validation says so); greedy tokens (temperature 0)
+have no distribution to score and cannot be trained on.
 """
 
 from __future__ import annotations

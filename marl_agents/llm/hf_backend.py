@@ -9,7 +9,9 @@ padding, explicit position ids) instead of ``model.generate``, so that
   float rounding differences between batch shapes flipping a draw, which we have not seen);
 * the recorded ``logprobs`` are ``log_softmax`` of the raw float32 logits (temperature 1,
   no top-p), the same quantity :meth:`HFBackend.logprobs` recomputes teacher-forced; and
-  ``sampling_logprobs`` are under the temperature / top-p distribution actually sampled.
+  ``sampling_logprobs`` are under the temperature / top-p distribution actually sampled
+  (``log_softmax(logits / T)``, renormalised over the nucleus), which
+  ``HFBackend.logprobs(..., temperature=T)`` recomputes when ``top_p = 1``.
 
 Works on CPU or GPU (the model's device). Example:
     >>> from marl_agents.llm.tiny import make_tiny_model
@@ -174,17 +176,25 @@ class HFBackend:
 
     # ----- teacher forcing -----------------------------------------------------------------
     def logprobs(
-        self, prompt_ids: Sequence[Sequence[int]], token_ids: Sequence[Sequence[int]]
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
     ) -> list[list[float]]:
-        """Teacher-forced logprobs of ``token_ids`` after ``prompt_ids`` (raw logits, T = 1).
+        """Teacher-forced logprobs of ``token_ids`` after ``prompt_ids`` under ``logits / T``.
 
-        The recompute of :attr:`Generation.logprobs`: one forward pass over each
+        With ``temperature=1`` (the default) the recompute of :attr:`Generation.logprobs`;
+        with the sampling temperature (and ``top_p = 1``) the recompute of
+        :attr:`Generation.sampling_logprobs`. One forward pass over each
         ``prompt + completion`` (batched, right-padded).
 
         Returns:
             Per completion, one float per token.
         """
-        lp, _ = teacher_forced_logprobs(self.model, prompt_ids, token_ids, pad_id=self.pad_id)
+        lp, _ = teacher_forced_logprobs(
+            self.model, prompt_ids, token_ids, pad_id=self.pad_id, temperature=temperature
+        )
         return [row[: len(t)].tolist() for row, t in zip(lp, token_ids, strict=True)]
 
 
@@ -195,9 +205,12 @@ def teacher_forced_logprobs(
     *,
     pad_id: int = 0,
     with_entropy: bool = False,
+    temperature: float | Sequence[float] | torch.Tensor = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (and optionally entropies) of completion tokens, one forward pass.
 
+    The distribution scored is ``softmax(logits / temperature)`` — the one a sampler at that
+    temperature (and ``top_p = 1``) draws from, as TRL's GRPOTrainer and verl score it.
     Gradients flow when called outside ``torch.no_grad`` (the learner's use).
 
     Args:
@@ -206,13 +219,19 @@ def teacher_forced_logprobs(
         token_ids: per sequence, the completion's ids.
         pad_id: id used for right padding.
         with_entropy: also return the entropy of each next-token distribution.
+        temperature: one temperature ``> 0`` for all sequences, or one per sequence.
 
     Returns:
         ``(logprobs, entropy)``: float32 tensors ``[batch, max_completion_len]`` aligned with
         ``token_ids`` (zeros past each completion's end); ``entropy`` is ``None`` unless asked.
+
+    Raises:
+        ValueError: a temperature ``<= 0`` (greedy tokens have no logprobs to score) or one
+            temperature per sequence of the wrong length.
     """
     dev = next(model.parameters()).device
     n = len(prompt_ids)
+    temps = _temperatures(temperature, n)
     seqs = [list(p) + list(t) for p, t in zip(prompt_ids, token_ids, strict=True)]
     width = max(len(s) for s in seqs)
     tlen = max((len(t) for t in token_ids), default=0)
@@ -229,12 +248,29 @@ def teacher_forced_logprobs(
         if not t:
             continue
         # logits at position j predict token j + 1: completion token k sits at len(p) + k.
-        row = torch.log_softmax(logits[r, len(p) - 1 : len(p) + len(t) - 1].float(), dim=-1)
+        step_logits = logits[r, len(p) - 1 : len(p) + len(t) - 1].float()
+        row = torch.log_softmax(step_logits / temps[r], dim=-1)
         tgt = torch.tensor(list(t), dtype=torch.long, device=dev)
         out[r, : len(t)] = row.gather(-1, tgt[:, None]).squeeze(-1)
         if ent is not None:
             ent[r, : len(t)] = -(row.exp() * row).sum(-1)
     return out, ent
+
+
+def _temperatures(temperature: float | Sequence[float] | torch.Tensor, n: int) -> list[float]:
+    """``temperature`` as one float per sequence, each checked ``> 0``."""
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.detach().cpu().reshape(-1).tolist()
+    temps = [float(temperature)] * n if isinstance(temperature, int | float) else list(temperature)
+    if len(temps) != n:
+        raise ValueError(f"{len(temps)} temperatures for {n} sequences: give one, or one each")
+    bad = [t for t in temps if not t > 0]
+    if bad:
+        raise ValueError(
+            f"temperature {bad[0]} cannot be scored: logprobs need a temperature > 0 "
+            "(greedy tokens, temperature 0, have no distribution to score)"
+        )
+    return [float(t) for t in temps]
 
 
 def _row_generator(seed: int | None, device: torch.device) -> torch.Generator:

@@ -8,14 +8,21 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   completion per row with :class:`~marl_agents.llm.hf_backend.HFBackend`'s KV-cache loop and
   return the token ids as ``Columns.ACTIONS`` (RLlib's ``GetActions`` passes them through
   unchanged: nothing is re-sampled or re-tokenised), their summed logprob as
-  ``Columns.ACTION_LOGP`` and the per-token logprobs as the extra model output
-  :data:`TOKEN_LOGP` — the raw temperature-1 logprobs that a teacher-forced pass recomputes
-  (the ``old_logprobs`` of the GRPO ratio).
+  ``Columns.ACTION_LOGP``, the per-token logprobs as the extra model output
+  :data:`TOKEN_LOGP` — under the distribution that drew them, ``softmax(logits / T)``
+  (the behaviour policy: the ``old_logprobs`` of the GRPO ratio) — and the temperature
+  ``T`` of each row as the extra model output :data:`SAMPLING_TEMPERATURE`, so the
+  temperature travels with the batch to the learner.
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
   ``model_config["inference_temperature"]`` says otherwise.
 * **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
-  gradients, returning :data:`TOKEN_LOGP` and :data:`TOKEN_ENTROPY` ``[B, max_new_tokens]``
-  aligned with the action ids (zeros on padding).
+  gradients, scoring each row under ``logits / T`` with the row's
+  :data:`SAMPLING_TEMPERATURE` (the module's ``temperature`` when the batch has no such
+  column), returning :data:`TOKEN_LOGP` and :data:`TOKEN_ENTROPY` ``[B, max_new_tokens]``
+  aligned with the action ids (zeros on padding). Both sides of the ratio are thus the
+  same tempered policy (as in TRL's GRPOTrainer and verl). Greedy rows (``T = 0``) and a
+  module sampling with ``top_p < 1`` (a nucleus the learner does not reproduce) raise
+  :class:`SamplingConfigError` instead of training on a policy that did not sample.
 
 There is no value head (GRPO needs none); dropout is kept off in every pass so that the
 trained distribution is the one that sampled the tokens.
@@ -25,8 +32,10 @@ trained distribution is the one that sampled the tokens.
 * ``model``: ``"tiny"`` (:func:`~marl_agents.llm.tiny.make_tiny_model`, built from
   ``tiny_seed``) or a directory with a saved HF model and tokenizer.
 * ``tiny_seed`` (default 0), ``dtype`` (``"float32"``, ``"bfloat16"``, …).
-* ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling.
-* ``inference_temperature`` (0.0): evaluation sampling (0 = greedy).
+* ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling. Training needs
+  ``temperature > 0`` and ``top_p = 1`` (:meth:`CausalLMModule.check_trainable`).
+* ``inference_temperature`` (0.0): evaluation sampling (0 = greedy). Its rows carry their own
+  temperature, so were they ever trained on they would be scored at it (greedy ones raise).
 
 Example:
     >>> from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -60,6 +69,18 @@ from scenarios.text_space import TextSpaces
 TOKEN_LOGP = "token_logp"
 #: train-forward key: per-token next-token entropy (nats) ``[B, max_new_tokens]``.
 TOKEN_ENTROPY = "token_entropy"
+#: extra model output / batch column: the temperature each row was sampled at ``[B]``
+#: (``0``: greedy); the learner scores the row's tokens under ``logits / temperature``.
+SAMPLING_TEMPERATURE = "sampling_temperature"
+
+
+class SamplingConfigError(ValueError):
+    """Tokens the learner cannot score under the distribution that sampled them.
+
+    Raised for greedy rows (temperature 0: no distribution to score) and for a trained module
+    that samples with ``top_p < 1`` (the learner does not reproduce the nucleus). The message
+    names the module or rows and the fix.
+    """
 
 
 def load_causal_lm(
@@ -135,6 +156,52 @@ class CausalLMModule(TorchRLModule):
         )
         return [self.spaces.decode_action(r) for r in rows.reshape(len(rows), -1)]
 
+    def check_trainable(self, where: str = "this CausalLMModule") -> None:
+        """Raise unless the exploration sampler is one the learner scores exactly.
+
+        Args:
+            where: names the module in the message (e.g. ``"module 'orchestrator'"``).
+
+        Raises:
+            SamplingConfigError: ``temperature == 0`` or ``top_p < 1``.
+        """
+        if not self.temperature > 0:
+            raise SamplingConfigError(
+                f"{where} samples greedily (temperature={self.temperature}) but is trained: "
+                "greedy tokens have no distribution to score and GRPO's rollouts of a task "
+                "would be identical; set model_config['temperature'] > 0 (e.g. 1.0)"
+            )
+        if self.top_p < 1:
+            raise SamplingConfigError(
+                f"{where} samples with top_p={self.top_p} but is trained: the learner scores "
+                "tokens under logits / temperature and does not reproduce the top-p nucleus, so "
+                "the GRPO ratio would compare a different policy with the sampler; set "
+                "top_p: 1 (lower the temperature to sharpen sampling) or freeze the module"
+            )
+
+    def batch_temperature(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Per row, the temperature it was sampled at (``[B]`` float32, CPU).
+
+        The batch's :data:`SAMPLING_TEMPERATURE`, or the module's ``temperature`` for a batch
+        without that column.
+
+        Raises:
+            SamplingConfigError: a row sampled greedily (temperature 0).
+        """
+        n = len(batch[Columns.ACTIONS])
+        temps = batch.get(SAMPLING_TEMPERATURE)
+        if temps is None:
+            temps = torch.full((n,), self.temperature, dtype=torch.float32)
+        temps = torch.as_tensor(temps, dtype=torch.float32).reshape(-1)
+        greedy = int((~(temps > 0)).sum())
+        if greedy:
+            raise SamplingConfigError(
+                f"{greedy} of {n} rows were sampled greedily (temperature 0, e.g. "
+                "forward_inference with inference_temperature 0): greedy tokens have no "
+                "logprobs to train on; train on forward_exploration samples at temperature > 0"
+            )
+        return temps
+
     def generate(self, prompts: list[list[int]], temperature: float) -> list[Generation]:
         """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM."""
         from marl_agents.llm.hf_backend import HFBackend
@@ -153,12 +220,18 @@ class CausalLMModule(TorchRLModule):
         actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
         token_lp = np.zeros((len(gens), width), dtype=np.float32)
         for r, g in enumerate(gens):
-            token_lp[r, : len(g.logprobs)] = g.logprobs
+            # behaviour logprobs: under softmax(logits / T) (and the nucleus), what drew them
+            if g.sampling_logprobs is None:
+                raise RuntimeError("the HF backend returned no sampling_logprobs")
+            token_lp[r, : len(g.sampling_logprobs)] = g.sampling_logprobs
         device = obs.device if isinstance(obs, torch.Tensor) else None
         return {
             Columns.ACTIONS: torch.as_tensor(actions, device=device),
             Columns.ACTION_LOGP: torch.as_tensor(token_lp.sum(-1), device=device),
             TOKEN_LOGP: torch.as_tensor(token_lp, device=device),
+            SAMPLING_TEMPERATURE: torch.full(
+                (len(gens),), float(temperature), dtype=torch.float32, device=device
+            ),
         }
 
     # ----- RLlib forwards ------------------------------------------------------------------
@@ -176,7 +249,13 @@ class CausalLMModule(TorchRLModule):
 
     @override
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        lp, ent = self.score(batch[Columns.OBS], batch[Columns.ACTIONS], with_entropy=True)
+        self.check_trainable()
+        lp, ent = self.score(
+            batch[Columns.OBS],
+            batch[Columns.ACTIONS],
+            with_entropy=True,
+            temperature=self.batch_temperature(batch),
+        )
         return {TOKEN_LOGP: lp, TOKEN_ENTROPY: ent}
 
     def score(
@@ -186,14 +265,19 @@ class CausalLMModule(TorchRLModule):
         *,
         with_entropy: bool = False,
         model: Any = None,
+        temperature: float | torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher-forced logprobs (and entropies) of ``actions`` after ``obs``, with gradients.
+
+        Scored under ``softmax(logits / temperature)`` (no top-p truncation).
 
         Args:
             obs: ``[B, max_prompt_tokens]`` padded prompt ids.
             actions: ``[B, max_new_tokens]`` padded generated ids.
-            with_entropy: also return the next-token entropies.
+            with_entropy: also return the next-token entropies (of the tempered distribution).
             model: score with this LM instead of the module's (e.g. a frozen reference).
+            temperature: one ``> 0`` for all rows or ``[B]`` per row; ``None``: the module's
+                exploration ``temperature``. Pass ``1.0`` for the raw model's logprobs.
 
         Returns:
             ``(logprobs, entropy)``, each ``[B, max_new_tokens]`` float32, zeros on padding
@@ -211,6 +295,12 @@ class CausalLMModule(TorchRLModule):
         if n == 0:
             return lp, ent
         prompts, tokens = self.prompts(obs), self.completions(actions)
+        temps = torch.as_tensor(
+            self.temperature if temperature is None else temperature, dtype=torch.float32
+        ).reshape(-1)
+        temps = temps.expand(n) if temps.numel() == 1 else temps
+        if temps.numel() != n:
+            raise ValueError(f"{temps.numel()} temperatures for {n} rows: give one, or one per row")
         rows = [r for r in range(n) if tokens[r]]
         if not rows:
             return lp + 0.0 * sum(p.sum() for p in lm.parameters()), ent
@@ -220,6 +310,7 @@ class CausalLMModule(TorchRLModule):
             [tokens[r] for r in rows],
             pad_id=self._lm_pad,
             with_entropy=with_entropy,
+            temperature=temps[rows],
         )
         index = torch.as_tensor(rows, device=device)
         t = out_lp.shape[1]
