@@ -22,7 +22,9 @@ class RLlibGraphEnv(MultiAgentEnv):
 
     Args:
         config: either ``{"env": GraphEnv}`` or the arguments of :func:`scenarios.make`:
-            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``; with
+            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``, where the
+            scenario is a registered name or an import reference ``package.module:attr``
+            (re-imported in every process that builds the env, e.g. each env runner); with
             ``"seed_once": True`` a repeated ``reset(seed=s)`` continues the episode stream
             instead of replaying task ``s`` (what RLlib's env runners need).
     """
@@ -37,8 +39,8 @@ class RLlibGraphEnv(MultiAgentEnv):
 
             if "scenario" not in config:
                 raise ValueError(
-                    "RLlibGraphEnv needs env_config={'scenario': NAME, 'topology': SPEC, "
-                    "'kwargs': {...}} or {'env': GraphEnv(...)}"
+                    "RLlibGraphEnv needs env_config={'scenario': NAME or 'package.module:attr', "
+                    "'topology': SPEC, 'kwargs': {...}} or {'env': GraphEnv(...)}"
                 )
             env = make(
                 config["scenario"], topology=config.get("topology"), **config.get("kwargs", {})

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,7 +37,8 @@ class Plan:
 
     Attributes:
         cfg: the experiment config.
-        scenario_id: the versioned scenario id (``delegate-v0``).
+        scenario_id: the versioned id of a registered scenario (``delegate-v0``), or the import
+            reference of a user's scenario as given (``myapp.team:scenario``).
         env_config: the ``RLlibGraphEnv`` config.
         agents: agent ids, in the topology's order.
         roles: agent id → role.
@@ -82,37 +84,48 @@ class PoolMapping:
 
 
 # ----- resolution (no Ray) -----------------------------------------------------------------
-def resolve(cfg: ExperimentConfig) -> Plan:
+def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
     """Check ``cfg`` against its scenario and resolve pools; nothing of Ray is started.
+
+    ``cfg.scenario`` is a registered name or an import reference ``package.module:attr``
+    (:mod:`scenarios.registry`): a reference is imported and built here and, with
+    ``ray_workers`` (the default; ``False`` for work done in this process only, such as
+    :func:`trainers.evaluate.evaluate`), checked to be importable by Ray's worker processes too
+    (:func:`check_workers_import`), since every env runner, credit worker and Tune trial
+    rebuilds the scenario by importing it.
 
     Raises:
         ConfigError: the first problem found, naming the field and the fix: bad fields, an
-            unknown scenario or topology, unknown agents or pools, a pool with no agents, an
-            agent in no pool, an unknown scripted policy or missing checkpoint, an LLM pool
-            on agents that do not act with text (or a trained non-LLM pool on agents that
-            do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit the
-            scenario cannot support, GPUs or CPUs the machine does not have.
+            unknown scenario, a scenario reference that cannot be imported here or in Ray's
+            worker processes (``__main__``, a module off their path, a missing attribute, an
+            object that is not a scenario) or that rejects its ``topology`` /
+            ``scenario_kwargs``, an unknown topology, unknown agents or pools, a pool with no
+            agents, an agent in no pool, an unknown scripted policy or missing checkpoint, an
+            LLM pool on agents that do not act with text (or a trained non-LLM pool on agents
+            that do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit
+            the scenario cannot support, GPUs or CPUs the machine does not have.
 
     For a text scenario (one declaring ``text_agents``) with LLM pools, the scenario's
     ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
     """
     from scenarios.base import ScenarioError
-    from scenarios.registry import build, get
+    from scenarios.registry import build, is_reference, scenario_class
     from topologies import Topology, TopologyError
 
     cfg.check()
-    try:
-        scenario_cls = get(cfg.scenario)
-    except ScenarioError as exc:
-        raise ConfigError(str(exc)) from None
-    kwargs = _text_kwargs(cfg, scenario_cls)
+    where = f"scenario={cfg.scenario!r}"
     topology: Any = cfg.topology
     try:
         if isinstance(topology, dict):
             topology = Topology.from_dict(topology)
+        kwargs = _text_kwargs(
+            cfg, lambda: scenario_class(cfg.scenario, topology, **cfg.scenario_kwargs)
+        )
         scenario = build(cfg.scenario, topology, **kwargs)
     except (ScenarioError, TopologyError, TypeError) as exc:
-        raise ConfigError(f"scenario {cfg.scenario!r}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
+    if ray_workers and is_reference(cfg.scenario):
+        check_workers_import(cfg.scenario)
     topo = scenario.topology
     agents = list(scenario.possible_agents)
     roles = dict(topo.roles)
@@ -126,17 +139,19 @@ def resolve(cfg: ExperimentConfig) -> Plan:
             cfg.pools,
             sharing=cfg.sharing,
             train=cfg.train,
-            frozen_defaults=_frozen_defaults(cfg.scenario),
+            frozen_defaults=_frozen_defaults(type(scenario).name),
         )
     except PoolError as exc:
         raise ConfigError(str(exc)) from None
+    if topology is None and not is_reference(cfg.scenario):
+        topology = topo.spec or topo  # a reference keeps None: its own default, as built here
     env_config = {
         "scenario": cfg.scenario,
-        "topology": topology if topology is not None else topo.spec or topo,
+        "topology": topology,
         "kwargs": kwargs,
         "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
     }
-    _check_models(cfg, pools, env_config)
+    _check_models(cfg, pools, type(scenario).name)
     _check_text(cfg, scenario, pools)
     _check_algorithm(cfg, pools)
     _check_credit(cfg, scenario, agents)
@@ -144,7 +159,67 @@ def resolve(cfg: ExperimentConfig) -> Plan:
     has_oracle = type(scenario).oracle_value is not _base_oracle()
     if has_oracle:
         has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
-    return Plan(cfg, scenario.id(), env_config, agents, roles, pools, has_oracle)
+    scenario_id = cfg.scenario if is_reference(cfg.scenario) else scenario.id()
+    return Plan(cfg, scenario_id, env_config, agents, roles, pools, has_oracle)
+
+
+# ----- scenario references in Ray's processes --------------------------------------------------
+def check_workers_import(ref: str) -> None:
+    """Check that Ray's worker processes can import the scenario reference ``ref``.
+
+    Workers rebuild the scenario by importing ``ref``. When this process will start Ray itself
+    (no Ray running, no ``RAY_ADDRESS``), :func:`share_sys_path` gives the workers this
+    process's ``sys.path``, so whatever imports here imports there. Otherwise the workers have
+    what the running Ray gave them — installed packages, ``PYTHONPATH``, and the driver's script
+    directory and working directory (Ray 2.60 adds those two) — and a fresh process with that
+    path must find the module where this process found it. Inside a Ray worker (a Tune trial)
+    there is nothing to check: this process is one of them.
+
+    Raises:
+        ConfigError: the module would not be found by the workers (or a different copy would),
+            naming the directory and the fix.
+    """
+    from scenarios.registry import unreachable_reason
+
+    ray = sys.modules.get("ray")
+    running = ray is not None and ray.is_initialized()
+    if running and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+        return
+    if not running and not os.environ.get("RAY_ADDRESS"):
+        return
+    reason = unreachable_reason(ref, _ray_driver_paths(running))
+    if reason is not None:
+        raise ConfigError(f"scenario={ref!r}: {reason}")
+
+
+def _ray_driver_paths(running: bool) -> list[str]:
+    """The directories Ray adds to its workers' ``sys.path`` for this driver."""
+    if running:
+        import ray
+
+        try:  # a private API that may move: then fall back to what Ray 2.60 adds
+            job = ray._private.worker.global_worker.core_worker.get_job_config()
+            return list(job.py_driver_sys_path)
+        except Exception:  # any failure means "unknown": use the fallback below
+            running = False
+    paths = [os.getcwd()]
+    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    if script and script in sys.path:
+        paths.append(script)
+    return paths
+
+
+def share_sys_path() -> None:
+    """Give the processes of a local Ray started next this process's ``sys.path``.
+
+    Prepends the directories of ``sys.path`` (the working directory for ``""``) to
+    ``PYTHONPATH``, which the Ray processes started by ``ray.init()`` inherit, so env runners,
+    credit workers and Tune trials import a user's modules (scenario references) exactly as the
+    driver does — also ones found only through ``sys.path`` entries added at run time.
+    """
+    paths = [p or os.getcwd() for p in sys.path]
+    old = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*paths, *old]))
 
 
 def _base_oracle() -> Any:
@@ -154,6 +229,7 @@ def _base_oracle() -> Any:
 
 
 def _frozen_defaults(scenario: str) -> dict[str, ModelConfig]:
+    """Scripted policies for frozen pools, by the scenario's ``name`` (``delegate``)."""
     from marl_agents.scripted import frozen_defaults
 
     return {
@@ -162,9 +238,8 @@ def _frozen_defaults(scenario: str) -> dict[str, ModelConfig]:
     }
 
 
-def _check_models(
-    cfg: ExperimentConfig, pools: Mapping[str, AgentPool], env_config: Mapping[str, Any]
-) -> None:
+def _check_models(cfg: ExperimentConfig, pools: Mapping[str, AgentPool], scenario: str) -> None:
+    """Scripted policies exist and belong to the scenario (its ``name``), checkpoints exist."""
     from marl_agents.modules import checkpoint_module_dir
     from marl_agents.scripted import SCRIPTED
 
@@ -178,10 +253,10 @@ def _check_models(
             )
         if m.type == "scripted":
             entry = SCRIPTED[m.policy]  # type: ignore[index]
-            if entry.scenario not in (None, env_config["scenario"]):
+            if entry.scenario not in (None, scenario):
                 raise ConfigError(
                     f"pool {pool.id!r}: scripted policy {m.policy!r} belongs to scenario "
-                    f"{entry.scenario!r}, not {env_config['scenario']!r}"
+                    f"{entry.scenario!r}, not {scenario!r}"
                 )
         if m.type == "checkpoint":
             try:
@@ -195,8 +270,10 @@ def _check_models(
             )
 
 
-def _text_kwargs(cfg: ExperimentConfig, scenario_cls: type) -> dict[str, Any]:
+def _text_kwargs(cfg: ExperimentConfig, scenario_cls: Callable[[], type]) -> dict[str, Any]:
     """The scenario kwargs; a text scenario gets its LLM pools' tokenizer unless one is given.
+
+    ``scenario_cls`` returns the scenario's class (asked only when there are LLM pools).
 
     Raises:
         ConfigError: LLM pools on a scenario without text agents, or LLM pools of different
@@ -206,7 +283,7 @@ def _text_kwargs(cfg: ExperimentConfig, scenario_cls: type) -> dict[str, Any]:
     llm = {pid: p.model for pid, p in cfg.pools.items() if p.model.type == "llm"}
     if not llm:
         return kwargs
-    if not hasattr(scenario_cls, "text_agents"):
+    if not hasattr(scenario_cls(), "text_agents"):
         pid = next(iter(llm))
         raise ConfigError(
             f"pools.{pid}.model.type is 'llm' but scenario {cfg.scenario!r} has no text agents "

@@ -6,6 +6,10 @@ runs the same commands standalone.
 
 Runs are bit-reproducible only with a fixed ``PYTHONHASHSEED`` (RLlib orders agents through
 sets): when it is unset, the commands re-execute the process once with ``PYTHONHASHSEED=0``.
+
+A scenario may be an import reference to your own module (``marl run myapp.team:scenario``):
+like ``python -m``, the commands import it from the current directory as well (a console script
+does not put it on ``sys.path``), and Ray's workers get the same path.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+SCENARIO_HELP = "Scenario: a registered name (marl scenarios) or package.module:attr naming your own Scenario subclass, instance or a function returning one (default: the config's, or delegate)."  # noqa: E501
 TRAIN_HELP = "Agent or pool ids that learn, comma-separated (default: all). 'orchestrator' trains the orchestrator against frozen subagents."  # noqa: E501
 
 
@@ -30,6 +35,13 @@ def fixed_hash_seed() -> None:
         os.execv(sys.executable, [sys.executable, *argv[1:]])
     except OSError:  # cannot re-exec: carry on, reproducible within this process only
         return
+
+
+def cwd_on_path() -> None:
+    """Put the working directory on ``sys.path`` (a console script does not), so scenario
+    references to modules next to the user import as they would under ``python -m``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -47,9 +59,7 @@ def fail(message: str) -> None:
 
 
 def run_command(
-    scenario: Annotated[
-        str | None, typer.Argument(help="Scenario name (default: the config's, or delegate).")
-    ] = None,
+    scenario: Annotated[str | None, typer.Argument(help=SCENARIO_HELP)] = None,
     topology: Annotated[
         str | None, typer.Option(help="Topology spec, e.g. star:3 or single.")
     ] = None,
@@ -82,6 +92,7 @@ def run_command(
     """Train a team on a scenario: progress bar, summary table, learning-curve PNG."""
     from trainers.config import ConfigError, ExperimentConfig
 
+    cwd_on_path()
     try:
         cfg = ExperimentConfig.from_yaml(config) if config else ExperimentConfig()
         if resume is not None and config is None:
@@ -139,6 +150,7 @@ def sweep_command(
     from trainers.config import ConfigError
     from trainers.sweep import SweepSpec
 
+    cwd_on_path()
     try:
         spec = SweepSpec.from_yaml(file)
     except (ConfigError, OSError) as exc:
@@ -172,6 +184,7 @@ def eval_command(
     from trainers.config import ConfigError
     from trainers.evaluate import EVAL_SEED, evaluate
 
+    cwd_on_path()
     try:
         evaluate(checkpoint, episodes, seed=EVAL_SEED if seed is None else seed, credit=credit)
     except ConfigError as exc:

@@ -400,8 +400,13 @@ class ExperimentConfig:
     """One experiment: scenario × topology × pools × credit × algorithm × run settings.
 
     Attributes:
-        scenario: registered scenario name (``marl scenarios`` lists them).
-        scenario_kwargs: keyword arguments of the scenario.
+        scenario: a registered scenario name (``marl scenarios`` lists them), or an import
+            reference ``package.module:attr`` to your own scenario: a ``Scenario`` subclass,
+            a ``Scenario`` instance or a function returning one. Every process (env runners,
+            credit workers, Tune trials) rebuilds it by importing the reference; a class or
+            function gets ``scenario_kwargs`` and, when set, ``topology`` as keyword arguments
+            (see :mod:`scenarios.registry`).
+        scenario_kwargs: keyword arguments of the scenario (none for a ``Scenario`` instance).
         topology: topology spec (``"star:3"``), a ``Topology.to_dict()`` mapping, or ``None``
             for the scenario's default.
         sharing: how agents not listed in ``pools`` are pooled: ``"role"`` (parameter sharing
@@ -443,8 +448,7 @@ class ExperimentConfig:
         Raises:
             ConfigError: the first bad field, named with the fix.
         """
-        if not isinstance(self.scenario, str) or not self.scenario:
-            raise ConfigError("scenario must be a registered scenario name, e.g. 'delegate'")
+        _check_scenario_name(self.scenario)
         if self.sharing not in SHARING:
             raise ConfigError(
                 f"sharing={self.sharing!r} is unknown: use one of {', '.join(SHARING)}"
@@ -516,6 +520,33 @@ class ExperimentConfig:
             "topology": self.topology,
             "kwargs": dict(self.scenario_kwargs),
         }
+
+
+def _check_scenario_name(value: Any) -> None:
+    """``scenario`` is a non-empty name or a well-formed ``package.module:attr`` reference."""
+    from scenarios.base import ScenarioError
+    from scenarios.registry import REF_HELP, is_reference, parse_reference
+
+    if isinstance(value, str) and value.strip():
+        if is_reference(value):
+            try:
+                parse_reference(value)
+            except ScenarioError as exc:
+                raise ConfigError(f"scenario={value!r}: {exc}") from None
+        return
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None) or getattr(type(value), "__qualname__", "")
+    if not isinstance(value, type) and not callable(value):
+        qualname = ""  # an instance: the module names its variable, not its class
+    if module and module != "__main__" and qualname:
+        fix = f"scenario='{module}:{qualname}'"
+    elif module and module != "__main__":
+        fix = f"scenario='{module}:<the variable holding it>'"
+    else:
+        fix = "a reference to a module that defines it (not __main__: Ray's workers import it)"
+    raise ConfigError(
+        f"scenario must be {REF_HELP}, got {type(value).__name__} {value!r:.60}: use {fix}"
+    )
 
 
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

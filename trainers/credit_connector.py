@@ -137,7 +137,10 @@ def make_credit_connector(credit: Any, env_config: Mapping[str, Any]) -> CreditC
         credit: a :class:`trainers.config.CreditConfig` (or anything with its fields
             ``method``, ``estimator``, ``budget``, ``repeats``, ``exact_max``, ``normalize``).
         env_config: the env config given to ``RLlibGraphEnv``: ``{"scenario": NAME,
-            "topology": SPEC, "kwargs": {...}}`` or ``{"env": GraphEnv}``.
+            "topology": SPEC, "kwargs": {...}}`` or ``{"env": GraphEnv}``. ``NAME`` may be an
+            import reference ``package.module:attr``: the learner and every
+            :class:`CreditWorker` actor rebuild the scenario by importing it
+            (:func:`scenarios.registry.build`), as the env runners do.
 
     Returns:
         A picklable :class:`CreditConnectorFactory`.

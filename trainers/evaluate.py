@@ -103,7 +103,7 @@ def load_team(checkpoint: str | Path) -> tuple[ExperimentConfig, Any, TeamPolicy
             f"no config.yaml in {run}: evaluate checkpoints written by trainers.train"
         )
     cfg = ExperimentConfig.from_yaml(cfg_path)
-    plan = resolve(cfg)
+    plan = resolve(cfg, ray_workers=False)  # evaluation runs in this process only
     modules = MultiRLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module"))
     return cfg, plan, TeamPolicy(modules, plan.agent_to_pool)
 

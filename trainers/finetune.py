@@ -210,7 +210,9 @@ class FinetuneJob:
         orchestrator: the model being trained.
         subagents: the frozen subagent pool: one entry for every worker, or exactly one per
             worker of the topology.
-        scenario: a registered text scenario (``text-delegate``).
+        scenario: a text scenario: a registered name (``text-delegate``) or an import
+            reference ``package.module:attr`` to your own (see
+            :attr:`~trainers.config.ExperimentConfig.scenario`).
         topology: its topology (``star:N``: ``N`` subagents).
         scenario_kwargs: more scenario arguments (``level``, ``max_new_tokens``, …);
             ``tokenizer`` and ``subagents`` are set from the fields above.
@@ -220,7 +222,8 @@ class FinetuneJob:
         resources: learners, GPUs, env runners, CPUs.
         logging: wandb and progress.
         output_dir: parent of the run directory.
-        name: run directory name (default ``finetune__{scenario}__{seed}__{time}``).
+        name: run directory name (default ``finetune__{scenario}__{seed}__{time}``; a
+            reference ``pkg.mod:attr`` is written ``mod.attr``).
         seed: seeds the task stream, RLlib and torch.
         save_checkpoint: also save the RLlib algorithm checkpoint.
     """
@@ -465,6 +468,7 @@ def run_finetune(
     Raises:
         ConfigError: a bad job, before Ray starts.
     """
+    from scenarios.registry import label
     from trainers.run import (
         ensure_ray,
         flatten_result,
@@ -481,7 +485,8 @@ def run_finetune(
     config = algorithm_config(job, plan)
     setup_process()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run = fresh_dir(job.output_dir, job.name or f"finetune__{job.scenario}__{job.seed}__{stamp}")
+    name = job.name or f"finetune__{label(job.scenario)}__{job.seed}__{stamp}"
+    run = fresh_dir(job.output_dir, name)
     job.to_yaml(run / "job.yaml")
     started_ray = ensure_ray(job)
     console = progress_console(job)

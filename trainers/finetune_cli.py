@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from trainers.cli import fail, fixed_hash_seed
+from trainers.cli import cwd_on_path, fail, fixed_hash_seed
 
 
 def finetune_command(
@@ -35,6 +35,7 @@ def finetune_command(
     from trainers.config import ConfigError
     from trainers.finetune import FinetuneJob
 
+    cwd_on_path()
     try:
         spec = FinetuneJob.from_yaml(job)
         if iterations is not None:

@@ -115,6 +115,9 @@ def ensure_ray(cfg: Any) -> bool:
         kwargs["address"] = os.environ["RAY_ADDRESS"]
     else:
         kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
+        from trainers.algo import share_sys_path
+
+        share_sys_path()  # workers import what this process imports (scenario references)
     ray.init(**kwargs)
     return True
 
@@ -130,9 +133,12 @@ def quiet_ray_logs() -> None:
 
 # ----- run directories ----------------------------------------------------------------------
 def run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
-    """``{scenario}__{algo}__{seed}__{time}`` (CleanRL style)."""
+    """``{scenario}__{algo}__{seed}__{time}`` (CleanRL style; a reference ``pkg.mod:attr``
+    is written ``mod.attr``)."""
+    from scenarios.registry import label
+
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now or time.time()))
-    return f"{cfg.scenario}__{cfg.algorithm.name}__{cfg.seed}__{stamp}"
+    return f"{label(cfg.scenario)}__{cfg.algorithm.name}__{cfg.seed}__{stamp}"
 
 
 def new_run_dir(cfg: ExperimentConfig) -> Path:
