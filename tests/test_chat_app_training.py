@@ -1,0 +1,122 @@
+"""A user's chat-model app trained through ExperimentConfig by import reference: the supervisor
+of ``examples/supervisor_app.py`` (a real ``create_supervisor`` app; ``tests/apps/chat_team.py``
+adds a conciseness term to its reward) learns with GRPO while its workers are frozen tiny-LLM
+pools — in process, with a remote env runner, and with Shapley credit spread over credit
+workers. Frozen weights stay bit-identical. The one-agent ReAct app and a swarm train too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("langgraph_supervisor")
+
+from trainers.config import ExperimentConfig
+
+APP = "tests.apps.chat_team:supervisor"
+
+
+def app_cfg(tmp_path: Path, **changes: Any) -> ExperimentConfig:
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": APP,
+            "scenario_kwargs": {"max_prompt_tokens": 512, "max_new_tokens": 4},
+            "train": ["supervisor"],
+            "pools": {
+                "orchestrator": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+                "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+            },
+            "algorithm": {
+                "name": "GRPO",
+                "lr": 1e-2,
+                "num_epochs": 1,
+                "grpo": {"group_size": 2, "groups_per_iteration": 2},
+            },
+            "budget": {"iterations": 2},
+            "seed": 0,
+            "logging": {"wandb": "disabled", "progress": False},
+            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
+        }
+    )
+    return cfg.replace(**changes) if changes else cfg
+
+
+def weights(algo: Any, module: str) -> dict[str, np.ndarray]:
+    return {k: np.array(v) for k, v in algo.learner_group.get_weights([module])[module].items()}
+
+
+def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_plan_of_the_app_trains_the_supervisor_only(tmp_path):
+    from trainers.algo import resolve
+
+    plan = resolve(app_cfg(tmp_path))
+    assert plan.agents == ["supervisor", "math_expert", "research_expert"]
+    assert plan.trainable == ["orchestrator"] and sorted(plan.frozen) == ["worker"]
+    assert plan.agent_to_pool == {
+        "supervisor": "orchestrator",
+        "math_expert": "worker",
+        "research_expert": "worker",
+    }
+
+
+@pytest.mark.parametrize("runners", [0, 1])
+def test_supervisor_learns_and_frozen_workers_stay_bit_identical(ray_session, tmp_path, runners):
+    from trainers.algo import to_algorithm_config
+
+    cfg = app_cfg(tmp_path, **{"resources.num_env_runners": runners})
+    algo = to_algorithm_config(cfg).build_algo()
+    try:
+        frozen, trained = weights(algo, "worker"), weights(algo, "orchestrator")
+        for _ in range(2):
+            result = algo.train()
+        assert same(weights(algo, "worker"), frozen)
+        assert not same(weights(algo, "orchestrator"), trained)
+        episodes = result["env_runners"]["num_episodes_lifetime"]
+        assert episodes >= 8  # 2 iterations × 2 groups × 2 rollouts
+    finally:
+        algo.stop()
+
+
+def test_shapley_credit_with_credit_workers_on_the_app(ray_session, tmp_path):
+    from trainers.run import train
+
+    cfg = app_cfg(tmp_path, **{"credit.method": "shapley", "credit.workers": 1})
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    assert [h["charts/iteration"] for h in result.history] == [1, 2]
+    assert all(h["charts/episodes"] > 0 for h in result.history)
+
+
+@pytest.mark.parametrize(
+    ("app", "pools", "train"),
+    [
+        ("react", {"agent": {"model": {"type": "llm", "path": "tiny"}}}, None),
+        (
+            "swarm",
+            {
+                "alice": {"agents": ["Alice"], "model": {"type": "llm", "path": "tiny"}},
+                "bob": {"agents": ["Bob"], "model": {"type": "llm", "path": "tiny"}},
+            },
+            ["alice"],
+        ),
+    ],
+)
+def test_react_and_swarm_apps_train(ray_session, tmp_path, app, pools, train):
+    from trainers.run import train as run
+
+    data = app_cfg(tmp_path).to_dict()
+    data.update(scenario=f"tests.apps.chat_team:{app}", pools=pools, train=train)
+    data["scenario_kwargs"] = {}
+    if app == "swarm":
+        data["sharing"] = "explicit"
+    result = run(ExperimentConfig.from_dict(data))
+    assert result.status == "completed", result.status
+    assert all(h["charts/episodes"] > 0 for h in result.history)
