@@ -8,6 +8,7 @@ scenario never sees RLlib or PettingZoo.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
@@ -116,3 +117,53 @@ class Scenario(ABC):
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
         """Outcome of an episode that failed (a node raised): zero reward by default."""
         return Outcome(reward=0.0, success=False)
+
+    # ----- transcripts (called only for the episodes that are saved or printed) -------------
+    def render_observation(self, agent: str, observation: Any) -> str:
+        """``agent``'s observation as text for transcripts.
+
+        Default: for a text agent of a scenario that has ``spaces`` (a
+        :class:`~scenarios.text_space.TextSpaces`) and a ``tokenizer``, the decoded prompt
+        (special tokens kept, so chat roles show); otherwise a compact repr (arrays rounded and
+        elided). Override it to show what the numbers mean.
+        """
+        text = _text_view(self, agent, observation, "prompt_text")
+        return text if text is not None else compact(observation)
+
+    def render_action(self, agent: str, action: Any) -> str:
+        """``agent``'s action as text for transcripts.
+
+        Default: the decoded reply of a text agent (see :meth:`render_observation`), otherwise
+        a compact repr. Tool calls in the reply (``<tool>{...}</tool>``) are listed separately
+        by the transcript.
+        """
+        text = _text_view(self, agent, action, "action_text")
+        return text if text is not None else compact(action)
+
+
+def compact(value: Any, width: int = 240) -> str:
+    """A short one-line repr: arrays rounded to 3 decimals with long ones elided."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f":
+            value = np.round(value, 3)
+        text = np.array2string(
+            value, separator=", ", threshold=24, edgeitems=6, max_line_width=10**6
+        )
+    elif isinstance(value, np.generic):
+        text = repr(value.item())
+    else:
+        short = reprlib.Repr()
+        short.maxstring, short.maxother, short.maxlist, short.maxdict = width, width, 12, 12
+        text = short.repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _text_view(scenario: Scenario, agent: str, value: Any, method: str) -> str | None:
+    """Decoded text of a text agent's token ids, or None when the scenario has no text view."""
+    if agent not in getattr(scenario, "text_agents", ()):
+        return None
+    spaces, tokenizer = getattr(scenario, "spaces", None), getattr(scenario, "tokenizer", None)
+    if tokenizer is None or not hasattr(spaces, method):
+        return None
+    return str(getattr(spaces, method)(value, tokenizer))

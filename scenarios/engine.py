@@ -4,6 +4,21 @@ Every agent node asks for its decision with :func:`decide`. :class:`GraphEnv` (a
 ``ParallelEnv``) runs the graph through :class:`scenarios.bridge.GraphRun` and turns every
 superstep's pending decisions into one parallel step; :func:`run_inline` runs the same graph with
 a policy answering in place (the baseline the bridge is measured against).
+
+Nothing fails silently: a graph that cannot run (a node raising, or the wall-clock limit
+reached, before any agent acted; or a graph that asks no agent at all) makes ``reset()`` raise
+:class:`~scenarios.base.ScenarioError` with the original error chained; later node errors and
+timeouts end the episode truncated, with ``infos[agent]["failure"]`` (``"error"``,
+``"timeout"`` or ``"limit"``) and ``infos[agent]["error"]`` (the text).
+
+**Wall-clock limit.** ``GraphEnv(episode_timeout_s=...)`` (default
+:data:`DEFAULT_EPISODE_TIMEOUT_S`) bounds the seconds the graph itself runs in an episode (the
+time inside ``reset()`` and ``step()``; the policy's time between decisions does not count).
+In the process's main thread a ``SIGALRM`` timer interrupts a node that blocks (``time.sleep``,
+a socket read, a lock) by raising :class:`EpisodeTimeout` inside it, and fires again every
+half second until the graph lets go; elsewhere (Ray Tune runs trials in a thread) the limit is
+checked each time the graph hands decisions back, so a node blocked forever is not
+interrupted there.
 """
 
 from __future__ import annotations
@@ -11,13 +26,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
+import re
+import signal
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
+import greenlet
 import gymnasium as gym
 import numpy as np
 from langgraph.config import get_config
+from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
@@ -32,6 +54,19 @@ from scenarios.replay import (
 )
 
 Policy = Callable[[str, Any], Any]
+
+#: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
+DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
+#: once the limit is reached, the alarm fires again this often until the graph lets go
+ALARM_REPEAT_S = 0.5
+
+
+class EpisodeTimeout(BaseException):
+    """The episode's wall-clock limit was reached; raised inside the running graph.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that a node's ``except Exception`` or
+    a LangGraph retry policy does not swallow it.
+    """
 
 
 def _bridge(what: str) -> Any:
@@ -128,8 +163,13 @@ class GraphEnv(ParallelEnv):
     current superstep act (``infos[agent]["acting"]``); other agents' actions are ignored and
     they see their last observation again. Rewards emitted during the run go to their agents
     (team rewards to every agent that has acted); the verifier's terminal team reward reaches
-    every agent that acted. A node that raises ends the episode truncated, with the error in
-    ``infos[agent]["error"]``; the trace and outcome are kept.
+    every agent that acted. A node that raises, the wall-clock limit and the step limit end
+    the episode truncated, with ``infos[agent]["failure"]`` (``"error"``, ``"timeout"``,
+    ``"limit"``) and ``infos[agent]["error"]``; the trace and outcome are kept. A graph that
+    cannot run (see the module doc) raises :class:`ScenarioError` at :meth:`reset`.
+
+    After an episode, :attr:`final_state` is the graph's final state (``None`` when the run
+    failed), :attr:`outcome` the verifier's outcome and :meth:`transcript` a readable record.
 
     Args:
         scenario: the scenario to run.
@@ -139,6 +179,8 @@ class GraphEnv(ParallelEnv):
             :class:`scenarios.replay.FastGraph` when the graph qualifies: same results, 10–30×
             faster; the first ``FAST_REPLAY_CHECKS`` replays run both ways and a difference
             switches it off with a warning.
+        episode_timeout_s: wall-clock seconds the graph may run in one episode (see the module
+            doc); ``None``: no limit.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -148,8 +190,17 @@ class GraphEnv(ParallelEnv):
     }
 
     def __init__(
-        self, scenario: Scenario, max_steps: int | None = None, fast_replay: bool = True
+        self,
+        scenario: Scenario,
+        max_steps: int | None = None,
+        fast_replay: bool = True,
+        episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S,
     ) -> None:
+        if episode_timeout_s is not None and not episode_timeout_s > 0:
+            raise ValueError(
+                f"episode_timeout_s must be > 0 seconds or None (no limit), got {episode_timeout_s}"
+            )
+        self.episode_timeout_s = episode_timeout_s
         self.scenario = scenario
         self.fast_replay = fast_replay
         self.metadata = {**GraphEnv.metadata, "name": scenario.id()}
@@ -177,6 +228,15 @@ class GraphEnv(ParallelEnv):
         self.trace: list[TraceStep] = []
         self.outcome: Outcome | None = None
         self.seed_used: int | None = None
+        #: the graph's final state of the last episode (``None`` when it failed or is running)
+        self.final_state: dict[str, Any] | None = None
+        self.truncated = False
+        #: how the last episode failed: ``"error"``, ``"timeout"``, ``"limit"`` or ``None``
+        self.failure: str | None = None
+        self.error: str | None = None
+        self._step_rewards: list[dict[str, float]] = []
+        self._graph_s = 0.0  # seconds the graph has run in this episode
+        self._timeout: EpisodeTimeout | None = None
 
     # ----- PettingZoo API ------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
@@ -195,14 +255,16 @@ class GraphEnv(ParallelEnv):
             self._run.abort()
         self._run = self._new_run(self.seed_used)
         self.trace, self.outcome, self._steps = [], None, 0
+        self.final_state, self.truncated, self.failure, self.error = None, False, None, None
+        self._step_rewards, self._graph_s, self._timeout = [], 0.0, None
         self._last_obs: dict[str, Any] = {}
         self._acted: list[str] = []
         self._paid = {"team": 0.0}
         self._acc = dict.fromkeys(self.possible_agents, 0.0)
-        pending = self._run.start()
+        pending = self._advance(self._run.start, first=True)
+        if self._run.finished:
+            self._cannot_run()
         self._absorb(pending)
-        if self._run.finished:  # a graph that asked nobody: an empty episode
-            self._finish()
         return self._observe()
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -231,7 +293,7 @@ class GraphEnv(ParallelEnv):
                 )
             )
         self._steps += 1
-        pending = run.resume(chosen)
+        pending = self._advance(lambda: run.resume(chosen))
         self._absorb(pending)
         if run.finished:
             self._finish()
@@ -240,6 +302,7 @@ class GraphEnv(ParallelEnv):
             self._finish(truncated=True, error=f"step limit {self.max_steps} reached")
         obs, infos = self._observe()
         rewards = self._rewards()
+        self._step_rewards.append(rewards)
         done = self._run.finished
         terms = dict.fromkeys(self.agents, done and not self.truncated)
         truncs = dict.fromkeys(self.agents, done and self.truncated)
@@ -272,6 +335,77 @@ class GraphEnv(ParallelEnv):
             {"recursion_limit": self.scenario.max_supersteps + 1},
         )
 
+    def _advance(self, call: Callable[[], dict[str, Any]], first: bool = False) -> dict[str, Any]:
+        """Run the graph to its next decisions (``call``) under the episode's wall-clock limit.
+
+        On a timeout the run is aborted, :attr:`_timeout` says why and nobody is pending. With
+        ``first`` (the reset) a limit found spent only after the graph handed decisions back is
+        left to the next step, which ends the episode without running the graph again.
+        """
+        run = self._run
+        assert run is not None
+        limit = self.episode_timeout_s
+        if limit is None:
+            return call()
+        if self._graph_s >= limit:  # spent between decisions: do not run the graph again
+            self._timeout = EpisodeTimeout(self._limit_text("between decisions"))
+            run.abort()
+            return {}
+        alarm = _Alarm(limit - self._graph_s, self._limit_text, greenlet.getcurrent())
+        start = time.monotonic()
+        try:
+            try:
+                with alarm:
+                    pending = call()
+            finally:
+                self._graph_s += time.monotonic() - start
+        except EpisodeTimeout as exc:  # the alarm interrupted a node
+            self._timeout = exc
+            run.abort()
+            return {}
+        if not (alarm.fired or self._graph_s >= limit) or (first and not run.finished):
+            return pending
+        # over the limit without an interrupted node: no alarm here (not the main thread), a
+        # node that swallowed it, or a graph that finished late; the episode still timed out
+        self._timeout = EpisodeTimeout(
+            self._limit_text(None if alarm.fired else "between decisions")
+        )
+        self._timeout.__cause__ = run.error
+        if not run.finished:
+            run.abort()
+        return {}
+
+    def _limit_text(self, node: str | None) -> str:
+        where = f" in node {node!r}" if node and node != "between decisions" else ""
+        checked = " (checked between decisions)" if node == "between decisions" else ""
+        return (
+            f"episode wall-clock limit of {self.episode_timeout_s:g} s (episode_timeout_s) "
+            f"reached{where}{checked}"
+        )
+
+    def _cannot_run(self) -> None:
+        """The graph ended before any agent acted: raise, naming the node and the fix."""
+        run = self._run
+        assert run is not None
+        where = f"{self.scenario.id()} (episode seed {self.seed_used})"
+        if self._timeout is not None:
+            raise ScenarioError(
+                f"{where}: {self._timeout} before any agent acted: fix the node that hangs, or "
+                "raise episode_timeout_s (episodes.timeout_s in an experiment) if it is only slow"
+            ) from self._timeout
+        if run.error is not None:
+            raise ScenarioError(
+                f"{where}: {_error_text(run.error)} before any agent acted, so the graph cannot "
+                "run: fix that node (or the scenario's initial_state, if the graph's input is "
+                "wrong); the original error is chained"
+            ) from run.error
+        raise ScenarioError(
+            f"{where}: the graph finished without asking any agent for a decision, so there is "
+            "no episode to learn from: agent nodes must call scenarios.decide(agent, "
+            "observation), and the graph must reach one from START (leave tasks that need no "
+            "decision out of initial_state)"
+        )
+
     def _absorb(self, pending: Mapping[str, Any]) -> None:
         for agent, req in pending.items():
             if agent not in self._obs_spaces:
@@ -298,10 +432,19 @@ class GraphEnv(ParallelEnv):
     def _finish(self, truncated: bool = False, error: str | None = None) -> None:
         run = self._run
         assert run is not None
-        self.truncated = truncated or run.error is not None
-        self.error = error or (f"{type(run.error).__name__}: {run.error}" if run.error else None)
-        if run.error is not None or truncated:
-            self.outcome = self.scenario.failure_state(run.result)
+        self.final_state = run.result  # None when the graph raised or was aborted
+        if self._timeout is not None:
+            self.failure, self.error = "timeout", str(self._timeout)
+        elif run.error is not None:
+            limit = isinstance(run.error, GraphRecursionError)
+            self.failure, self.error = ("limit" if limit else "error"), _error_text(run.error)
+        elif truncated:
+            self.failure, self.error = "limit", error
+        else:
+            self.failure, self.error = None, None
+        self.truncated = self.failure is not None
+        if self.truncated:
+            self.outcome = self.scenario.failure_state(self.final_state)
         else:
             self.outcome = self.scenario.score(run.result)
             self.truncated = self.outcome.truncated
@@ -318,7 +461,9 @@ class GraphEnv(ParallelEnv):
         if run.finished and self.outcome is not None:
             actions = self.episode_actions()  # what was executed, for exact replays
             for a in self.agents:
-                infos[a].update(outcome=self.outcome, error=self.error, actions=actions)
+                infos[a].update(
+                    outcome=self.outcome, error=self.error, failure=self.failure, actions=actions
+                )
         return obs, infos
 
     def _rewards(self) -> dict[str, float]:
@@ -335,6 +480,59 @@ class GraphEnv(ParallelEnv):
                 r += self.outcome.reward - run.team_reward
             out[a] = float(r)
         return out
+
+    # ----- transcripts -----------------------------------------------------------------------
+    def transcript(self) -> dict[str, Any]:
+        """The last episode as plain JSON-safe data: who acted on what, rewards, the outcome.
+
+        Observations and actions are rendered with the scenario's
+        :meth:`~scenarios.base.Scenario.render_observation` / ``render_action`` (decoded text
+        for text agents), so call it only for the episodes you keep. Keys: ``scenario``,
+        ``seed``, ``steps`` (one per env step: ``step``, ``superstep``, ``decisions`` — each
+        ``agent``, ``observation``, ``action`` and, where the reply holds ``<tool>`` calls,
+        ``tool_calls`` — and the non-zero ``rewards`` of that step), ``returns`` (agent → sum of
+        its rewards), ``outcome`` (``reward``, ``success``, ``truncated``, ``metrics``,
+        ``local``), ``failure`` and ``error``.
+        """
+        scenario = self.scenario
+        steps: dict[int, dict[str, Any]] = {}
+        for t in self.trace:
+            row = steps.setdefault(
+                t.step, {"step": t.step, "superstep": t.superstep, "decisions": [], "rewards": {}}
+            )
+            decision = {
+                "agent": t.agent,
+                "observation": _render(scenario.render_observation, t.agent, t.observation),
+                "action": _render(scenario.render_action, t.agent, t.action),
+            }
+            calls = _tool_calls(decision["action"])
+            if calls:
+                decision["tool_calls"] = calls
+            row["decisions"].append(decision)
+        returns: dict[str, float] = {}
+        for k, rewards in enumerate(self._step_rewards):
+            for agent, r in rewards.items():
+                returns[agent] = returns.get(agent, 0.0) + float(r)
+            if k in steps:
+                steps[k]["rewards"] = {a: float(r) for a, r in rewards.items() if r}
+        outcome = self.outcome
+        return {
+            "scenario": scenario.id(),
+            "seed": self.seed_used,
+            "steps": [steps[k] for k in sorted(steps)],
+            "returns": returns,
+            "outcome": None
+            if outcome is None
+            else {
+                "reward": float(outcome.reward),
+                "success": bool(outcome.success),
+                "truncated": bool(self.truncated),
+                "metrics": {k: float(v) for k, v in (outcome.metrics or {}).items()},
+                "local": {k: float(v) for k, v in (outcome.local or {}).items()},
+            },
+            "failure": self.failure,
+            "error": self.error,
+        }
 
     # ----- counterfactual replay -----------------------------------------------------------
     def value(
@@ -431,13 +629,17 @@ class GraphEnv(ParallelEnv):
     def _fast_replay(self, fast: FastGraph, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
         inputs = self.scenario.initial_state(np.random.default_rng(seed))
         try:
-            state, team_reward = fast.run(
-                inputs,
-                act,
-                skip_agents=mode == "skip",
-                max_decisions=self.max_steps,
-                recursion_limit=self.scenario.max_supersteps + 1,
-            )
+            # the replay runs in this greenlet: the alarm may raise anywhere in it
+            with _Alarm(self.episode_timeout_s, self._limit_text, None):
+                state, team_reward = fast.run(
+                    inputs,
+                    act,
+                    skip_agents=mode == "skip",
+                    max_decisions=self.max_steps,
+                    recursion_limit=self.scenario.max_supersteps + 1,
+                )
+        except EpisodeTimeout:  # a replay gets the episode's wall-clock limit too
+            return self.scenario.failure_state(None)
         except DecisionLimit:
             return self.scenario.failure_state(None)
         except RecursionLimit as exc:  # GraphRun keeps the error: a failure with its rewards
@@ -450,11 +652,22 @@ class GraphEnv(ParallelEnv):
 
     def _slow_replay(self, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
         run = self._new_run(seed, skip=mode == "skip")
-        pending = run.start()
-        for _ in range(self.max_steps):
-            if run.finished:
-                break
-            pending = run.resume({a: act(a, r.observation) for a, r in pending.items()})
+        limit = self.episode_timeout_s
+        deadline = time.monotonic() + limit if limit is not None else None
+        try:  # a replay gets the episode's wall-clock limit too
+            with _Alarm(limit, self._limit_text, greenlet.getcurrent()):
+                pending = run.start()
+                for _ in range(self.max_steps):
+                    if run.finished or (deadline is not None and time.monotonic() >= deadline):
+                        break
+                    pending = run.resume({a: act(a, r.observation) for a, r in pending.items()})
+        except EpisodeTimeout:
+            pass
+        if deadline is not None and time.monotonic() >= deadline and not run.error:
+            run.abort()  # timed out, as the episode would have: a failure with its rewards
+            outcome = self.scenario.failure_state(None)
+            outcome.reward += run.team_reward
+            return outcome
         if not run.finished:
             run.abort()
             return self.scenario.failure_state(None)
@@ -479,6 +692,102 @@ def _freeze(actions: Mapping[str, list[Any]]) -> tuple[Any, ...]:
         return tuple(np.asarray(x).ravel().tolist()) if isinstance(x, np.ndarray) else x
 
     return tuple(sorted((a, tuple(f(x) for x in seq)) for a, seq in actions.items()))
+
+
+_TASK_NOTE = re.compile(r"During task with name '([^']*)'")
+
+
+def _error_text(exc: BaseException) -> str:
+    """``node 'x' raised Type: message`` (the node from LangGraph's note on the exception)."""
+    node = next(
+        (m.group(1) for n in getattr(exc, "__notes__", ()) if (m := _TASK_NOTE.search(n))),
+        None,
+    )
+    text = f"{type(exc).__name__}: {exc}"
+    return f"node {node!r} raised {text}" if node else text
+
+
+def _render(hook: Callable[[str, Any], str], agent: str, value: Any) -> str:
+    """A scenario's rendering of a value; a failing hook shows its error instead of raising."""
+    try:
+        return str(hook(agent, value))
+    except Exception as exc:  # a transcript must not end a training run
+        return f"<{getattr(hook, '__name__', 'render')} failed: {type(exc).__name__}: {exc}>"
+
+
+def _tool_calls(text: str) -> list[str]:
+    """``name({"arg": ...})`` for each ``<tool>`` call in an action's text."""
+    if "<tool>" not in text:
+        return []
+    from scenarios.toolcalls import parse_tool_calls
+
+    return [
+        f"{c.name}({json.dumps(c.arguments, sort_keys=True, default=str)})"
+        for c in parse_tool_calls(text).tool_calls
+    ]
+
+
+def _alarm_usable() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class _Alarm:
+    """While the graph runs in the main thread: ``SIGALRM`` after ``seconds``, then every
+    :data:`ALARM_REPEAT_S`, raising :class:`EpisodeTimeout` in whichever greenlet is running,
+    except ``env`` (the environment's own greenlet, where it only sets :attr:`fired`: the graph
+    has already let go; ``None``: raise anywhere). The previous handler and timer are put back
+    on exit, an outer timer with its remaining time; an outer timer due first is left alone
+    (the check between decisions covers ours). Does nothing outside the main thread or
+    without ``seconds``.
+    """
+
+    def __init__(
+        self, seconds: float | None, describe: Callable[[str | None], str], env: Any
+    ) -> None:
+        self.seconds = None if seconds is None else max(seconds, 1e-4)  # setitimer(0) disarms
+        self.describe = describe
+        self.fired = False
+        self._active = False
+        self._env = env
+        self._old_handler: Any = None
+        self._old_timer = (0.0, 0.0)
+        self._start = 0.0
+
+    def __enter__(self) -> _Alarm:
+        if self.seconds is None or not _alarm_usable():
+            return self
+        old = signal.getsignal(signal.SIGALRM)
+        due, _ = signal.getitimer(signal.ITIMER_REAL)
+        if old is None or (due and due <= self.seconds):
+            return self  # a handler Python cannot put back, or an outer alarm that comes first
+        self._old_handler = old
+        self._start = time.monotonic()
+        signal.signal(signal.SIGALRM, self._handler)
+        self._old_timer = signal.setitimer(signal.ITIMER_REAL, self.seconds, ALARM_REPEAT_S)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if not self._active:
+            return
+        self._active = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old_handler)
+        due, every = self._old_timer
+        if due:
+            signal.setitimer(
+                signal.ITIMER_REAL, max(due - (time.monotonic() - self._start), 1e-4), every
+            )
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        if greenlet.getcurrent() is self._env:
+            return
+        try:
+            node = get_config()["metadata"].get("langgraph_node")
+        except Exception:  # not inside a LangGraph task
+            node = None
+        raise EpisodeTimeout(self.describe(node))
 
 
 _UNSET: Any = object()

@@ -26,7 +26,9 @@ class RLlibGraphEnv(MultiAgentEnv):
             scenario is a registered name or an import reference ``package.module:attr``
             (re-imported in every process that builds the env, e.g. each env runner); with
             ``"seed_once": True`` a repeated ``reset(seed=s)`` continues the episode stream
-            instead of replaying task ``s`` (what RLlib's env runners need).
+            instead of replaying task ``s`` (what RLlib's env runners need);
+            ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
+            ``None`` for none; absent: the env's own).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -45,6 +47,8 @@ class RLlibGraphEnv(MultiAgentEnv):
             env = make(
                 config["scenario"], topology=config.get("topology"), **config.get("kwargs", {})
             )
+        if "episode_timeout_s" in config:
+            env.episode_timeout_s = config["episode_timeout_s"]
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -512,12 +513,13 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     res = cfg.resources
     grpo = algo.name == "GRPO"
     config = algorithm_class(algo.name).get_default_config()
+    timeout = {"episode_timeout_s": cfg.episodes.timeout_s}  # the env's wall-clock limit
     if grpo:
         from trainers.grpo_learner import GroupedEnv
 
-        config.environment(GroupedEnv, env_config=grpo_env_config(cfg, plan))
+        config.environment(GroupedEnv, env_config={**grpo_env_config(cfg, plan), **timeout})
     else:
-        config.environment(RLlibGraphEnv, env_config=plan.env_config)
+        config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
     config.framework("torch")
     credit = cfg.credit.method != "team"
     # credit needs whole episodes; so do recurrent pools: RLlib 2.60 fails to recover the
@@ -631,7 +633,9 @@ def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
 
     credit = dataclasses.replace(cfg.credit, workers=credit_workers(cfg))
     try:
-        factory = make_credit_connector(credit, plan.env_config)
+        # replays get the episodes' wall-clock limit: a hung tool must not stall the learner
+        env_config = {**plan.env_config, "episode_timeout_s": cfg.episodes.timeout_s}
+        factory = make_credit_connector(credit, env_config)
     except CreditError as exc:
         raise ConfigError(f"credit: {exc}") from None
     out: dict[str, Any] = {"learner_connector": factory}
@@ -643,12 +647,63 @@ def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
 
 
 # ----- per-episode metrics on the env runners ------------------------------------------------
+#: distinct error texts an env-runner process remembers between two drains
+MAX_DISTINCT_ERRORS = 50
+
+
+class EpisodeJournal:
+    """What this process's env runners saw since the trainer last drained it: the distinct
+    error texts of failed episodes (with counts) and up to ``keep`` episode transcripts.
+
+    One per process (:data:`JOURNAL`); :func:`drain_journal` is what the trainer runs on every
+    env runner (``foreach_env_runner``) after an iteration, which also sets ``keep``.
+    """
+
+    def __init__(self) -> None:
+        self.keep = 0
+        self.transcripts: list[dict[str, Any]] = []
+        self.errors: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def record_error(self, kind: str, text: str) -> None:
+        """Count a failed episode's error; distinct texts (digits aside) are kept once."""
+        key = (kind, error_key(text))
+        entry = self.errors.get(key)
+        if entry is not None:
+            entry["count"] += 1
+        elif len(self.errors) < MAX_DISTINCT_ERRORS:
+            self.errors[key] = {"kind": kind, "error": text, "count": 1}
+
+    def wants_transcript(self) -> bool:
+        return len(self.transcripts) < self.keep
+
+    def drain(self, keep: int) -> dict[str, Any]:
+        """Everything recorded so far (then forgotten); keep ``keep`` transcripts from now on."""
+        out = {"transcripts": self.transcripts, "errors": list(self.errors.values())}
+        self.transcripts, self.errors, self.keep = [], {}, keep
+        return out
+
+
+JOURNAL = EpisodeJournal()
+
+
+def drain_journal(env_runner: Any = None, keep: int = 0) -> dict[str, Any]:
+    """``foreach_env_runner`` function: this process's :data:`JOURNAL`, drained."""
+    return JOURNAL.drain(keep)
+
+
+def error_key(text: str) -> str:
+    """An error text with its numbers masked: errors that differ only in numbers are one."""
+    return re.sub(r"\d+", "#", text.split("\n", 1)[0])[:300]
+
+
 class EpisodeMetrics(RLlibCallback):
     """Logs each finished episode's verified outcome: team return, success, scenario metrics,
-    and the oracle's expected return for the same task (where the scenario has one).
+    failures (``error``: a node raised; ``timeout``: the wall-clock limit), and the oracle's
+    expected return for the same task (where the scenario has one).
 
     Values are logged as per-iteration sums plus a count under ``marl/…`` so that
-    :mod:`trainers.run` reports exact per-iteration means.
+    :mod:`trainers.run` reports exact per-iteration means. Failed episodes' error texts and
+    a few transcripts go to this process's :data:`JOURNAL`, which the trainer drains.
     """
 
     _scenarios: ClassVar[dict[str, Any]] = {}
@@ -656,14 +711,24 @@ class EpisodeMetrics(RLlibCallback):
     def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
         if metrics_logger is None:
             return
-        outcome, seed = _final_outcome(episode)
-        if outcome is None:
+        info = _final_outcome(episode)
+        if info is None:
             return
+        outcome, seed, failure = info["outcome"], info.get("seed"), info.get("failure")
         values = {
             "team_return": float(outcome.reward),
             "success": float(outcome.success),
             "truncated": float(bool(getattr(outcome, "truncated", False))),
+            "error": float(failure == "error"),
+            "timeout": float(failure == "timeout"),
         }
+        if failure in ("error", "timeout"):
+            JOURNAL.record_error(failure, str(info.get("error") or failure))
+        if JOURNAL.wants_transcript():
+            env = _graph_env(kwargs.get("env"), kwargs.get("env_index"))
+            if env is not None and env.seed_used == seed and env.outcome is not None:
+                # the raw actions let the trainer recompute credit by replaying the episode
+                JOURNAL.transcripts.append({**env.transcript(), "_actions": env.episode_actions()})
         for key, value in (outcome.metrics or {}).items():
             values[f"metric/{key}"] = float(value)
         env_config = kwargs.get("env_runner").config.env_config if kwargs.get("env_runner") else {}
@@ -681,29 +746,34 @@ class EpisodeMetrics(RLlibCallback):
         if key not in self._scenarios:
             from scenarios.registry import build
 
-            try:
-                s = build(
-                    env_config["scenario"],
-                    env_config.get("topology"),
-                    **env_config.get("kwargs", {}),
-                )
-            except Exception:
-                s = None
-            self._scenarios[key] = s
-        scenario = self._scenarios[key]
-        if scenario is None:
-            return None
-        value = scenario.oracle_value(np.random.default_rng(seed))
+            self._scenarios[key] = build(
+                env_config["scenario"], env_config.get("topology"), **env_config.get("kwargs", {})
+            )
+        value = self._scenarios[key].oracle_value(np.random.default_rng(seed))
         return None if value is None else float(value)
 
 
-def _final_outcome(episode: Any) -> tuple[Any, int | None]:
-    """The ``Outcome`` and seed from the last infos of a finished multi-agent episode."""
+def _final_outcome(episode: Any) -> dict[str, Any] | None:
+    """The last infos of a finished multi-agent episode (``outcome``, ``seed``, ``failure``,
+    ``error``...), or None when no agent's last infos carry an outcome."""
     for agent_episode in episode.agent_episodes.values():
         infos = agent_episode.get_infos()
         if len(infos) == 0:
             continue
         last = infos[-1]
         if isinstance(last, dict) and last.get("outcome") is not None:
-            return last["outcome"], last.get("seed")
-    return None, None
+            return last
+    return None
+
+
+def _graph_env(env: Any, index: int | None) -> Any:
+    """The :class:`~scenarios.engine.GraphEnv` of sub-env ``index`` of an env runner's env."""
+    from scenarios.engine import GraphEnv
+
+    envs = getattr(env, "envs", None)
+    obj = envs[index] if envs is not None and index is not None and index < len(envs) else env
+    for _ in range(4):  # vector env → (wrappers) → RLlibGraphEnv → GraphEnv
+        if isinstance(obj, GraphEnv):
+            return obj
+        obj = getattr(obj, "env", None) or getattr(obj, "unwrapped", None)
+    return None

@@ -179,6 +179,9 @@ def eval_command(
     credit: Annotated[
         str | None, typer.Option(help="Credit to report (default: the run's method).")
     ] = None,
+    transcripts: Annotated[
+        int, typer.Option(help="Print this many episodes as transcripts: who saw and did what.")
+    ] = 0,
 ) -> None:
     """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency."""
     from trainers.config import ConfigError
@@ -186,7 +189,13 @@ def eval_command(
 
     cwd_on_path()
     try:
-        evaluate(checkpoint, episodes, seed=EVAL_SEED if seed is None else seed, credit=credit)
+        evaluate(
+            checkpoint,
+            episodes,
+            seed=EVAL_SEED if seed is None else seed,
+            credit=credit,
+            transcripts=transcripts,
+        )
     except ConfigError as exc:
         fail(str(exc))
 

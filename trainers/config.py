@@ -42,6 +42,7 @@ __all__ = [
     "BudgetConfig",
     "ConfigError",
     "CreditConfig",
+    "EpisodesConfig",
     "ExperimentConfig",
     "GRPOConfig",
     "GRPOSettings",
@@ -382,17 +383,57 @@ class OutputConfig:
         name: run directory name (default ``{scenario}__{algo}__{seed}__{time}``).
         checkpoint_every: save a checkpoint every this many iterations (0: only at the end).
         plot: write a learning-curve PNG at the end.
+        transcripts: episodes of each iteration saved as readable transcripts under
+            ``<run>/transcripts/`` (0: none).
     """
 
     dir: str = "runs"
     name: str | None = None
     checkpoint_every: int = 10
     plot: bool = True
+    transcripts: int = 2
 
     def check(self) -> None:
-        """Non-negative checkpoint interval."""
+        """Non-negative checkpoint interval and transcript count."""
         if self.checkpoint_every < 0:
             raise ConfigError("output.checkpoint_every must be ≥ 0 (0: only at the end)")
+        if not 0 <= self.transcripts <= 100:
+            raise ConfigError(
+                f"output.transcripts must be in 0…100 episodes per iteration, got "
+                f"{self.transcripts}"
+            )
+
+
+@dataclasses.dataclass
+class EpisodesConfig:
+    """How episodes may fail, and when failures stop a run.
+
+    Attributes:
+        timeout_s: wall-clock seconds the graph may run in one episode (the time inside the
+            env's ``reset``/``step``; the policy's time between decisions does not count). A
+            longer episode is truncated and counted in ``charts/timeout_rate``; a node that
+            blocks is interrupted where the env runs in a process's main thread (see
+            :mod:`scenarios.engine`). ``None``: no limit.
+        fail_after: stop the run, with the first error, once every finished episode failed (a
+            node error or a timeout) in this many consecutive iterations; 0: never stop.
+    """
+
+    timeout_s: float | None = 300.0
+    fail_after: int = 1
+
+    def check(self) -> None:
+        """A positive timeout (or null) and a non-negative iteration count."""
+        if self.timeout_s is not None and not (
+            self.timeout_s > 0 and math.isfinite(self.timeout_s)
+        ):
+            raise ConfigError(
+                f"episodes.timeout_s must be a positive number of seconds, or null for no "
+                f"limit, got {self.timeout_s!r}"
+            )
+        if self.fail_after < 0:
+            raise ConfigError(
+                f"episodes.fail_after must be ≥ 0 iterations (0: never stop), got {self.fail_after}"
+            )
 
 
 @dataclasses.dataclass
@@ -424,7 +465,8 @@ class ExperimentConfig:
             does).
         resources: processes, environments, GPUs.
         logging: wandb and progress display.
-        output: run directory, checkpoints, plots.
+        output: run directory, checkpoints, plots, transcripts.
+        episodes: the wall-clock limit per episode, and when failing episodes stop the run.
     """
 
     scenario: str = "delegate"
@@ -440,6 +482,7 @@ class ExperimentConfig:
     resources: ResourcesConfig = dataclasses.field(default_factory=ResourcesConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
+    episodes: EpisodesConfig = dataclasses.field(default_factory=EpisodesConfig)
 
     # ----- validation ----------------------------------------------------------------------
     def check(self) -> ExperimentConfig:
@@ -468,6 +511,7 @@ class ExperimentConfig:
             self.resources,
             self.logging,
             self.output,
+            self.episodes,
         ):
             part.check()
         return self

@@ -4,7 +4,8 @@ The modules are loaded straight from the checkpoint (no Ray, no env runners) and
 on the scenario's :class:`~scenarios.engine.GraphEnv` on fresh seeds. Reported: success rate,
 team return, the fraction of the oracle's expected return on the same tasks (where the scenario
 has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
-the scenario's latency metric and the wall time per decision.
+the scenario's latency metric and the wall time per decision. With ``transcripts=N`` the first
+``N`` episodes are also kept as transcripts (:mod:`trainers.transcripts`) and printed.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ class EvalResult:
             ``decisions``, ``seconds``, ``metrics`` and ``credit`` (agent → credit).
         summary: the means shown in the table (``success``, ``return``, ``oracle_fraction``...).
         credit: agent → mean credit (empty for ``team``).
+        transcripts: the first ``transcripts`` episodes as
+            :meth:`~scenarios.engine.GraphEnv.transcript` data (with ``credit``).
     """
 
     episodes: list[dict[str, Any]]
     summary: dict[str, float]
     credit: dict[str, float]
+    transcripts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class TeamPolicy:
@@ -116,6 +120,7 @@ def evaluate(
     credit: str | None = None,
     show: bool = True,
     make_env: Callable[[Mapping[str, Any]], Any] | None = None,
+    transcripts: int = 0,
 ) -> EvalResult:
     """Run ``episodes`` greedy episodes of the team in ``checkpoint`` and print a table.
 
@@ -127,7 +132,9 @@ def evaluate(
         show: print the rich table.
         make_env: builds the ``GraphEnv`` from the run's env config (e.g. one that reuses an
             environment across the seeds of an experiment, so oracle tables are built once);
-            default: a new environment.
+            default: a new environment with the run's ``episodes.timeout_s``.
+        transcripts: keep (and with ``show``, print) the first this many episodes as readable
+            transcripts.
 
     Returns:
         An :class:`EvalResult`.
@@ -136,14 +143,26 @@ def evaluate(
 
     if episodes < 1:
         raise ConfigError(f"episodes must be ≥ 1, got {episodes}")
+    if transcripts < 0:
+        raise ConfigError(f"transcripts must be ≥ 0, got {transcripts}")
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
     method = credit or cfg.credit.method
-    env = (make_env or _make_env)(plan.env_config)
-    records = []
+    if make_env is None:
+        env = _make_env(plan.env_config)
+        env.episode_timeout_s = cfg.episodes.timeout_s
+    else:
+        env = make_env(plan.env_config)
+    records, kept = [], []
     for i in range(episodes):
         records.append(_episode(env, policy, seed + i, method, cfg))
+        if i < transcripts:
+            t = env.transcript()
+            if records[-1]["credit"]:
+                t.update(credit=records[-1]["credit"], credit_method=method)
+            kept.append(t)
     result = _summarise(records, plan.agents)
+    result.transcripts = kept
     if show:
         _print(result, plan, checkpoint, method)
     return result
@@ -187,24 +206,12 @@ def _episode(
 def _credit(
     env: Any, seed: int, method: str, outcome: Any, cfg: ExperimentConfig
 ) -> dict[str, float]:
-    players = sorted({t.agent for t in env.trace}, key=env.possible_agents.index)
-    if method == "team" or not players:
+    from trainers.transcripts import episode_credit
+
+    if method == "team":
         return {}
-    if method == "local":
-        return {a: float(v) for a, v in (outcome.local or {}).items() if a in players}
-    from trainers.credit import leave_one_out, shapley
-
-    actions = env.episode_actions()
-
-    def v(coalition: frozenset[str]) -> float:
-        return env.value(seed, coalition, actions)
-
-    if method == "loo":
-        return leave_one_out(players, v)
-    c = cfg.credit
-    return shapley(
-        players, v, c.estimator, budget=c.budget, rng=seed, exact_max=min(c.exact_max, 16)
-    )
+    credit = dataclasses.replace(cfg.credit, method=method)
+    return episode_credit(env, seed, env.episode_actions(), outcome.local, credit)
 
 
 def _summarise(records: list[dict[str, Any]], agents: list[str]) -> EvalResult:
@@ -265,3 +272,9 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
         for agent, value in result.credit.items():
             ctable.add_row(agent, a2p.get(agent, "?"), f"{value:.3f}")
         console.print(ctable)
+    if result.transcripts:
+        from trainers.transcripts import render
+
+        for t in result.transcripts:
+            console.print()
+            console.print(render(t), markup=False, highlight=False, soft_wrap=True)

@@ -8,7 +8,17 @@ order so that a crash loses nothing already done:
   ``losses/<pool>/…``, ``<agent>/…``), flushed every iteration;
 * ``checkpoints/iter_NNNNNN`` — every ``output.checkpoint_every`` iterations (the latest and
   the best are kept), ``checkpoint`` — the final state;
-* ``summary.json`` (status, best/final checkpoints, totals), ``curve.png``, ``wandb/``.
+* ``transcripts/iter_NNNNNN.{jsonl,md}`` — ``output.transcripts`` episodes of every
+  iteration, readable (:mod:`trainers.transcripts`);
+* ``summary.json`` (status, best/final checkpoints, totals, the distinct errors of failed
+  episodes), ``curve.png``, ``wandb/``.
+
+**Failures.** Episodes that end in a node error or the wall-clock limit
+(``episodes.timeout_s``) are truncated and counted (``charts/error_rate``,
+``charts/timeout_rate``); each distinct error text is logged once (Python logging) and listed
+in ``summary.json``. When every finished episode failed in ``episodes.fail_after`` consecutive
+iterations (default 1) the run stops with :class:`RunFailed` naming the first error; a graph
+that cannot run at all fails at ``reset()`` and stops the run with that error.
 
 ``train(cfg, resume=<run dir or checkpoint>)`` restores the algorithm (same weights, same
 iteration counter) and continues in the same run directory until the budget (counted from the
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -52,6 +63,8 @@ class TrainResult:
         best_return: that smoothed team return.
         status: ``"completed"``, or ``"failed: <error>"``.
         curve: the learning-curve PNG (``None`` when plotting is off or failed).
+        errors: the distinct errors of failed episodes: ``kind`` (``error`` or ``timeout``),
+            ``error`` (the first text), ``count`` and ``first_iteration``.
     """
 
     run_dir: Path
@@ -61,6 +74,7 @@ class TrainResult:
     best_return: float | None
     status: str = "completed"
     curve: Path | None = None
+    errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -76,6 +90,42 @@ class TrainResult:
     def env_steps(self) -> int:
         """Environment steps sampled in total."""
         return int(self.final.get("charts/env_steps", 0))
+
+
+class RunFailed(RuntimeError):
+    """The run stopped because every episode failed (see ``episodes.fail_after``).
+
+    Attributes:
+        result: the run's :class:`TrainResult` (``status`` ``"failed: …"``), set once the run
+            directory is written.
+    """
+
+    result: TrainResult | None = None
+
+
+#: packages whose exceptions name the failing thing and the fix (preferred in run statuses)
+OWN_PACKAGES = ("scenarios", "trainers", "marl_agents", "topologies")
+
+
+def describe_error(exc: BaseException, limit: int = 4000) -> str:
+    """``Type: message`` of the most telling exception in ``exc``'s chain of causes: the
+    deepest one raised by this project (which names the thing and the fix), else the root
+    cause; the exceptions it was raised through follow by type (``(through RuntimeError)``).
+    RLlib re-raises env errors wrapped (``RuntimeError from e``, or a ``ValueError`` of its env
+    checker about the gymnasium API), and those messages alone would hide what went wrong."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not x for x in chain) and len(chain) < 10:
+        chain.append(e)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    own = [x for x in chain if type(x).__module__.split(".")[0] in OWN_PACKAGES]
+    head = own[-1] if own else chain[-1]
+    msg = str(head).strip()
+    text = f"{type(head).__name__}: {msg}" if msg else type(head).__name__
+    outer = [type(x).__name__ for x in chain[: chain.index(head)]]
+    if outer:
+        text += f" (through {' ← '.join(reversed(outer))})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ----- process setup ------------------------------------------------------------------------
@@ -185,7 +235,8 @@ def flatten_result(
 ) -> dict[str, Any]:
     """Namespaced metrics of one ``algo.train()`` result.
 
-    ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction and
+    ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction,
+    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit) and
     the scenario's metrics; ``losses/<pool>/…`` for learning pools (PPO's losses, and GRPO's
     ``grpo/…`` statistics such as ``logprob_gap_fresh``); ``<agent>/return`` and
     ``<agent>/credit`` per agent.
@@ -210,6 +261,8 @@ def flatten_result(
         out[RETURN_KEY] = _num(marl.get("team_return")) / n
         out["charts/success"] = _num(marl.get("success")) / n
         out["charts/truncated"] = _num(marl.get("truncated")) / n
+        out["charts/error_rate"] = _num(marl.get("error")) / n
+        out["charts/timeout_rate"] = _num(marl.get("timeout")) / n
         if "oracle" in marl:
             oracle = _num(marl["oracle"])
             out["charts/oracle"] = oracle / n
@@ -321,6 +374,8 @@ def train(
     algo = None
     final_ckpt: Path | None = None
     tracker = _Checkpoints(run)
+    episodes = _EpisodeLog(cfg, plan, run, resumed=ckpt is not None)
+    failure: BaseException | None = None
     wb = None
     try:
         if ckpt is not None:
@@ -332,6 +387,7 @@ def train(
             tracker.restore(history)
         else:
             algo = algo_config.build_algo()
+        episodes.drain(algo)  # tells the env runners how many transcripts to keep
         if console is not None:
             _print_plan(console, plan, run)
         wb = _wandb_init(cfg, run, resumed=ckpt is not None)
@@ -350,20 +406,24 @@ def train(
                 result = algo.train()
                 row = flatten_result(result, a2p, frozen)
                 iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
+                drained = episodes.drain(algo)
                 history.append(row)
                 metrics_file.write(json.dumps(row) + "\n")
                 metrics_file.flush()
+                episodes.record(drained, iteration)
                 if wb is not None:
                     wb.log(row, step=iteration)
                 if report is not None:
                     report(row)
+                episodes.check(row, drained)  # raises RunFailed when every episode failed
                 every = cfg.output.checkpoint_every
                 if every and iteration % every == 0:
                     tracker.save(algo, iteration, history)
                 advance(budget.fraction(iteration, env_steps), row)
         final_ckpt = tracker.final(algo, history)
     except BaseException as exc:
-        status = f"failed: {type(exc).__name__}: {exc}"
+        failure = exc
+        status = f"failed: {describe_error(exc)}"
         exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
         if algo is not None:
             with contextlib.suppress(Exception):
@@ -374,9 +434,18 @@ def train(
         if cfg.output.plot and history:
             curve = plot_curve(history, run / "curve.png", title=run.name)
         result_obj = TrainResult(
-            run, history, final_ckpt, tracker.best_path, tracker.best_value, status, curve
+            run,
+            history,
+            final_ckpt,
+            tracker.best_path,
+            tracker.best_value,
+            status,
+            curve,
+            episodes.error_list(),
         )
         _write_summary(run, result_obj)
+        if isinstance(failure, RunFailed):
+            failure.result = result_obj
         if wb is not None:
             with contextlib.suppress(Exception):
                 wb.finish(exit_code=0 if status == "completed" else 1)
@@ -390,6 +459,117 @@ def train(
     if console is not None:
         print_summary(console, result_obj)
     return result_obj
+
+
+class _EpisodeLog:
+    """A run's failed episodes and transcripts, drained from the env runners' journals
+    (:class:`trainers.algo.EpisodeJournal`) after every iteration."""
+
+    def __init__(self, cfg: ExperimentConfig, plan: Any, run: Path, resumed: bool) -> None:
+        self.cfg, self.plan, self.run = cfg, plan, run
+        self.errors: dict[tuple[str, str], dict[str, Any]] = {}
+        self.streak = 0  # consecutive iterations in which every finished episode failed
+        self._env: Any = None  # replays credit for transcripts (built on first use)
+        summary = run / "summary.json"
+        if resumed and summary.exists():
+            from trainers.algo import error_key
+
+            for e in json.loads(summary.read_text()).get("errors") or []:
+                self.errors[(e["kind"], error_key(e["error"]))] = e
+
+    def drain(self, algo: Any) -> dict[str, Any]:
+        """Every env runner's journal, merged; they keep ``output.transcripts`` from now on."""
+        from trainers.algo import drain_journal, error_key
+
+        keep = self.cfg.output.transcripts
+        group = getattr(algo, "env_runner_group", None)
+        if group is None:
+            parts = [drain_journal(keep=keep)]
+        else:
+            parts = group.foreach_env_runner(
+                functools.partial(drain_journal, keep=keep), local_env_runner=True
+            )
+        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        transcripts: list[dict[str, Any]] = []
+        for part in parts:
+            transcripts += part["transcripts"]
+            for e in part["errors"]:
+                key = (e["kind"], error_key(e["error"]))
+                if key in merged:
+                    merged[key]["count"] += e["count"]
+                else:
+                    merged[key] = dict(e)
+        return {"transcripts": transcripts[:keep], "errors": list(merged.values())}
+
+    def record(self, drained: Mapping[str, Any], iteration: int) -> None:
+        """Log each new distinct error once; write the iteration's transcripts."""
+        from trainers.algo import error_key
+
+        for e in drained["errors"]:
+            key = (e["kind"], error_key(e["error"]))
+            if key in self.errors:
+                self.errors[key]["count"] += e["count"]
+                continue
+            self.errors[key] = {**e, "first_iteration": iteration}
+            what = "timed out" if e["kind"] == "timeout" else "failed"
+            log.warning(
+                "%d episode(s) %s in iteration %d (logged once; later ones are counted in "
+                "charts/%s_rate and %s): %s",
+                e["count"],
+                what,
+                iteration,
+                e["kind"],
+                self.run / "summary.json",
+                e["error"],
+            )
+        if drained["transcripts"]:
+            from trainers.transcripts import write_iteration
+
+            transcripts = [self._credited(t, iteration) for t in drained["transcripts"]]
+            write_iteration(self.run, iteration, transcripts)
+
+    def _credited(self, t: dict[str, Any], iteration: int) -> dict[str, Any]:
+        t = {**t, "iteration": iteration}
+        actions = t.pop("_actions", None)
+        credit = self.cfg.credit
+        if credit.method == "team" or actions is None or t.get("failure") == "timeout":
+            return t
+        from trainers.transcripts import episode_credit
+
+        if self._env is None:
+            from scenarios.rllib_env import RLlibGraphEnv
+
+            timeout = {"episode_timeout_s": self.cfg.episodes.timeout_s}
+            self._env = RLlibGraphEnv({**self.plan.env_config, **timeout}).env
+        local = (t.get("outcome") or {}).get("local")
+        t["credit"] = episode_credit(self._env, int(t["seed"]), actions, local, credit)
+        t["credit_method"] = credit.method
+        return t
+
+    def check(self, row: Mapping[str, Any], drained: Mapping[str, Any]) -> None:
+        """Raise :class:`RunFailed` once every episode failed in ``fail_after`` iterations."""
+        n = int(row.get("charts/episodes", 0))
+        if n == 0:
+            return  # no episode finished: nothing to judge
+        errors = round(row.get("charts/error_rate", 0.0) * n)
+        timeouts = round(row.get("charts/timeout_rate", 0.0) * n)
+        self.streak = self.streak + 1 if errors + timeouts >= n else 0
+        after = self.cfg.episodes.fail_after
+        if not after or self.streak < after:
+            return
+        first = (drained["errors"] or self.error_list() or [{"error": "unknown"}])[0]["error"]
+        span = "" if after == 1 else f" (and the {after - 1} before it)"
+        raise RunFailed(
+            f"every episode of iteration {row['charts/iteration']}{span} failed ({n} episodes: "
+            f"{errors} node errors, {timeouts} timeouts), so the run stopped instead of "
+            f"training on nothing. First error: {first}. Fix the failing node (transcripts "
+            f"and errors are in {self.run}), raise episodes.timeout_s if episodes only run "
+            "long, or set episodes.fail_after: 0 to train on regardless"
+        )
+
+    def error_list(self) -> list[dict[str, Any]]:
+        """The distinct errors so far, most frequent first."""
+        return sorted(self.errors.values(), key=lambda e: -e["count"])
 
 
 def _rewrite(path: Path, history: list[dict[str, Any]]) -> None:
@@ -459,6 +639,7 @@ def _write_summary(run: Path, result: TrainResult) -> None:
         "best_checkpoint": str(result.best_checkpoint) if result.best_checkpoint else None,
         "best_return": result.best_return,
         "curve": str(result.curve) if result.curve else None,
+        "errors": result.errors,
     }
     (run / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
 
@@ -587,6 +768,16 @@ def print_summary(console: Any, result: TrainResult) -> None:
         rows.append(("fraction of oracle", f"{100 * final[ORACLE_FRACTION_KEY]:.1f}%"))
     if "charts/success" in final:
         rows.append(("success", f"{100 * final['charts/success']:.1f}%"))
+    if result.errors:
+        total = sum(e["count"] for e in result.errors)
+        top = result.errors[0]
+        rows.append(
+            (
+                "failed episodes",
+                f"{total} ({len(result.errors)} distinct errors, in summary.json); most "
+                f"frequent ({top['kind']}, {top['count']}×): {top['error']}",
+            )
+        )
     rows += [
         ("best checkpoint", str(result.best_checkpoint)),
         ("final checkpoint", str(result.final_checkpoint)),
