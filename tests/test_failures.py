@@ -292,7 +292,7 @@ def test_cli_exits_nonzero_with_the_error_when_every_episode_fails(tmp_path: Pat
         text=True,
         timeout=300,
     )
-    assert proc.returncode != 0
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr  # the error, not a trace
     assert "every episode of iteration 1 failed" in proc.stderr
     assert "tool broke" in proc.stderr
     (run,) = (tmp_path / "runs").iterdir()

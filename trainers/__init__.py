@@ -28,6 +28,7 @@ _EXPORTS = {
     "Plan": "trainers.algo",
     "resolve": "trainers.algo",
     "to_algorithm_config": "trainers.algo",
+    "RunFailed": "trainers.run",
     "TrainResult": "trainers.run",
     "train": "trainers.run",
     "EvalResult": "trainers.evaluate",

@@ -51,11 +51,11 @@ def _split(text: str | None) -> list[str] | None:
     return None if items in ([], ["all"]) else items
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 2) -> None:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code=2)
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code=code)
 
 
 def run_command(
@@ -129,12 +129,16 @@ def run_command(
     except ConfigError as exc:
         fail(str(exc))
     fixed_hash_seed()
+    from trainers.run import RunFailed
     from trainers.run import train as run_train
 
     try:
         result = run_train(cfg, resume=resume)
     except ConfigError as exc:
         fail(str(exc))
+    except RunFailed as exc:  # every episode failed: the error, not a traceback
+        where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
+        fail(f"{exc}{where}", code=1)
     except KeyboardInterrupt as exc:
         notes = " ".join(getattr(exc, "__notes__", []))
         typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)

@@ -424,7 +424,8 @@ def train(
     except BaseException as exc:
         failure = exc
         status = f"failed: {describe_error(exc)}"
-        exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
+        if not isinstance(exc, RunFailed):  # resuming a run whose episodes all fail won't help
+            exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
         if algo is not None:
             with contextlib.suppress(Exception):
                 final_ckpt = tracker.final(algo, history)
