@@ -61,6 +61,6 @@ def scenario(**kwargs):
     settings = dict(
         tasks=TASKS, verifier=routed_right, default_reply="I cannot help with that.",
         prefill={"supervisor": first_turn_handoff}, complete_calls=True,
-        max_prompt_tokens=1024, max_new_tokens=8,
+        max_prompt_tokens=64, max_new_tokens=8,  # a tiny model sees the prompt's last 64 tokens
     )  # fmt: skip
     return ChatAppScenario(build, **{**settings, **kwargs})
