@@ -43,6 +43,7 @@ from typing import Any
 
 from scenarios.base import Scenario, ScenarioError
 from topologies import TopologyError
+from topologies.imports import ImportRefError, import_attr, one_line
 
 REGISTRY: dict[str, type[Scenario]] = {}
 
@@ -122,11 +123,6 @@ def label(name: str) -> str:
     return f"{module.rsplit('.', 1)[-1]}.{attr}"
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def load(ref: str) -> type[Scenario] | Scenario | Callable[..., Scenario]:
     """Import the object an import reference names (in this process).
 
@@ -142,33 +138,14 @@ def load(ref: str) -> type[Scenario] | Scenario | Callable[..., Scenario]:
     module_name, attr = parse_reference(ref)
     where = f"scenario reference {ref!r}"
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or module_name
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise ScenarioError(
-                f"{where}: no module named {missing!r} on this process's sys.path: install its "
-                "package (pip install -e .), run from the directory that holds it, or add that "
-                "directory to PYTHONPATH"
-            ) from None
-        raise ScenarioError(
-            f"{where}: importing {module_name!r} failed: it needs module {missing!r}, which is not "
-            "installed: install it"
-        ) from None
-    except Exception as exc:  # user code: one line, with the fix
-        raise ScenarioError(
-            f"{where}: importing {module_name!r} raised {_one_line(exc)}: fix the module"
-        ) from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            found = _candidates(module)
-            hint = f" (it has {', '.join(found)})" if found else ""
-            raise ScenarioError(
-                f"{where}: module {module_name!r} has no attribute {attr!r}{hint}: name a "
-                "Scenario subclass, a Scenario instance or a function returning one"
-            )
-        obj = getattr(obj, part)
+        obj = import_attr(
+            module_name,
+            attr,
+            "a Scenario subclass, a Scenario instance or a function returning one",
+            hint=_hint,
+        )
+    except ImportRefError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
     if isinstance(obj, type):
         if not issubclass(obj, Scenario):
             raise ScenarioError(
@@ -191,6 +168,11 @@ def load(ref: str) -> type[Scenario] | Scenario | Callable[..., Scenario]:
         f"{where} is of type {type(obj).__name__}, not a scenario: name a Scenario subclass, a "
         "Scenario instance or a function returning one"
     )
+
+
+def _hint(module: Any) -> str:
+    found = _candidates(module)
+    return f" (it has {', '.join(found)})" if found else ""
 
 
 def _candidates(module: Any) -> list[str]:
@@ -256,7 +238,7 @@ def _build_reference(ref: str, topology: Any, kwargs: dict[str, Any]) -> Scenari
     except Exception as exc:  # user code: one line, with where it came from
         call = ", ".join(f"{k}={v!r}" for k, v in args.items())
         raise ScenarioError(
-            f"{where}: calling it with ({call}) raised {_one_line(exc)}: fix the call "
+            f"{where}: calling it with ({call}) raised {one_line(exc)}: fix the call "
             "(scenario_kwargs, topology) or the code it runs"
         ) from None
     if not isinstance(made, Scenario):
@@ -370,7 +352,7 @@ def unreachable_reason(ref: str, extra_paths: Iterable[str] = ()) -> str | None:
     except (OSError, subprocess.SubprocessError) as exc:  # the check itself failed: say so
         warnings.warn(
             f"scenario reference {ref!r}: could not check that Ray's worker processes can import "
-            f"it ({_one_line(exc)}); if they cannot, their env fails to build",
+            f"it ({one_line(exc)}); if they cannot, their env fails to build",
             stacklevel=2,
         )
         return None

@@ -13,7 +13,6 @@ print one line naming the fix and exit with code 2.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from topologies.generators import GENERATORS
+from topologies.imports import ImportRefError, import_attr
 from topologies.paths import critical_path
 from topologies.topology import END, START, Topology, TopologyError
 
@@ -108,29 +108,11 @@ def _import(module_name: str, attr: str) -> Any:
     if os.getcwd() not in sys.path:  # a console script does not put the cwd on sys.path
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise LoadError(
-                f"cannot import module {module_name!r}: check the name and run from the directory "
-                "that contains it (or add that directory to PYTHONPATH)"
-            ) from None
-        raise LoadError(
-            f"importing {module_name!r} failed: no module named {exc.name!r}; install it"
-        ) from None
-    except Exception as exc:  # user code: report it in one line
-        raise LoadError(
-            f"importing {module_name!r} failed ({type(exc).__name__}: {exc}): fix the module"
-        ) from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise LoadError(
-                f"module {module_name!r} has no attribute {attr!r}: name a StateGraph, compiled "
-                "graph, Topology or a function returning one"
-            )
-        obj = getattr(obj, part)
-    return obj
+        return import_attr(
+            module_name, attr, "a StateGraph, compiled graph, Topology or a function returning one"
+        )
+    except ImportRefError as exc:
+        raise LoadError(str(exc)) from None
 
 
 def _as_topology(obj: Any, where: str, call: bool) -> Topology:
