@@ -339,7 +339,7 @@ def test_swarm_app_scripted_episode() -> None:
         task=lambda rng: {"messages": [HumanMessage("what's 5 + 7?")]},
     )
     env = GraphEnv(scenario, agent_ids=["alice", "bob"])
-    # alice hands off to bob, bob hands back, alice adds and bob... no: alice answers herself
+    # alice hands off to bob, bob hands back, alice adds with her tool, then answers
     steps, rewards = play(env, {"alice": [2, 1, 0], "bob": [1]})
     assert steps == [["alice"], ["bob"], ["alice"], ["alice"]]
     assert rewards == {"alice": 0.0, "bob": 0.0}  # "Done." holds no 12
