@@ -65,6 +65,10 @@ class Scenario(ABC):
     absent: ClassVar[AbsentPolicy] = "default"
     #: reward given for an action outside the agent's action space; ``None`` raises ValueError.
     invalid_action_penalty: ClassVar[float | None] = None
+    #: agents are the ids their decisions carry (``decide(id, ...)`` anywhere in the graph,
+    #: e.g. inside subgraphs), not node names; ``GraphEnv`` then runs the graph by agent id
+    #: with the topology's agent nodes as ids (``max_instances`` concurrent instances each).
+    agents_by_id: ClassVar[bool] = False
     #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it);
     #: a scenario may set it per instance.
     max_supersteps: int = 64

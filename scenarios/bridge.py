@@ -2,41 +2,63 @@
 
 LangGraph drives the graph; the environment must be able to stop it at every agent decision and
 resume it later with the learner's action. Threads and ``interrupt()`` both cost several times the
-graph's own run time here, so the bridge runs everything in the caller's thread with greenlets:
+graph's own run time here, so the bridge runs everything in the caller's thread with greenlets and
+a small scheduler:
 
-* the graph runs in one greenlet (``graph.invoke``), so a single task of a superstep, which
-  LangGraph runs inline, suspends by switching straight back to the environment;
-* the tasks of a parallel superstep are started by our own ``submit`` (LangGraph's runner hook),
-  each in a greenlet; a task that calls ``decide()`` switches back to the graph greenlet, which
-  starts the next task;
-* the first ``submit`` of a superstep reads the superstep's task list from LangGraph's scheduler
-  (``PregelRunner.tick``); once every agent task in it has started, the superstep's pending
-  agents are exactly the ones waiting, and control goes to the environment as one parallel step.
+* the graph runs in one greenlet (``graph.invoke``); a superstep with a single task, which
+  LangGraph runs inline, runs in the greenlet that ticks it;
+* every task of a parallel superstep, at any depth (a compiled subgraph node, a graph invoked
+  inside a node, their own parallel supersteps), is started by our ``submit`` (LangGraph's runner
+  hook, inherited by nested runs) in a greenlet of its own, and runs until it *blocks*: it waits
+  for a decision, or it ticks a nested parallel superstep whose tasks have all been started and
+  not all finished;
+* when nothing can run any more, the decisions waiting are exactly the pending agents of this
+  parallel step, and control goes to the environment; an action wakes its task.
 
-LangGraph's own semantics (reducers, conditional edges, ``Send``, joins, ``Command``) are
-untouched: the bridge only decides when a task runs, never what it does. It relies on two
-LangGraph internals (the runner's submit hook in the run config, and the ``tasks`` local of
-``PregelRunner.tick``), which is why ``langgraph`` is pinned to a minor version and
-``tests/test_engine.py`` exercises every scheduling pattern.
+So a step holds every decision LangGraph would have in flight at once: the agents of one
+superstep, also when they decide deep inside several subgraphs running side by side.
+
+**Agent ids.** By node (``agent_nodes``, the built-in scenarios): a decision is named after the
+top-level agent node whose task makes it, ``<node>_<i>`` for the ``i``-th task of a fan-out node
+with ``max_instances > 1`` in LangGraph's scheduling order. By id (``agent_ids``, apps whose
+agents live in subgraphs, e.g. chat models that pass their own id): the id given to ``decide()``,
+wherever it is called; an id declared with ``n > 1`` instances names its concurrent branches
+``<id>_0 … <id>_{n-1}`` in the order they first decide (a branch keeps its id for the rest of its
+superstep). Two decisions that would share an id at once raise :class:`BridgeError` naming the
+node, the agent and the fix (never a deadlock).
+
+**Async apps.** A node (router, tool node, subgraph node) whose LangGraph runnable has only an
+``async`` function, or a ``ToolNode`` with async tools, runs its coroutine to completion on an
+event loop inside its task's greenlet (loops are pooled per thread); a decision made while the
+coroutine runs suspends the greenlet, loop and all. asyncio keeps the running loop per thread, so
+every greenlet switch here saves, clears and restores it. Sync code keeps its sync path, so an
+async app and its sync twin make the same decisions on the same observations.
+
+LangGraph's semantics (reducers, conditional edges, ``Send``, joins, ``Command``) are untouched:
+the bridge only decides when a task runs, never what it does. The LangGraph internals it relies
+on are gathered in one section below and pinned by ``tests/test_bridge_apps.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
+import inspect
 import sys
-from collections.abc import Callable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import greenlet
-from langgraph._internal._constants import CONFIG_KEY_RUNNER_SUBMIT, CONFIG_KEY_TASK_ID
 from langgraph.config import get_config
-from langgraph.pregel._runner import PregelRunner
 
-#: the code of LangGraph's superstep scheduler, whose frame lists the superstep's tasks
-_TICK_CODE = PregelRunner.tick.__code__
+from scenarios.base import ScenarioError
 
 BRIDGE_KEY = "__marl_bridge__"
 
@@ -52,83 +74,379 @@ class EpisodeAborted(BaseException):
     """Thrown into a suspended graph to end it (a reset before the episode finished)."""
 
 
+class BridgeError(ScenarioError):
+    """The graph cannot be stepped as declared (e.g. two concurrent decisions would act as one
+    agent, or a decision comes from a worker thread); the message names the node, the agent and
+    the fix. Raised by :meth:`GraphRun.start` / :meth:`GraphRun.resume` after the run is ended."""
+
+
 @dataclasses.dataclass
 class Request:
-    """One agent waiting for its action."""
+    """One agent waiting for its action.
+
+    Attributes:
+        agent: the environment's agent id of this decision.
+        node: the id the node passed to ``decide()``.
+        observation: what the agent sees.
+        superstep: the top-level graph's LangGraph superstep.
+        path: the node making the decision, with its subgraph nodes (``"team/think"``).
+    """
 
     agent: str
     node: str
     observation: Any
     superstep: int
+    path: str = ""
+
+
+# ===== LangGraph internals =====================================================================
+# Everything the bridge assumes about LangGraph 1.2's runtime is here; each assumption is pinned
+# by a test in tests/test_bridge_apps.py (``test_langgraph_internals_*``).
+from langgraph._internal._constants import (  # noqa: E402
+    CONF,
+    CONFIG_KEY_CHECKPOINT_NS,
+    CONFIG_KEY_RUNNER_SUBMIT,
+    NS_END,
+    NS_SEP,
+)
+from langgraph._internal._runnable import RunnableCallable  # noqa: E402
+from langgraph.pregel import Pregel  # noqa: E402
+from langgraph.pregel._runner import PregelRunner  # noqa: E402
+
+#: (1) a run's runner takes its ``submit`` from ``config["configurable"][CONFIG_KEY_RUNNER_SUBMIT]``
+#: (a callable returning the submit function), and nested runs inherit it with the config;
+#: (2) the sync runner's ``tick`` submits the tasks of its ``tasks`` local (a tuple) in order from
+#: its own frame, then waits for their futures; a superstep of one task runs inline, unsubmitted;
+_TICK_CODE = PregelRunner.tick.__code__
+#: (3) a task's ``checkpoint_ns`` is ``node:task_id`` nested with ``|`` (only nested tasks have it);
+#: (4) ``RunnableCallable.invoke`` raises for a runnable without a sync function, and ``ainvoke``
+#: runs ``afunc`` with the same argument injection (``ToolNode`` is a ``RunnableCallable``);
+#: (5) ``Pregel.ainvoke``/``astream`` take the same arguments as ``invoke``/``stream`` (under them
+#: LangGraph runs sync nodes in a thread pool, where no decision can be suspended).
+_SYNC_INVOKE = getattr(RunnableCallable.invoke, "sync_invoke", RunnableCallable.invoke)
+_PREGEL_AINVOKE = getattr(Pregel.ainvoke, "async_run", Pregel.ainvoke)
+_PREGEL_ASTREAM = getattr(Pregel.astream, "async_run", Pregel.astream)
+
+
+def _task_path(ns: str) -> str:
+    """``"team:ab12|think:cd34"`` → ``"team/think"``."""
+    if NS_SEP not in ns:
+        return ns.partition(NS_END)[0]
+    return "/".join(part.partition(NS_END)[0] for part in ns.split(NS_SEP))
+
+
+def _bridge_invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+    """``RunnableCallable.invoke``, which runs the async function where a bridge run needs it."""
+    if self.func is not None:  # the common case first: one dict lookup
+        tool_node = _tool_node_types.get(type(self))
+        if tool_node is False or not (tool_node or _is_tool_node(type(self))):
+            return _SYNC_INVOKE(self, input, config, **kwargs)
+        if not _async_tools(self):
+            return _SYNC_INVOKE(self, input, config, **kwargs)
+    if self.afunc is not None and _in_run(config):  # elsewhere LangGraph's own behaviour
+        return run_coroutine(self.ainvoke(input, config, **kwargs))
+    return _SYNC_INVOKE(self, input, config, **kwargs)
+
+
+_bridge_invoke.sync_invoke = _SYNC_INVOKE  # type: ignore[attr-defined]
+
+
+def _in_run(config: Any) -> bool:
+    conf = (config if config is not None else _config_or_empty()).get(CONF) or {}
+    return BRIDGE_KEY in conf
+
+
+async def _bridge_ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+    """``Pregel.ainvoke``: a graph awaited inside one of our runs runs LangGraph's sync loop,
+    so its tasks are stepped like every other (its parallel decisions in one step)."""
+    if _in_run(config):
+        return self.invoke(input, config, **kwargs)
+    return await _PREGEL_AINVOKE(self, input, config, **kwargs)
+
+
+async def _bridge_astream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+    """``Pregel.astream``, likewise (the chunks of the sync ``stream``)."""
+    if _in_run(config):
+        for chunk in self.stream(input, config, **kwargs):
+            yield chunk
+        return
+    async for chunk in _PREGEL_ASTREAM(self, input, config, **kwargs):
+        yield chunk
+
+
+_bridge_ainvoke.async_run = _PREGEL_AINVOKE  # type: ignore[attr-defined]
+_bridge_astream.async_run = _PREGEL_ASTREAM  # type: ignore[attr-defined]
+
+
+def _config_or_empty() -> Mapping[str, Any]:
+    try:
+        return get_config()
+    except RuntimeError:
+        return {}
+
+
+_tool_node_types: dict[type, bool] = {}
+
+
+def _is_tool_node(cls: type) -> bool:
+    """Whether ``cls`` is LangGraph's ``ToolNode`` (or a subclass); cached per class."""
+    known = _tool_node_types.get(cls)
+    if known is None:
+        module = sys.modules.get("langgraph.prebuilt.tool_node")
+        known = module is not None and issubclass(cls, module.ToolNode)
+        if module is not None:  # before ToolNode is imported no instance exists: ask again
+            _tool_node_types[cls] = known
+    return known
+
+
+def _async_tools(node: Any) -> bool:
+    """A ``ToolNode`` with an async tool: its sync path cannot run one (and uses threads)."""
+    from langchain_core.tools import BaseTool
+
+    for tool in node.tools_by_name.values():
+        coroutine = getattr(tool, "coroutine", BaseTool)
+        if coroutine is BaseTool:  # a BaseTool subclass: async when it implements _arun
+            if type(tool)._arun is not BaseTool._arun:
+                return True
+        elif coroutine is not None:
+            return True
+    return False
+
+
+RunnableCallable.invoke = _bridge_invoke  # type: ignore[method-assign]
+Pregel.ainvoke = _bridge_ainvoke  # type: ignore[method-assign,assignment]
+Pregel.astream = _bridge_astream  # type: ignore[method-assign,assignment]
+# ===== end of LangGraph internals ==============================================================
+
+
+# ----- event loops inside greenlets ------------------------------------------------------------
+# asyncio's record of the running loop is per thread (these two are its public-but-underscored
+# accessors, used by asyncio.run and greenlet-based libraries alike)
+_get_running_loop = asyncio._get_running_loop
+_set_running_loop = asyncio._set_running_loop
+_MAX_IDLE_LOOPS = 8
+_all_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+class _IdleLoops(list):  # type: ignore[type-arg]
+    """A thread's idle loops, closed when the thread ends (e.g. a LangGraph pool worker)."""
+
+    def __del__(self) -> None:
+        for loop in self:
+            if not loop.is_closed() and not loop.is_running():
+                loop.close()
+
+
+_loops = threading.local()
+
+
+@atexit.register
+def _close_loops() -> None:
+    """Close pooled loops before interpreter teardown (their ``__del__`` fails late)."""
+    for loop in list(_all_loops):
+        if not loop.is_closed() and not loop.is_running():
+            loop.close()
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` to completion on an idle event loop of this thread, in this greenlet.
+
+    The caller may itself be inside a running loop (an async node calling sync code): that loop
+    is set aside for the call. Tasks the coroutine leaves behind are cancelled, so a pooled loop
+    never runs an earlier call's work.
+    """
+    idle: list[asyncio.AbstractEventLoop] = _loops.__dict__.setdefault("idle", _IdleLoops())
+    if idle:
+        loop = idle.pop()
+    else:
+        loop = asyncio.new_event_loop()
+        _all_loops.add(loop)
+    outer = _get_running_loop()
+    _set_running_loop(None)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            if left:
+                for task in left:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        finally:
+            _set_running_loop(outer)
+            if len(idle) < _MAX_IDLE_LOOPS and not loop.is_closed():
+                idle.append(loop)
+            else:
+                loop.close()
+
+
+def _switch(glet: greenlet.greenlet, *args: Any) -> Any:
+    """``glet.switch(*args)``, with this thread's running event loop set aside meanwhile (every
+    greenlet of a run switches through here, so each finds its own loop back when resumed)."""
+    loop = _get_running_loop()
+    if loop is None:
+        return glet.switch(*args)
+    hooks = sys.get_asyncgen_hooks()
+    _set_running_loop(None)
+    try:
+        return glet.switch(*args)
+    finally:
+        _set_running_loop(loop)
+        sys.set_asyncgen_hooks(*hooks)
+
+
+def _throw(glet: greenlet.greenlet, exc: type[BaseException]) -> None:
+    loop = _get_running_loop()
+    _set_running_loop(None)
+    try:
+        glet.throw(exc)
+    finally:
+        _set_running_loop(loop)
+
+
+class _Glet(greenlet.greenlet):
+    """A greenlet of the run: the graph's, or one task of a parallel superstep.
+
+    Attributes:
+        bridge: the run it belongs to.
+        agent: by-node runs: the agent id of the top-level agent task it works for.
+        step: the top-level superstep it runs in (None: the graph greenlet, which looks it up).
+        holds: base id → agent id this greenlet decides as (released when it ends or spawns).
+        where: the node path of its last decision (for error messages).
+        overflow: by-node runs: why its task has no agent id (a fan-out beyond
+            ``max_instances``), raised if it decides.
+    """
+
+    def __init__(self, run: Callable[..., Any], bridge: GraphRun, parent: greenlet.greenlet):
+        super().__init__(run, parent=parent)
+        self.bridge = bridge
+        self.agent: str | None = None
+        self.step: int | None = None
+        self.holds: dict[str, str] = {}
+        self.where = ""
+        self.overflow: str | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class _Tick:
+    """One parallel superstep being submitted (keyed by its ``PregelRunner.tick`` frame)."""
+
+    tasks: tuple[Any, ...]
+    submitted: int = 0
+    running: int = 0  # submitted tasks not finished
+    waiter: _Glet | None = None
+    names: dict[str, str] = dataclasses.field(default_factory=dict)  # task id → agent id
+    overflow: dict[str, str] = dataclasses.field(default_factory=dict)  # task id → error
+    step: int | None = None
 
 
 class GraphRun:
     """One episode of a compiled graph, suspended at every agent decision.
 
     Args:
-        graph: a compiled LangGraph graph whose agent nodes call ``scenarios.decide``.
+        graph: a compiled LangGraph graph whose agents call ``scenarios.decide``.
         inputs: the graph's input.
-        agent_nodes: node name → max fan-out instances, for every agent node.
+        agent_nodes: by-node agent ids: top-level node name → max fan-out instances, for every
+            agent node (decisions are named after their top-level node).
         config: extra run config (``recursion_limit``, ``configurable`` entries).
+        agent_ids: by-id agent ids instead: id given to ``decide()`` → max concurrent instances
+            (an iterable of ids means one instance each). Decisions may come from any depth.
     """
 
     def __init__(
         self,
         graph: Any,
         inputs: Any,
-        agent_nodes: Mapping[str, int],
+        agent_nodes: Mapping[str, int] | None = None,
         config: Mapping[str, Any] | None = None,
+        *,
+        agent_ids: Mapping[str, int] | Iterable[str] | None = None,
     ) -> None:
+        if (agent_nodes is None) == (agent_ids is None):
+            raise ValueError("GraphRun takes exactly one of agent_nodes (by node) or agent_ids")
         self.graph = graph
         self.inputs = inputs
-        self.agent_nodes = dict(agent_nodes)
+        self.agent_nodes = dict(agent_nodes or {})
+        self.agent_ids = None if agent_ids is None else instance_counts(agent_ids)
         self.config = dict(config or {})
         self.pending: dict[str, Request] = {}
-        self.actions: dict[str, Any] = {}
         self.result: Any = None
         self.error: BaseException | None = None
         self.finished = False
         self.superstep = 0
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
-        self._unstarted: set[str] = set()  # agent tasks of this superstep not yet started
-        self._instance: dict[str, str] = {}  # task id → agent id
-        self._step_tasks: tuple[Any, ...] | None = None  # tasks of the current parallel superstep
-        self._waiting: dict[str, greenlet.greenlet] = {}  # agent → its suspended task greenlet
+        self._thread = threading.get_ident()
+        self._ready: collections.deque[tuple[_Glet, Any]] = collections.deque()
+        self._waiting: dict[str, _Glet] = {}  # pending agent → its suspended greenlet
+        self._owners: dict[str, _Glet] = {}  # agent id → the greenlet deciding as it
+        self._live: list[_Glet] = []  # task greenlets not finished, in creation order
+        self._ticks: dict[int, _Tick] = {}  # id(tick frame) → its superstep
+        self._fatal: BaseException | None = None
         self._env_glet: greenlet.greenlet | None = None
-        self._graph_glet: greenlet.greenlet | None = None
+        self._graph_glet: _Glet | None = None
 
     # ----- environment side ----------------------------------------------------------------
     def start(self) -> dict[str, Request]:
         """Run the graph until its first decisions (or its end); return the pending requests."""
         self._env_glet = greenlet.getcurrent()
-        self._graph_glet = greenlet.greenlet(self._main, parent=self._env_glet)
-        self._graph_glet.switch()
-        return self.pending
+        self._graph_glet = _Glet(self._main, self, self._env_glet)
+        self._ready.append((self._graph_glet, None))
+        return self._schedule()
 
     def resume(self, actions: Mapping[str, Any]) -> dict[str, Request]:
         """Give every pending agent its action; run to the next decisions or the end."""
         missing = set(self.pending) - set(actions)
         if missing:
             raise ValueError(f"no action for pending agents {sorted(missing)}")
-        self.actions = {a: actions[a] for a in self.pending}
+        for agent in self.pending:
+            self._ready.append((self._waiting.pop(agent), actions[agent]))
         self.pending = {}
         self._env_glet = greenlet.getcurrent()
-        assert self._graph_glet is not None
-        self._graph_glet.parent = self._env_glet
-        self._graph_glet.switch()
-        return self.pending
+        return self._schedule()
 
     def abort(self) -> None:
-        """End a suspended run: unwind the graph greenlet; waiting task greenlets are dropped."""
-        glet = self._graph_glet
+        """End a suspended run: every greenlet still suspended is unwound, innermost first."""
+        self._ready.clear()
         self._waiting.clear()
         self.pending = {}
-        if glet is not None and not glet.dead:
-            glet.parent = greenlet.getcurrent()
-            with contextlib.suppress(EpisodeAborted):
-                glet.throw(EpisodeAborted)
+        me = greenlet.getcurrent()
+        for glet in [*reversed(self._live), self._graph_glet]:
+            if glet is not None and not glet.dead:
+                glet.parent = me
+                with contextlib.suppress(EpisodeAborted):
+                    _throw(glet, EpisodeAborted)
+        self._live.clear()
         self.finished = True
+
+    def _schedule(self) -> dict[str, Request]:
+        """Run ready greenlets until every one of them is waiting; return the pending agents."""
+        me = greenlet.getcurrent()
+        while True:
+            if self._fatal is not None:
+                error, self._fatal = self._fatal, None
+                self.abort()
+                raise error
+            if self._ready:
+                glet, value = self._ready.popleft()
+                glet.parent = me
+                try:
+                    _switch(glet, *((value,) if glet else ()))  # a new greenlet takes no value
+                except BaseException:  # escaped the graph (KeyboardInterrupt, ...): end the run
+                    self.abort()
+                    raise
+                continue
+            assert self._graph_glet is not None
+            if self._graph_glet.dead:
+                self.finished = True
+                return self.pending
+            if self.pending:
+                return self.pending
+            self._fatal = BridgeError(
+                "the graph is stuck: no task can run and no agent waits for a decision "
+                f"(tasks waiting: {[g.where or '?' for g in self._live]}); this is a bug in "
+                "scenarios.bridge: please report it with the graph"
+            )
 
     # ----- graph side ----------------------------------------------------------------------
     def _main(self) -> None:
@@ -147,6 +465,25 @@ class GraphRun:
             self.error = exc
         self.finished = True
 
+    def _block(self) -> Any:
+        """Suspend the current greenlet until it is woken; return the value it is given.
+
+        The next ready greenlet runs at once (the scheduler's own step, without a detour
+        through the environment's greenlet); when none is ready the scheduler decides.
+        """
+        assert self._env_glet is not None
+        if self._ready and self._fatal is None:
+            glet, value = self._ready.popleft()
+            glet.parent = self._env_glet
+            return _switch(glet, *((value,) if glet else ()))
+        return _switch(self._env_glet)
+
+    def _fail(self, error: BaseException) -> None:
+        """End the run with ``error``, raised to the environment (never returns)."""
+        self._fatal = error
+        self._block()
+        raise EpisodeAborted  # only reached if the scheduler resumed us anyway
+
     def _submit(
         self,
         fn: Callable[..., Any],
@@ -156,69 +493,194 @@ class GraphRun:
         __reraise_on_exit__: bool = True,
         __next_tick__: bool = False,
         **kwargs: Any,
-    ) -> concurrent.futures.Future[Any]:
+    ) -> Any:
+        if inspect.iscoroutinefunction(fn):  # an async run (a node awaiting graph.ainvoke)
+            loop = asyncio.get_running_loop()
+            return loop.create_task(
+                fn(*args, **kwargs), name=__name__, context=contextvars.copy_context()
+            )
         caller = sys._getframe(1)
-        if caller.f_code is _TICK_CODE and caller.f_locals.get("tasks") is not self._step_tasks:
-            self._new_superstep(caller.f_locals["tasks"])
-        task_id = getattr(args[0], "id", None) if args else None
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def body() -> None:
+        me = greenlet.getcurrent()
+        if caller.f_code is not _TICK_CODE or getattr(me, "bridge", None) is not self:
+            # a functional-API call(), or a graph run from a worker thread (a sync tool's):
+            # run it in place (a decision in it then fails, naming the fix)
             try:
                 fut.set_result(fn(*args, **kwargs))
             except EpisodeAborted:
                 raise
             except BaseException as exc:
                 fut.set_exception(exc)
-            self._unstarted.discard(task_id)  # it may have finished without deciding
-
-        task_glet = greenlet.greenlet(body, parent=greenlet.getcurrent())
-        task_glet.gr_context = contextvars.copy_context()
-        task_glet.switch()
-        if not self._unstarted:
-            self._drain()
+            return fut
+        assert isinstance(me, _Glet)
+        tasks = caller.f_locals["tasks"]
+        tick = self._ticks.get(id(caller))
+        if tick is None or tick.tasks is not tasks:
+            tick = self._ticks[id(caller)] = self._new_tick(me, tasks)
+        task = args[0] if args else None
+        glet = _Glet(self._body, self, self._env_glet)  # type: ignore[arg-type]
+        task_id = getattr(task, "id", None)
+        glet.agent = tick.names.get(task_id, me.agent)
+        glet.overflow = tick.overflow.get(task_id, me.overflow)
+        glet.step = tick.step
+        self._live.append(glet)
+        tick.submitted += 1
+        tick.running += 1
+        self._ready.appendleft((me, None))  # the submitter goes on once the task blocks or ends
+        _switch(glet, fn, args, kwargs, fut, tick)
+        if tick.submitted >= len(tick.tasks) and tick.running:
+            tick.waiter = me  # every task started: wait until all have finished
+            self._block()
         return fut
 
-    def _new_superstep(self, tasks: tuple[Any, ...]) -> None:
-        """Name the agent tasks of a parallel superstep; all must start before it is handed over."""
-        self._step_tasks = tasks
+    def _new_tick(self, me: _Glet, tasks: tuple[Any, ...]) -> _Tick:
+        """A parallel superstep starts: name its agent tasks (top level, by node)."""
+        self._release(me)  # the submitter's decisions pause while its tasks run
+        conf = tasks[0].config.get(CONF, {}) if tasks else {}
+        top = NS_SEP not in conf.get(CONFIG_KEY_CHECKPOINT_NS, "")
+        if not top:
+            return _Tick(tasks, step=me.step if me.step is not None else self._graph_step())
+        tick = _Tick(tasks, step=tasks[0].config.get("metadata", {}).get("langgraph_step"))
+        if self.agent_ids is not None:
+            return tick
         counts: dict[str, int] = {}
         for t in tasks:
             if t.name in self.agent_nodes:
-                i = counts[t.name] = counts.get(t.name, -1) + 1
-                self._instance[t.id] = f"{t.name}_{i}" if self.agent_nodes[t.name] > 1 else t.name
-                self._unstarted.add(t.id)
+                counts[t.name] = counts.get(t.name, 0) + 1
+        seen: dict[str, int] = {}
+        for t in tasks:
+            if t.name not in counts:
+                continue
+            i = seen[t.name] = seen.get(t.name, -1) + 1
+            m, k = self.agent_nodes[t.name], counts[t.name]
+            if i < m:
+                tick.names[t.id] = f"{t.name}_{i}" if m > 1 else t.name
+            else:  # an error if this task decides (a tool node fanned out by Send may not)
+                tick.overflow[t.id] = (
+                    f"node {t.name!r} runs {k} tasks in superstep {tick.step} (a Send fan-out) "
+                    f"but is declared with max_instances={m}, so task {i + 1} has no agent id "
+                    f"of its own: declare add_node({t.name!r}, ..., "
+                    f"metadata={{'max_instances': N}}) with N >= {k} (instances become agents "
+                    f"{t.name}_0 … {t.name}_{{N-1}}) and annotate its Send router "
+                    "'-> list[Send]' so the topology shows the fan-out"
+                )
+        return tick
 
-    def _drain(self) -> None:
-        """Hand the superstep's pending agents to the environment until none is left."""
-        while self.pending:
-            assert self._env_glet is not None
-            self._env_glet.switch()
-            for agent in list(self.actions):
-                self._waiting.pop(agent).switch()
+    def _body(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        fut: concurrent.futures.Future[Any],
+        tick: _Tick,
+    ) -> None:
+        me = greenlet.getcurrent()
+        assert isinstance(me, _Glet)
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except EpisodeAborted:
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        finally:
+            self._release(me)
+            if me in self._live:
+                self._live.remove(me)
+        tick.running -= 1
+        if tick.running == 0 and tick.waiter is not None:
+            self._ready.append((tick.waiter, None))
+            tick.waiter = None
+
+    def _release(self, glet: _Glet) -> None:
+        for agent in glet.holds.values():
+            if self._owners.get(agent) is glet:
+                del self._owners[agent]
+        glet.holds.clear()
+
+    def _graph_step(self) -> int:
+        """The top-level superstep, seen from the graph greenlet: the ``tasks`` of the outermost
+        ``PregelRunner.tick`` frame on its stack."""
+        outer = None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is _TICK_CODE:
+                outer = frame
+            frame = frame.f_back
+        if outer is None or not outer.f_locals.get("tasks"):
+            return self.superstep
+        return int(outer.f_locals["tasks"][0].config.get("metadata", {}).get("langgraph_step", 0))
 
     def decide(self, node: str, observation: Any) -> Any:
-        """Called by ``scenarios.decide`` inside an agent node."""
-        config = get_config()
-        task_id = config["configurable"].get(CONFIG_KEY_TASK_ID)
-        agent = self._instance.get(task_id) or (
-            f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
-        )
-        self._unstarted.discard(task_id)
-        self.superstep = config["metadata"].get("langgraph_step", self.superstep)
+        """Called by ``scenarios.decide`` inside an agent's node (or its chat model)."""
         me = greenlet.getcurrent()
-        self.pending[agent] = Request(agent, node, observation, self.superstep)
-        if me is self._graph_glet:  # a lone task runs inline in the graph greenlet
-            assert self._env_glet is not None
-            self._env_glet.switch()
-        else:  # a task of a parallel superstep: back to the graph greenlet's submit
-            self._waiting[agent] = me
-            assert self._graph_glet is not None
-            self._graph_glet.switch()
-        action = self.actions.pop(agent)
+        if threading.get_ident() != self._thread or getattr(me, "bridge", None) is not self:
+            error = BridgeError(
+                f"decide({node!r}) was called from a worker thread (a sync tool run by "
+                "ToolNode's thread pool, a RunnableLambda under ainvoke, or your own thread): "
+                "decisions must run on the episode's thread; make that tool or function "
+                "`async def` (it then runs on the episode's greenlet) or call the agent from a node"
+            )
+            self._fatal = error
+            raise error
+        config = get_config()
+        conf = config.get(CONF, {})
+        ns = conf.get(CONFIG_KEY_CHECKPOINT_NS, "")
+        path = _task_path(ns)
+        if me.step is not None:
+            step = me.step
+        elif NS_SEP not in ns:
+            step = int(config.get("metadata", {}).get("langgraph_step", self.superstep))
+        else:
+            step = self._graph_step()
+        agent = self._agent_id(me, node, path)
+        me.where = path
+        self.superstep = step
+        self.pending[agent] = Request(agent, node, observation, step, path)
+        self._waiting[agent] = me
+        action = self._block()
         if action is SkipNode:
             raise SkipNode(agent)
         return action
+
+    def _agent_id(self, me: _Glet, node: str, path: str) -> str:
+        """The environment's id of a decision ``decide(node, ...)`` made by ``me`` at ``path``."""
+        if me.overflow is not None:
+            self._fail(BridgeError(me.overflow))
+        if self.agent_ids is not None:
+            n = self.agent_ids.get(node, 1)
+        elif me.agent is not None:  # the top-level agent task it works for names it
+            n, node = 1, me.agent
+        else:
+            n = self.agent_nodes.get(node, 1)
+        held = me.holds.get(node)
+        if held is not None:
+            return held
+        names = [node] if n <= 1 else [f"{node}_{i}" for i in range(n)]
+        for name in names:
+            owner = self._owners.get(name)
+            if owner is None or owner.dead:
+                self._owners[name] = me
+                me.holds[node] = name
+                return name
+        others = {name: self._owners[name].where for name in names}
+        if self.agent_ids is not None:
+            fix = (
+                f"declare {n + 1} or more instances of {node!r} (GraphEnv/GraphRun "
+                f"agent_ids={{{node!r}: N}}: they become agents {node}_0 … {node}_{{N-1}}, in the "
+                "order they first decide) or give each branch its own agent id"
+            )
+        else:
+            fix = (
+                "in a by-node run a node's agent id is its top-level node: give the deciding nodes "
+                "their own names or max_instances, or run the scenario by agent id (agent_ids=...)"
+            )
+        self._fail(
+            BridgeError(
+                f"agent {node!r} is asked to decide at node {path!r} while {others} already "
+                f"act(s) as it in the same parallel step: {fix}"
+            )
+        )
+        raise AssertionError  # unreachable: _fail never returns
 
     def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
         if agents is None:
@@ -226,3 +688,22 @@ class GraphRun:
         else:
             for a in agents:
                 self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
+
+
+def instance_counts(agent_ids: Mapping[str, int] | Iterable[str]) -> dict[str, int]:
+    """``{"a": 1, "w": 3}`` from a mapping id → instances or an iterable of ids (one each)."""
+    if isinstance(agent_ids, str):
+        raise ValueError(f"agent_ids must be a mapping or a list of ids, not {agent_ids!r}")
+    if isinstance(agent_ids, Mapping):
+        counts = {str(a): int(n) for a, n in agent_ids.items()}
+    else:
+        counts = dict.fromkeys(map(str, agent_ids), 1)
+    bad = {a: n for a, n in counts.items() if n < 1}
+    if bad:
+        raise ValueError(f"agent_ids instance counts must be >= 1: {bad}")
+    return counts
+
+
+def agent_id_list(counts: Mapping[str, int]) -> list[str]:
+    """Every environment agent id of ``instance_counts`` (``w`` × 3 → ``w_0, w_1, w_2``)."""
+    return [a if n == 1 else f"{a}_{i}" for a, n in counts.items() for i in range(n)]

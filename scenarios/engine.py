@@ -43,7 +43,7 @@ from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
-from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode
+from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
 from scenarios.replay import (
     FAST_BRIDGE,
     DecisionLimit,
@@ -128,7 +128,10 @@ def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
     for name in agent_nodes:
         spec = builder.nodes[name]
         runnable = copy.copy(spec.runnable)
-        runnable.func = _skippable(runnable.func)
+        if runnable.func is not None:
+            runnable.func = _skippable(runnable.func)
+        if getattr(runnable, "afunc", None) is not None:  # an async node
+            runnable.afunc = _askippable(runnable.afunc)
         builder.nodes[name] = dataclasses.replace(spec, runnable=runnable)
     return builder.compile()
 
@@ -138,6 +141,17 @@ def _skippable(func: Callable[..., Any]) -> Callable[..., Any]:
     def node(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except SkipNode:
+            return None
+
+    return node
+
+
+def _askippable(afunc: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(afunc)
+    async def node(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await afunc(*args, **kwargs)
         except SkipNode:
             return None
 
@@ -181,6 +195,13 @@ class GraphEnv(ParallelEnv):
             switches it off with a warning.
         episode_timeout_s: wall-clock seconds the graph may run in one episode (see the module
             doc); ``None``: no limit.
+        agent_ids: identify agents by the id they pass to ``decide()`` (e.g. each chat model's
+            ``EnvChatModel(agent=...)``) instead of by top-level node: id → max concurrent
+            instances (``<id>_<i>``), or a list of ids. Agents may then decide anywhere, inside
+            subgraphs at any depth; every resulting id must be in ``possible_agents``.
+            ``absent="skip"`` needs agents by node. Default: by id for a scenario that sets
+            ``agents_by_id`` (its topology's agent nodes and their ``max_instances``), else by
+            node.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -195,6 +216,8 @@ class GraphEnv(ParallelEnv):
         max_steps: int | None = None,
         fast_replay: bool = True,
         episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S,
+        *,
+        agent_ids: Mapping[str, int] | Iterable[str] | None = None,
     ) -> None:
         if episode_timeout_s is not None and not episode_timeout_s > 0:
             raise ValueError(
@@ -207,15 +230,29 @@ class GraphEnv(ParallelEnv):
         self.possible_agents = list(scenario.possible_agents)
         self.agents: list[str] = []
         self.max_steps = max_steps or scenario.max_supersteps
-        topo = scenario.topology
-        nested = [n for n in topo.agents if topo.attr(n, "subgraph")]
-        if nested:
-            raise ScenarioError(
-                f"agent nodes inside subgraphs ({nested[:3]}) cannot be stepped by GraphEnv yet: "
-                "set metadata={'flatten': False} on the subgraph node to make it one agent, or "
-                "mark its inner nodes agent=False"
-            )
-        self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
+        if agent_ids is None and scenario.agents_by_id:
+            topo = scenario.topology
+            agent_ids = {n: topo.attr(n, "max_instances") for n in topo.agents}
+        self.agent_ids = None if agent_ids is None else instance_counts(agent_ids)
+        if self.agent_ids is not None:  # agents by id: they may decide inside subgraphs
+            unknown = [a for a in agent_id_list(self.agent_ids) if a not in self.possible_agents]
+            if unknown:
+                raise ScenarioError(
+                    f"agent_ids give agents {unknown} that the scenario does not declare "
+                    f"(possible_agents={self.possible_agents}): add them or fix agent_ids"
+                )
+            self.agent_nodes: dict[str, int] = {}
+        else:
+            topo = scenario.topology
+            nested = [n for n in topo.agents if topo.attr(n, "subgraph")]
+            if nested:
+                raise ScenarioError(
+                    f"agent nodes inside subgraphs ({nested[:3]}) cannot be stepped by node: "
+                    "run the scenario by agent id (GraphEnv(..., agent_ids=...)), set "
+                    "metadata={'flatten': False} on the subgraph node to make it one agent, or "
+                    "mark its inner nodes agent=False"
+                )
+            self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
         self._graph = scenario.build_graph().compile()
         self._skip_graph: Any = None  # compiled on the first replay under absent="skip"
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
@@ -331,8 +368,9 @@ class GraphEnv(ParallelEnv):
         return GraphRun(
             graph,
             inputs,
-            self.agent_nodes,
+            self.agent_nodes if self.agent_ids is None else None,
             {"recursion_limit": self.scenario.max_supersteps + 1},
+            agent_ids=self.agent_ids,
         )
 
     def _advance(self, call: Callable[[], dict[str, Any]], first: bool = False) -> dict[str, Any]:
@@ -557,6 +595,12 @@ class GraphEnv(ParallelEnv):
                 f"unknown agents {sorted(unknown)} in coalition: use env.possible_agents"
             )
         mode = absent or self.scenario.absent
+        if mode == "skip" and self.agent_ids is not None:
+            raise ScenarioError(
+                "absent='skip' skips an agent's node, but this env identifies agents by id "
+                "(agent_ids=...), whose decisions may sit deep inside a node: use "
+                "absent='default' or 'placeholder'"
+            )
         key = None
         if not callable(actions):
             key = (seed, members, mode, _freeze(actions))
@@ -620,7 +664,7 @@ class GraphEnv(ParallelEnv):
         """The graph's fast replay executor (None: not available or switched off)."""
         if self._fast is _UNSET:
             self._fast = (
-                compile_fast(self.scenario.build_graph(), self.agent_nodes)
+                compile_fast(self.scenario.build_graph(), self.agent_nodes, self.agent_ids)
                 if self.fast_replay
                 else None
             )

@@ -17,7 +17,8 @@ superstep semantics in a plain loop:
   router reads the state with its own node's writes applied (LangGraph's "fresh" read).
 
 Only plain graphs qualify (:func:`compile_fast`): a ``StateGraph`` whose nodes and routers are
-plain functions of the state (no injected config, runtime or store), with no deferred nodes,
+plain sync functions of the state (no injected config, runtime or store; no ``async def`` node or
+router, no compiled subgraph as a node: those replay through LangGraph), with no deferred nodes,
 retry, cache, timeout or error-handler policies, no managed values and only ``LastValue`` and
 reducer channels. Anything unexpected during a run (a node raising, a ``Command`` to the parent,
 a run near the recursion limit) raises :class:`Unsupported`, and the caller replays through
@@ -74,9 +75,13 @@ def _plain_function(runnable: Any) -> Callable[[Any], Any] | None:
     return runnable.func
 
 
-def compile_fast(builder: Any, agent_nodes: Mapping[str, int]) -> FastGraph | None:
+def compile_fast(
+    builder: Any, agent_nodes: Mapping[str, int], agent_ids: Mapping[str, int] | None = None
+) -> FastGraph | None:
     """A :class:`FastGraph` of ``builder`` (an uncompiled ``StateGraph``), or None when the
-    graph uses a feature the fast executor does not run (see the module doc)."""
+    graph uses a feature the fast executor does not run (see the module doc). Agents are
+    named by node (``agent_nodes``) or, when ``agent_ids`` is given, by the id given to
+    ``decide()`` (as :class:`scenarios.bridge.GraphRun` names them)."""
     try:
         compiled = builder.compile()
     except Exception:
@@ -99,14 +104,21 @@ def compile_fast(builder: Any, agent_nodes: Mapping[str, int]) -> FastGraph | No
             return None
     if any(_plain_function(s.path) is None for b in builder.branches.values() for s in b.values()):
         return None
-    return FastGraph(builder, compiled, agent_nodes)
+    return FastGraph(builder, compiled, agent_nodes, agent_ids)
 
 
 class FastGraph:
     """A ``StateGraph`` prepared for fast replays; build it with :func:`compile_fast`."""
 
-    def __init__(self, builder: Any, compiled: Any, agent_nodes: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        builder: Any,
+        compiled: Any,
+        agent_nodes: Mapping[str, int],
+        agent_ids: Mapping[str, int] | None = None,
+    ) -> None:
         self.agent_nodes = dict(agent_nodes)
+        self.agent_ids = None if agent_ids is None else dict(agent_ids)
         self.state_keys = list(builder.channels)
         self.input_keys = set(builder.schemas[builder.input_schema])
         #: empty channels to copy per run (from_checkpoint builds each from its type: slower)
@@ -158,7 +170,7 @@ class FastGraph:
         """
         if not isinstance(inputs, Mapping):
             raise Unsupported("the graph input is not a dict")
-        bridge = _FastBridge(act, self.agent_nodes, max_decisions)
+        bridge = _FastBridge(act, self.agent_nodes, max_decisions, self.agent_ids)
         token = FAST_BRIDGE.set(bridge)
         try:
             return self._run(inputs, bridge, skip_agents, recursion_limit), bridge.team_reward
@@ -319,10 +331,16 @@ class _FastBridge:
     """Answers ``decide()`` in place; names agents and counts steps as ``GraphRun`` does."""
 
     def __init__(
-        self, act: Callable[[str, Any], Any], agent_nodes: Mapping[str, int], max_steps: int
+        self,
+        act: Callable[[str, Any], Any],
+        agent_nodes: Mapping[str, int],
+        max_steps: int,
+        agent_ids: Mapping[str, int] | None = None,
     ) -> None:
         self.act = act
         self.agent_nodes = agent_nodes
+        self.agent_ids = agent_ids
+        self._held: dict[tuple[int, str], str] = {}  # by id: (task, id) → instance this superstep
         self.max_steps = max_steps
         self.steps = 0  # environment steps before the current superstep
         self.team_reward = 0.0
@@ -333,6 +351,9 @@ class _FastBridge:
     def new_superstep(self, tasks: list[str]) -> None:
         """Name the superstep's agent tasks (``<node>_<i>`` for fan-out nodes)."""
         self._rounds = {}
+        # by id, as GraphRun: the tasks of the last superstep have ended (their instances are
+        # free); a lone task keeps its instances until a parallel superstep starts
+        self._held = {k: v for k, v in self._held.items() if k[0] == -1 and len(tasks) == 1}
         if len(tasks) == 1:  # LangGraph runs a lone task inline; GraphRun names it by decide()
             self._names = [None]
             return
@@ -350,9 +371,12 @@ class _FastBridge:
         self.steps += max(self._rounds.values(), default=0)
 
     def decide(self, node: str, observation: Any) -> Any:
-        agent = self._names[self.task] or (
-            f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
-        )
+        if self.agent_ids is not None:
+            agent = self._by_id(node)
+        else:
+            agent = self._names[self.task] or (
+                f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
+            )
         r = self._rounds[self.task] = self._rounds.get(self.task, 0) + 1
         if self.steps + r > self.max_steps:
             if r > 1 and len(self._names) > 1:  # GraphRun would have asked others first
@@ -362,6 +386,20 @@ class _FastBridge:
         if action is SkipNode:
             raise SkipNode(agent)
         return action
+
+    def _by_id(self, node: str) -> str:
+        """GraphRun's by-id naming: a task keeps its instance; a new one takes the first free."""
+        assert self.agent_ids is not None
+        key = (self.task if len(self._names) > 1 else -1, node)
+        if key in self._held:
+            return self._held[key]
+        n = self.agent_ids.get(node, 1)
+        taken = {v for (t, a), v in self._held.items() if a == node and t != key[0]}
+        for name in [node] if n <= 1 else [f"{node}_{i}" for i in range(n)]:
+            if name not in taken:
+                self._held[key] = name
+                return name
+        raise Unsupported(f"more concurrent decisions of {node!r} than instances: GraphRun decides")
 
     def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
         if agents is None:

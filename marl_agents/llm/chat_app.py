@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -81,8 +81,7 @@ class ChatAppScenario(Scenario):
     topologies = ("graph",)
     absent = "default"
 
-    #: the app's agents decide by id, wherever their model is called (GraphEnv reads this)
-    agents_by_id: ClassVar[bool] = True
+    agents_by_id = True  # an agent decides wherever its model is called
 
     def __init__(
         self,

@@ -58,7 +58,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
@@ -192,6 +192,20 @@ class EnvChatModel(PolicyChatModel):
         content = parsed.content if parsed else text
         message = reply_message(step, index, content, self._calls)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if not in_env_run():
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+        # ``decide`` suspends the episode's greenlet, so it runs here, on the caller's thread
+        # (LangChain's default would run ``_generate`` in a thread pool)
+        sync = run_manager.get_sync() if run_manager is not None else None
+        return self._generate(messages, stop, sync, **kwargs)
 
     # ----- actions → text ------------------------------------------------------------------
     def generation_of(self, observation: Any, action: Any) -> Generation:
