@@ -380,8 +380,8 @@ def test_react_agent_alone_by_id() -> None:
 
 
 def test_react_agent_parallel_tool_calls_by_node() -> None:
-    """Two calls in one reply: LangGraph sends one ``tools`` task per call (a fan-out of a node
-    the topology counts as an agent, with one instance): fine, since tools never decide."""
+    """Two calls in one reply: LangGraph sends one ``tools`` task per call (a fan-out of the
+    ``ToolNode``, which is no agent): both run, and only the agent decides."""
     from langgraph.prebuilt import create_react_agent
 
     calls = [("multiply", {"a": 3, "b": 4}), ("add", {"a": 3, "b": 4})]
@@ -398,7 +398,7 @@ def test_react_agent_parallel_tool_calls_by_node() -> None:
             initial_state={"messages": [HumanMessage("3 and 4?")]},
         )
     )
-    assert env.possible_agents == ["agent", "tools"]  # by node, as GraphScenario reads it
+    assert env.possible_agents == ["agent"]  # by node; the ToolNode is no agent
     steps, rewards = play(env, {"agent": [1, 0]})
     assert steps == [["agent"], ["agent"]] and rewards == {"agent": 1.0}
     tool_results = [m.content for m in env._run.result["messages"] if isinstance(m, ToolMessage)]

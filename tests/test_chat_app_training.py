@@ -2,7 +2,9 @@
 of ``examples/supervisor_app.py`` (a real ``create_supervisor`` app; ``tests/apps/chat_team.py``
 adds a conciseness term to its reward) learns with GRPO while its workers are frozen tiny-LLM
 pools — in process, with a remote env runner, and with Shapley credit spread over credit
-workers. Frozen weights stay bit-identical. The one-agent ReAct app and a swarm train too.
+workers. Frozen weights stay bit-identical. Every other pattern of ``tests/apps/chat_team.py``
+(ReAct alone, swarm, map-reduce with ``Send``, async nodes, an agent in a nested subgraph) trains
+too.
 """
 
 from __future__ import annotations
@@ -95,28 +97,31 @@ def test_shapley_credit_with_credit_workers_on_the_app(ray_session, tmp_path):
     assert all(h["charts/episodes"] > 0 for h in result.history)
 
 
+LLM = {"type": "llm", "path": "tiny"}
+
+
+TEAM = {"team": {"model": LLM}}  # one LLM pool serving every agent (sharing: team)
+PEERS = {"alice": {"agents": ["Alice"], "model": LLM}, "bob": {"agents": ["Bob"], "model": LLM}}
+
+
 @pytest.mark.parametrize(
-    ("app", "pools", "train"),
+    ("app", "sharing", "pools", "train"),
     [
-        ("react", {"agent": {"model": {"type": "llm", "path": "tiny"}}}, None),
-        (
-            "swarm",
-            {
-                "alice": {"agents": ["Alice"], "model": {"type": "llm", "path": "tiny"}},
-                "bob": {"agents": ["Bob"], "model": {"type": "llm", "path": "tiny"}},
-            },
-            ["alice"],
-        ),
+        ("react", "team", TEAM, None),
+        ("swarm", "explicit", PEERS, ["alice"]),
+        ("map_reduce", "team", TEAM, None),
+        ("async_app", "team", TEAM, None),
+        ("nested", "team", TEAM, None),
     ],
 )
-def test_react_and_swarm_apps_train(ray_session, tmp_path, app, pools, train):
+def test_each_app_pattern_trains(ray_session, tmp_path, app, sharing, pools, train):
     from trainers.run import train as run
 
     data = app_cfg(tmp_path).to_dict()
     data.update(scenario=f"tests.apps.chat_team:{app}", pools=pools, train=train)
-    data["scenario_kwargs"] = {}
-    if app == "swarm":
-        data["sharing"] = "explicit"
+    data.update(scenario_kwargs={}, sharing=sharing)
+    data["algorithm"]["grpo"]["groups_per_iteration"] = 1
     result = run(ExperimentConfig.from_dict(data))
     assert result.status == "completed", result.status
     assert all(h["charts/episodes"] > 0 for h in result.history)
+    assert all(h["charts/error_rate"] == 0 for h in result.history)

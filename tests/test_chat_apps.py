@@ -226,3 +226,61 @@ def test_an_app_that_reads_no_model_is_rejected():
 
     with pytest.raises(ScenarioError, match="read no chat model"):
         ChatAppScenario(build, tasks=[{"x": 0}], verifier=lambda s: 1.0)
+
+
+# ----- map-reduce, async, nested (tests/apps/chat_team.py) -----------------------------------
+def steps_of(env: GraphEnv, script: dict[str, list[str]], seed: int = 0) -> list[list[str]]:
+    """Who acted in each env step of a scripted episode."""
+    sc = env.scenario
+    said = dict.fromkeys(env.possible_agents, 0)
+    steps = []
+    obs, infos = env.reset(seed=seed)
+    while env.agents:
+        acting = [a for a in env.agents if infos[a]["acting"]]
+        steps.append(acting)
+        actions = {}
+        for a in env.agents:
+            lines = script.get(sc.topology.node_of(a), [])
+            k = said[a] if a in acting else len(lines)
+            said[a] += a in acting
+            actions[a] = say(sc, lines[k]) if k < len(lines) else sc.default_action(a)
+        obs, rewards, terms, truncs, infos = env.step(actions)
+    return steps
+
+
+def test_map_reduce_with_an_unannotated_send_gives_each_instance_its_id():
+    from tests.apps.chat_team import map_reduce
+
+    sc = map_reduce()
+    assert sc.possible_agents == ["joker_0", "joker_1", "joker_2", "judge"]
+    env = GraphEnv(sc)
+    steps = steps_of(env, {"joker": ["ha"] * 3, "judge": ["1"]})
+    assert steps == [["joker_0", "joker_1", "joker_2"], ["judge"]]  # the fan-out is one step
+    assert env.final_state["jokes"] == ["ha", "ha", "ha"]
+    assert env.final_state["best_selected_joke"] == "1" and env.outcome.success
+
+
+def test_map_reduce_without_declared_instances_fails_at_once_naming_the_fix():
+    from scenarios.bridge import BridgeError
+    from tests.apps.chat_team import map_reduce
+
+    env = GraphEnv(map_reduce(instances=None))
+    with pytest.raises((BridgeError, ScenarioError), match="joker"):
+        steps_of(env, {})
+
+
+def test_async_app_runs_like_a_sync_one():
+    from tests.apps.chat_team import async_app
+
+    env = GraphEnv(async_app())
+    steps = steps_of(env, {"researcher": ["Roar."], "writer": ["A lion."]})
+    assert steps == [["researcher"], ["writer"]] and env.outcome.success
+    parallel_api_test(GraphEnv(async_app()), num_cycles=20)
+
+
+def test_agent_inside_a_nested_subgraph_decides_by_its_id():
+    from tests.apps.chat_team import nested
+
+    env = GraphEnv(nested())
+    steps = steps_of(env, {"analyst": ["Naps."], "editor": ["They sleep."]})
+    assert steps == [["analyst"], ["editor"]] and env.outcome.success
