@@ -33,6 +33,10 @@ must be one of the scenario's ``possible_agents``. So leave ``agent`` unset in a
 the node's name *is* its GraphEnv agent id (the recorder then keys fan-out instances under the
 node's name; the env's trace has ``<node>_<i>``). In a prebuilt ReAct agent run directly as
 the graph, the model is called in node ``"agent"``.
+A scenario run **by agent id** (``GraphEnv(agent_ids=...)``, e.g.
+:class:`~marl_agents.llm.chat_app.ChatAppScenario`, which sets ``agent`` on every model) names
+each decision by the id the model passes, wherever the call happens (inside subgraphs, ``Send``
+instances get ``<id>_<i>``); set ``agent`` then.
 
 The recorder gets one :class:`~marl_agents.llm.chat_model.LLMStep` per call in both modes
 (in env mode unless ``record=False``).
