@@ -505,12 +505,7 @@ class GraphRun:
         if caller.f_code is not _TICK_CODE or getattr(me, "bridge", None) is not self:
             # a functional-API call(), or a graph run from a worker thread (a sync tool's):
             # run it in place (a decision in it then fails, naming the fix)
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except EpisodeAborted:
-                raise
-            except BaseException as exc:
-                fut.set_exception(exc)
+            _settle(fut, fn, args, kwargs)
             return fut
         assert isinstance(me, _Glet)
         tasks = caller.f_locals["tasks"]
@@ -577,11 +572,7 @@ class GraphRun:
         me = greenlet.getcurrent()
         assert isinstance(me, _Glet)
         try:
-            fut.set_result(fn(*args, **kwargs))
-        except EpisodeAborted:
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
+            _settle(fut, fn, args, kwargs)
         finally:
             self._release(me)
             if me in self._live:
@@ -707,3 +698,18 @@ def instance_counts(agent_ids: Mapping[str, int] | Iterable[str]) -> dict[str, i
 def agent_id_list(counts: Mapping[str, int]) -> list[str]:
     """Every environment agent id of ``instance_counts`` (``w`` × 3 → ``w_0, w_1, w_2``)."""
     return [a if n == 1 else f"{a}_{i}" for a, n in counts.items() for i in range(n)]
+
+
+def _settle(
+    fut: concurrent.futures.Future[Any],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Run ``fn`` into ``fut`` (its result or its exception); an aborted episode propagates."""
+    try:
+        fut.set_result(fn(*args, **kwargs))
+    except EpisodeAborted:
+        raise
+    except BaseException as exc:
+        fut.set_exception(exc)
