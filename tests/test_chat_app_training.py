@@ -125,3 +125,37 @@ def test_each_app_pattern_trains(ray_session, tmp_path, app, sharing, pools, tra
     assert result.status == "completed", result.status
     assert all(h["charts/episodes"] > 0 for h in result.history)
     assert all(h["charts/error_rate"] == 0 for h in result.history)
+
+
+def test_a_chat_app_left_at_the_defaults_gets_llm_pools_and_grpo(tmp_path):
+    from trainers.algo import resolve, with_text_defaults
+
+    bare = ExperimentConfig(scenario=APP, train=["supervisor"])
+    cfg = with_text_defaults(bare)
+    assert cfg.algorithm.name == "GRPO" and cfg.algorithm.grpo is not None
+    assert {p: m.model.type for p, m in cfg.pools.items()} == {
+        "orchestrator": "llm",
+        "worker": "llm",
+    }
+    assert resolve(cfg).trainable == ["orchestrator"]
+    chosen = app_cfg(tmp_path)  # an algorithm of its own: left as it is
+    assert with_text_defaults(chosen) == chosen
+    assert with_text_defaults(ExperimentConfig()) == ExperimentConfig()  # not a text scenario
+
+
+def test_marl_run_of_a_chat_app_fills_the_defaults(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    marl = [sys.executable, "-c", "from scenarios.cli import app; app()"]
+    proc = subprocess.run(
+        [*marl, "run", APP, "--train", "supervisor", "--dump"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dumped = ExperimentConfig.from_yaml(proc.stdout)
+    assert dumped.algorithm.name == "GRPO" and dumped.pools["worker"].model.type == "llm"

@@ -271,6 +271,38 @@ def _check_models(cfg: ExperimentConfig, pools: Mapping[str, AgentPool], scenari
             )
 
 
+def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` completed for a scenario whose agents all act with text, when it leaves the
+    algorithm at its defaults: the algorithm becomes GRPO and every pool without a configured
+    model an LLM pool of the scenario's tokenizer (``"tiny"`` unless it names a directory), so
+    ``marl run pkg.app:scenario --train supervisor`` trains a chat app as it is. Any other
+    config is returned unchanged (and ``resolve`` names what to set).
+    """
+    from marl_agents.pools import default_assignment
+    from scenarios.base import ScenarioError
+    from scenarios.registry import build
+    from trainers.config import AlgoConfig, GRPOSettings, PoolConfig
+
+    if cfg.algorithm != AlgoConfig():
+        return cfg
+    try:
+        scenario = build(cfg.scenario, cfg.topology, **cfg.scenario_kwargs)
+    except (ScenarioError, TypeError, ValueError):
+        return cfg  # resolve() reports it
+    agents = list(scenario.possible_agents)
+    if not agents or set(getattr(scenario, "text_agents", ())) != set(agents):
+        return cfg
+    topo = scenario.topology
+    pools = default_assignment(agents, topo.roles, topo.pools, cfg.sharing).values()
+    path = getattr(scenario, "tokenizer_name", None) or "tiny"
+    missing = {pid: PoolConfig(model=ModelConfig(type="llm", path=path)) for pid in pools}
+    return dataclasses.replace(
+        cfg,
+        algorithm=AlgoConfig(name="GRPO", grpo=GRPOSettings()),
+        pools={**missing, **cfg.pools},
+    )
+
+
 def _text_kwargs(cfg: ExperimentConfig, scenario_cls: Callable[[], type]) -> dict[str, Any]:
     """The scenario kwargs; a text scenario gets its LLM pools' tokenizer unless one is given.
 

@@ -122,6 +122,9 @@ def run_command(
             if iterations is None:
                 changes["budget.iterations"] = None
         cfg = cfg.replace(**changes) if changes else cfg
+        from trainers.algo import with_text_defaults
+
+        cfg = with_text_defaults(cfg)
         if dump:
             typer.echo(cfg.to_yaml(), nl=False)
             return

@@ -350,7 +350,7 @@ def train(
     Raises:
         ConfigError: a bad config, before Ray starts.
     """
-    from trainers.algo import resolve, to_algorithm_config
+    from trainers.algo import resolve, to_algorithm_config, with_text_defaults
 
     ckpt = None
     if resume is not None:
@@ -361,6 +361,7 @@ def train(
     if cfg is None:
         raise ConfigError("train() needs a config (or resume=<run dir>)")
     quiet_ray_logs()
+    cfg = with_text_defaults(cfg)  # a chat app trains as it is: LLM pools, GRPO
     plan = resolve(cfg)
     algo_config = to_algorithm_config(cfg, plan)  # every config error is raised by now
     setup_process()
