@@ -232,6 +232,9 @@ def sweep(
         raise ConfigError(f"mode must be 'max' or 'min', got {mode!r}")
     if num_samples < 1:
         raise ConfigError(f"num_samples must be ≥ 1, got {num_samples}")
+    from trainers.algo import with_text_defaults
+
+    cfg = with_text_defaults(cfg)  # a chat app's base trains as it is (GRPO, LLM pools)
     validate_space(cfg, param_space, search)
     from ray import tune
 
