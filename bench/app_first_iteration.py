@@ -40,6 +40,7 @@ print(json.dumps({"total_s": time.time() - t0, "status": result.status,
 """
 
 LLM = {"type": "llm", "path": "tiny"}
+TEAM = {"pools": {"team": {"model": LLM}}, "train": None, "sharing": "team"}
 APPS = {
     "supervisor": (
         "tests.apps.chat_team:supervisor",
@@ -47,11 +48,10 @@ APPS = {
          "train": ["supervisor"]},
     ),
     "react": ("tests.apps.chat_team:react", {"pools": {"agent": {"model": LLM}}, "train": None}),
-    "swarm": (
-        "tests.apps.chat_team:swarm",
-        {"pools": {"team": {"agents": ["Alice", "Bob"], "model": LLM}}, "train": None,
-         "sharing": "explicit"},
-    ),
+    "swarm": ("tests.apps.chat_team:swarm", TEAM),
+    "map_reduce": ("tests.apps.chat_team:map_reduce", TEAM),
+    "async_app": ("tests.apps.chat_team:async_app", TEAM),
+    "nested": ("tests.apps.chat_team:nested", TEAM),
 }  # fmt: skip
 
 
