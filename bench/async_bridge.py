@@ -24,237 +24,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import operator
+import sys
 import time
-import warnings
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypedDict
+from pathlib import Path
+from typing import Any
 
-import gymnasium as gym
-import numpy as np
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
+from langchain_core.messages import HumanMessage
 
-from scenarios import Outcome, Scenario, decide
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the apps live in tests/
+
 from scenarios.bridge import _PREGEL_AINVOKE, BRIDGE_KEY
 from scenarios.engine import GraphEnv, InlineBridge, run_inline
+from tests.test_bridge_apps import AppScenario, answered, assistant_app, supervisor_app
 
-OBS = gym.spaces.Box(0.0, 1000.0, (2,), np.float32)
-
-
-class MenuChat(BaseChatModel):
-    """Replies ``menu[decide(agent, [#messages, #tool messages])]`` (a text or a tool call)."""
-
-    agent: str
-    menu: list[Any]
-    io: float = 0.0
-
-    @property
-    def _llm_type(self) -> str:
-        return "menu"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> MenuChat:
-        return self
-
-    def _generate(
-        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        n_tools = sum(isinstance(m, ToolMessage) for m in messages)
-        item = self.menu[int(decide(self.agent, np.array([len(messages), n_tools], np.float32)))]
-        if isinstance(item, str):
-            msg = AIMessage(item)
-        else:
-            call = {"name": item[0], "args": item[1], "id": f"{self.agent}-{len(messages)}"}
-            msg = AIMessage("", tool_calls=[call])
-        return ChatResult(generations=[ChatGeneration(message=msg)])
-
-    async def _agenerate(
-        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        if self.io:
-            await asyncio.sleep(self.io)
-        return self._generate(messages, stop, None, **kwargs)
-
-
-class AppScenario(Scenario):
-    name = "bench-app"
-    topologies = ("graph",)
-    topology = None  # type: ignore[assignment]  # agents by id
-
-    def __init__(
-        self,
-        build: Callable[[], Any],
-        agents: list[str],
-        n_actions: int,
-        score: Callable[[dict], float],
-        task: dict,
-    ) -> None:
-        self.build, self.agents, self.n_actions = build, agents, n_actions
-        self._score, self._task = score, task
-
-    @property
-    def possible_agents(self) -> list[str]:
-        return list(self.agents)
-
-    def observation_space(self, agent: str) -> gym.Space:
-        return OBS
-
-    def action_space(self, agent: str) -> gym.Space:
-        return gym.spaces.Discrete(self.n_actions)
-
-    def build_graph(self) -> Any:
-        return self.build()
-
-    def initial_state(self, rng: np.random.Generator) -> dict:
-        return dict(self._task)
-
-    def score(self, state: dict) -> Outcome:
-        return Outcome(reward=float(self._score(state)))
-
-
-def answered(state: dict, text: str) -> float:
-    last = state["messages"][-1]
-    return float(isinstance(last, AIMessage) and not last.tool_calls and text in last.content)
-
-
-# ----- the assistant app, async and sync -------------------------------------------------------
-class Chat(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-    notes: Annotated[list, operator.add]
-    score: float
-
-
-def assistant_app(use_async: bool, io: float) -> StateGraph:
-    menu = ["It is 21C in Paris.", ("lookup", {"city": "Paris"}), ("convert", {"celsius": 21})]
-    model = MenuChat(agent="assistant", menu=menu, io=io)
-    critics = {c: MenuChat(agent=c, menu=["reject", "approve"], io=io) for c in ("ca", "cb")}
-    if use_async:
-
-        @tool
-        async def lookup(city: str) -> str:
-            """Look up the weather in a city."""
-            await asyncio.sleep(io)
-            return f"{city}: 21C"
-
-        @tool
-        async def convert(celsius: float) -> str:
-            """Convert Celsius to Fahrenheit."""
-            await asyncio.sleep(io)
-            return f"{celsius * 9 / 5 + 32:.0f}F"
-
-        async def assistant(state: Chat) -> dict:
-            return {"messages": [await model.ainvoke(state["messages"])]}
-
-        async def route(state: Chat) -> Literal["tools", "critics"]:
-            return "tools" if state["messages"][-1].tool_calls else "critics"
-
-        def critic(name: str) -> Callable[..., Any]:
-            async def run(state: Chat) -> dict:
-                return {"notes": [(name, (await critics[name].ainvoke(state["messages"])).content)]}
-
-            return run
-
-    else:
-
-        @tool
-        def lookup(city: str) -> str:
-            """Look up the weather in a city."""
-            return f"{city}: 21C"
-
-        @tool
-        def convert(celsius: float) -> str:
-            """Convert Celsius to Fahrenheit."""
-            return f"{celsius * 9 / 5 + 32:.0f}F"
-
-        def assistant(state: Chat) -> dict:
-            return {"messages": [model.invoke(state["messages"])]}
-
-        def route(state: Chat) -> Literal["tools", "critics"]:
-            return "tools" if state["messages"][-1].tool_calls else "critics"
-
-        def critic(name: str) -> Callable[..., Any]:
-            def run(state: Chat) -> dict:
-                return {"notes": [(name, critics[name].invoke(state["messages"]).content)]}
-
-            return run
-
-    def tally(state: Chat) -> dict:
-        approvals = sum(text == "approve" for _, text in state["notes"])
-        return {"score": answered(state, "21C") + approvals}
-
-    g = StateGraph(Chat)
-    g.add_node("assistant", assistant)
-    g.add_node("tools", ToolNode([lookup, convert]))
-    g.add_node("critics", lambda s: {})
-    g.add_node("ca", critic("ca"))
-    g.add_node("cb", critic("cb"))
-    g.add_node("tally", tally)
-    g.add_edge(START, "assistant")
-    g.add_conditional_edges("assistant", route)
-    g.add_edge("tools", "assistant")
-    g.add_edge("critics", "ca")
-    g.add_edge("critics", "cb")
-    g.add_edge(["ca", "cb"], "tally")
-    return g
-
-
-ASSISTANT = {"assistant": [1, 2, 0], "ca": [1], "cb": [0]}
-
-
-# ----- create_supervisor over create_react_agent workers ------------------------------------------
-def add(a: float, b: float) -> float:
-    """Add two numbers."""
-    return a + b
-
-
-def multiply(a: float, b: float) -> float:
-    """Multiply two numbers."""
-    return a * b
-
-
-def web_search(query: str) -> str:
-    """Search the web for information."""
-    return "Here are the headcounts for each of the FAANG companies in 2024: ..."
-
-
-def supervisor_app() -> StateGraph:
-    from langgraph.prebuilt import create_react_agent
-    from langgraph_supervisor import create_supervisor
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # create_react_agent moved to langchain.agents
-        math = create_react_agent(
-            MenuChat(agent="math", menu=["12.", ("multiply", {"a": 3, "b": 4})]),
-            tools=[add, multiply],
-            name="math_expert",
-            prompt="You are a math expert.",
-        )
-        research = create_react_agent(
-            MenuChat(agent="research", menu=["Found it.", ("web_search", {"query": "x"})]),
-            tools=[web_search],
-            name="research_expert",
-            prompt="You are a researcher.",
-        )
-        return create_supervisor(
-            [research, math],
-            model=MenuChat(
-                agent="supervisor",
-                menu=[
-                    "I do not know.",
-                    ("transfer_to_math_expert", {}),
-                    ("transfer_to_research_expert", {}),
-                    "The answer is 12.",
-                ],
-            ),
-            prompt="You are a team supervisor managing a research expert and a math expert.",
-        )
-
-
+# the apps are the ones tests/test_bridge_apps.py checks (same graphs, same scripted models)
+ASSISTANT = {"assistant": [1, 2, 0], "critic_a": [1], "critic_b": [0]}
 SUPERVISOR = {"supervisor": [1, 2, 3], "math": [1, 0], "research": [1, 0]}
 
 
@@ -313,22 +98,22 @@ def main() -> None:
     parser.add_argument("--io", type=float, default=0.0)
     args = parser.parse_args()
     e, io = args.episodes, args.io
-    agents = ["assistant", "ca", "cb"]
+    agents = ["assistant", "critic_a", "critic_b"]
 
     def assistant(use_async: bool) -> AppScenario:
         return AppScenario(
-            lambda: assistant_app(use_async, io if use_async else 0.0),
+            lambda: assistant_app(use_async, io),
             agents,
             3,
             lambda s: s["score"],
-            {"messages": [HumanMessage("Weather?")]},
+            lambda rng: {"messages": [HumanMessage("Weather?")]},
         )
 
     sync_s, async_s = assistant(False), assistant(True)
     for s in (sync_s, async_s):  # warm up (imports, loop pool)
         time_env(GraphEnv(s, agent_ids=agents), ASSISTANT, 3)
     print(f"{'case':<48} {'decisions':>9} {'decisions/s':>10} {'ratio':>9}")
-    for label, script in (("tools", ASSISTANT), ("no tools", {"ca": [1]})):
+    for label, script in (("tools", ASSISTANT), ("no tools", {"critic_a": [1]})):
         sync_inline = time_inline(sync_s, script, e)
         row(f"assistant ({label}), sync twin, inline invoke", *sync_inline, None)
         sync_env = time_env(GraphEnv(sync_s, agent_ids=agents), script, e)
@@ -344,7 +129,7 @@ def main() -> None:
         ["supervisor", "math", "research"],
         4,
         lambda s: answered(s, "12"),
-        {"messages": [HumanMessage("3 times 4?")]},
+        lambda rng: {"messages": [HumanMessage("3 times 4?")]},
     )
     time_env(GraphEnv(sup, agent_ids=sup.agents), SUPERVISOR, 3)
     sup_inline = time_inline(sup, SUPERVISOR, e)
