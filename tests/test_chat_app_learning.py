@@ -1,6 +1,6 @@
 """Slow: the supervisor of a real ``create_supervisor`` app learns to route tasks to the right
-worker — ``examples/supervisor_app.yaml`` (GRPO, tiny in-code LLMs, frozen workers) with team
-credit, run with ``--slow``.
+worker — ``examples/supervisor_app.yaml`` as written (GRPO, tiny in-code LLMs, frozen workers,
+Shapley credit), run with ``--slow``.
 
 A random supervisor never completes a handoff (success ≈ 0); the prefilled, completed handoff
 makes one generated letter pick the worker, so chance level for a supervisor that always hands
@@ -29,7 +29,6 @@ def test_supervisor_learns_to_route_tasks_to_the_right_worker(ray_session, tmp_p
     cfg = ExperimentConfig.from_yaml(EXAMPLE).replace(
         **{
             "seed": 0,
-            "credit.method": "team",  # measured; see the YAML for Shapley's single run
             "logging.wandb": "disabled",
             "logging.progress": False,
             "output.dir": str(tmp_path / "runs"),
