@@ -39,6 +39,7 @@ import numpy as np
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.text_space import TextSpaces, load_tokenizer
 from topologies import Topology
+from topologies.langgraph_import import infer_roles
 from topologies.topology import END, ROLES, START
 
 Task = Mapping[str, Any] | str
@@ -246,11 +247,6 @@ def app_topology(
     links, entry = _agent_links(builder, set(agents))
     if entry_first and entry is not None:
         agents = [entry, *(a for a in agents if a != entry)]
-    routed = {b for a, b, kind in links if a == entry and kind in _ROUTING}
-    inferred = {a: "agent" for a in agents}
-    if entry is not None and routed:
-        inferred[entry] = "orchestrator"
-        inferred.update(dict.fromkeys(routed, "worker"))
     bad = {a: r for a, r in roles.items() if r not in ROLES}
     if bad:
         raise ScenarioError(f"roles {bad} are not roles: use one of {list(ROLES)}")
@@ -259,13 +255,17 @@ def app_topology(
         k = int(instances.get(a, 1))
         if k < 1:
             raise ScenarioError(f"instances[{a!r}] must be ≥ 1, got {k}")
-        topo.add_agent(a, roles.get(a, inferred[a]), max_instances=k)
-    first = entry if entry is not None else agents[0]
-    topo.add_channel(START, first)
+        topo.add_agent(a, roles.get(a, "agent"), max_instances=k)
     for a, b, kind in links:
         topo.add_channel(a, b, kind if kind in _ROUTING else "static")
+    if entry is not None:  # the app's own entry: roles follow its routing
+        topo.add_channel(START, entry)
+        infer_roles(topo, keep=set(roles))
+    first = entry if entry is not None else agents[0]
     for a in agents:
-        if a != first and not any(b == a for _, b, _ in links):
+        if a == first and entry is None:
+            topo.add_channel(START, a)
+        elif a != first and not any(b == a for _, b, _ in links):
             topo.add_channel(START, a, "conditional")
         topo.add_channel(a, END, "conditional")
     return topo
