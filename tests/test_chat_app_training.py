@@ -159,3 +159,22 @@ def test_marl_run_of_a_chat_app_fills_the_defaults(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     dumped = ExperimentConfig.from_yaml(proc.stdout)
     assert dumped.algorithm.name == "GRPO" and dumped.pools["worker"].model.type == "llm"
+
+
+def test_marl_run_takes_the_example_yaml_as_its_argument(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    marl = [sys.executable, "-c", "from scenarios.cli import app; app()"]
+    proc = subprocess.run(
+        [*marl, "run", "examples/supervisor_app.yaml", "--dump"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dumped = ExperimentConfig.from_yaml(proc.stdout)
+    assert dumped.scenario == "examples.supervisor_app:scenario"
+    assert dumped.credit.method == "shapley" and dumped.train == ["supervisor"]

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-SCENARIO_HELP = "Scenario: a registered name (marl scenarios) or package.module:attr naming your own Scenario subclass, instance or a function returning one (default: the config's, or delegate)."  # noqa: E501
+SCENARIO_HELP = "Scenario: a registered name (marl scenarios) or package.module:attr naming your own Scenario subclass, instance or a function returning one (default: the config's, or delegate); an experiment YAML path works as --config."  # noqa: E501
 TRAIN_HELP = "Agent or pool ids that learn, comma-separated (default: all). 'orchestrator' trains the orchestrator against frozen subagents."  # noqa: E501
 
 
@@ -93,6 +93,8 @@ def run_command(
     from trainers.config import ConfigError, ExperimentConfig
 
     cwd_on_path()
+    if scenario is not None and config is None and scenario.endswith((".yaml", ".yml")):
+        config, scenario = Path(scenario), None  # `marl run experiment.yaml`
     try:
         cfg = ExperimentConfig.from_yaml(config) if config else ExperimentConfig()
         if resume is not None and config is None:
