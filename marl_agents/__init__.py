@@ -1,6 +1,7 @@
 """Policies: torch RLModules, scripted and frozen agents, LLM backends, agent pools.
 
-Names are imported lazily: ``import marl_agents`` loads neither torch nor Ray.
+Names load on first use (:mod:`topologies.lazy`): ``import marl_agents`` loads neither torch
+nor Ray.
 
 Example:
     >>> from marl_agents import ModelConfig
@@ -10,34 +11,22 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "AgentPool": "marl_agents.pools",
-    "ModelConfig": "marl_agents.pools",
-    "PoolConfig": "marl_agents.pools",
-    "PoolError": "marl_agents.pools",
-    "resolve_pools": "marl_agents.pools",
-    "ScriptedModule": "marl_agents.scripted",
-    "get_scripted": "marl_agents.scripted",
-    "list_scripted": "marl_agents.scripted",
-    "register_scripted": "marl_agents.scripted",
-    "GRUModule": "marl_agents.modules",
-    "MessagePassingModule": "marl_agents.modules",
-    "module_spec": "marl_agents.modules",
-}
+from topologies.lazy import export_lazily
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
+    from marl_agents.modules import GRUModule as GRUModule
+    from marl_agents.modules import MessagePassingModule as MessagePassingModule
+    from marl_agents.modules import module_spec as module_spec
+    from marl_agents.pools import AgentPool as AgentPool
+    from marl_agents.pools import ModelConfig as ModelConfig
+    from marl_agents.pools import PoolConfig as PoolConfig
+    from marl_agents.pools import PoolError as PoolError
+    from marl_agents.pools import resolve_pools as resolve_pools
+    from marl_agents.scripted import ScriptedModule as ScriptedModule
+    from marl_agents.scripted import get_scripted as get_scripted
+    from marl_agents.scripted import list_scripted as list_scripted
+    from marl_agents.scripted import register_scripted as register_scripted
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'marl_agents' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = export_lazily(__name__)

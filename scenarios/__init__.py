@@ -1,20 +1,26 @@
-"""Dec-POMDP scenarios executed from LangGraph graphs."""
+"""Dec-POMDP scenarios executed from LangGraph graphs.
 
-from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.engine import GraphEnv, TraceStep, decide, emit_reward, run_inline
-from scenarios.registry import build, list_scenarios, make, register
+Names load on first use (:mod:`topologies.lazy`): ``import scenarios`` does not load LangGraph.
+"""
 
-__all__ = [
-    "GraphEnv",
-    "Outcome",
-    "Scenario",
-    "ScenarioError",
-    "TraceStep",
-    "build",
-    "decide",
-    "emit_reward",
-    "list_scenarios",
-    "make",
-    "register",
-    "run_inline",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from topologies.lazy import export_lazily
+
+if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
+    from scenarios.base import Outcome as Outcome
+    from scenarios.base import Scenario as Scenario
+    from scenarios.base import ScenarioError as ScenarioError
+    from scenarios.engine import GraphEnv as GraphEnv
+    from scenarios.engine import TraceStep as TraceStep
+    from scenarios.engine import decide as decide
+    from scenarios.engine import emit_reward as emit_reward
+    from scenarios.engine import run_inline as run_inline
+    from scenarios.registry import build as build
+    from scenarios.registry import list_scenarios as list_scenarios
+    from scenarios.registry import make as make
+    from scenarios.registry import register as register
+
+__all__ = export_lazily(__name__)

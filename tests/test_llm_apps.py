@@ -28,7 +28,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Send
 from pettingzoo.test import parallel_api_test
 
-from marl_agents.llm.backend import Generation, SamplingParams, encode_prompt
+from marl_agents.llm.backend import Generation, SamplingParams
 from marl_agents.llm.chat_model import GenerationRecorder, PolicyChatModel
 from marl_agents.llm.env_chat_model import EnvChatModel, backend_policy, in_env_run, tokens_action
 from marl_agents.llm.hf_backend import HFBackend
@@ -36,7 +36,7 @@ from marl_agents.llm.tiny import make_tiny_model
 from scenarios.custom import GraphScenario
 from scenarios.engine import GraphEnv
 from scenarios.testing import check_rllib
-from scenarios.text_space import TextSpaces
+from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import render_tool_call
 
 PENALTY = 0.1

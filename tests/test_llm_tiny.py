@@ -10,10 +10,11 @@ import torch
 
 pytest.importorskip("transformers")
 
-from marl_agents.llm.backend import Generation, LLMBackend, SamplingParams, encode_prompt
+from marl_agents.llm.backend import Generation, LLMBackend, SamplingParams
 from marl_agents.llm.batching import BatchingBackend
 from marl_agents.llm.hf_backend import HFBackend
 from marl_agents.llm.tiny import IM_END, make_tiny_model, make_tiny_tokenizer
+from scenarios.text_space import encode_prompt
 
 #: Logprobs recorded while sampling vs a teacher-forced recompute (float32, CPU). The two use
 #: different batch shapes / padding and a KV cache, so they differ in float rounding only;

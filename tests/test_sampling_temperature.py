@@ -81,7 +81,7 @@ def module(spaces):
 
 
 def obs_batch(module, spaces, n=6):
-    from marl_agents.llm.backend import encode_prompt
+    from scenarios.text_space import encode_prompt
 
     rows = [spaces.encode_prompt(encode_prompt(module.tokenizer, p)) for p in PROMPTS]
     return torch.as_tensor(np.stack((rows * n)[:n]))

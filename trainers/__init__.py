@@ -1,7 +1,7 @@
-"""Training: experiment configs to RLlib, credit assignment, sweeps, evaluation.
+"""Training: experiment configs to RLlib, credit assignment, sweeps, evaluation, the CLI.
 
-Names are imported lazily so that ``import trainers`` (and ``marl --help``) stays fast: Ray and
-torch load only when a function that needs them is used.
+Names load on first use (:mod:`topologies.lazy`), so ``import trainers`` (and ``marl --help``)
+stays fast: Ray and torch load only when a function that needs them is used.
 
 Example:
     >>> from trainers import ExperimentConfig
@@ -11,48 +11,34 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "AlgoConfig": "trainers.config",
-    "BudgetConfig": "trainers.config",
-    "ConfigError": "trainers.config",
-    "CreditConfig": "trainers.config",
-    "ExperimentConfig": "trainers.config",
-    "LoggingConfig": "trainers.config",
-    "ModelConfig": "trainers.config",
-    "OutputConfig": "trainers.config",
-    "PoolConfig": "trainers.config",
-    "ResourcesConfig": "trainers.config",
-    "Plan": "trainers.algo",
-    "resolve": "trainers.algo",
-    "to_algorithm_config": "trainers.algo",
-    "RunFailed": "trainers.run",
-    "TrainResult": "trainers.run",
-    "train": "trainers.run",
-    "EvalResult": "trainers.evaluate",
-    "evaluate": "trainers.evaluate",
-    "SweepResult": "trainers.sweep",
-    "sweep": "trainers.sweep",
-    "FinetuneJob": "trainers.finetune",
-    "run_finetune": "trainers.finetune",
-    "GRPOConfig": "trainers.config",
-    "GRPOSettings": "trainers.config",
-    "GRPO": "trainers.grpo_learner",
-    "GRPOLearner": "trainers.grpo_learner",
-}
+from topologies.lazy import export_lazily
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
+    from trainers.algo import Plan as Plan
+    from trainers.algo import resolve as resolve
+    from trainers.algo import to_algorithm_config as to_algorithm_config
+    from trainers.config import AlgoConfig as AlgoConfig
+    from trainers.config import BudgetConfig as BudgetConfig
+    from trainers.config import ConfigError as ConfigError
+    from trainers.config import CreditConfig as CreditConfig
+    from trainers.config import ExperimentConfig as ExperimentConfig
+    from trainers.config import GRPOConfig as GRPOConfig
+    from trainers.config import GRPOSettings as GRPOSettings
+    from trainers.config import LoggingConfig as LoggingConfig
+    from trainers.config import OutputConfig as OutputConfig
+    from trainers.config import ResourcesConfig as ResourcesConfig
+    from trainers.evaluate import EvalResult as EvalResult
+    from trainers.evaluate import evaluate as evaluate
+    from trainers.finetune import FinetuneJob as FinetuneJob
+    from trainers.finetune import run_finetune as run_finetune
+    from trainers.grpo_learner import GRPO as GRPO
+    from trainers.grpo_learner import GRPOLearner as GRPOLearner
+    from trainers.run import RunFailed as RunFailed
+    from trainers.run import TrainResult as TrainResult
+    from trainers.run import train as train
+    from trainers.sweep import SweepResult as SweepResult
+    from trainers.sweep import sweep as sweep
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'trainers' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = export_lazily(__name__)

@@ -1,7 +1,7 @@
-"""LLM policies: backends (transformers, vLLM), a LangChain chat-model adapter, tool calls.
+"""LLM policies: backends (transformers, vLLM) and a LangChain chat-model adapter.
 
 Importing this package is cheap: the names below load their module (and transformers,
-LangChain or vLLM) on first use.
+LangChain or vLLM) on first use (:mod:`topologies.lazy`).
 
 * :class:`LLMBackend`, :class:`Generation`, :class:`SamplingParams` — the protocol.
 * :class:`HFBackend` — in-process transformers, batched, exact logprobs.
@@ -12,64 +12,38 @@ LangChain or vLLM) on first use.
   token ids and logprobs per agent.
 * :class:`EnvChatModel` — the same chat model driven by a ``GraphEnv``: an existing LangGraph
   app trains by swapping its chat model (prompt ids → ``decide()`` → generated ids).
-* :func:`parse_tool_calls` — the ``<tool>{...}</tool>`` format, never raising.
 * :func:`make_tiny_model` — tiny tokenizer + Qwen2 built in code, for tests and benchmarks.
 * :class:`CausalLMModule` — an HF causal LM as an RLlib module (``model.type: llm`` pools).
 
-The text interface the environments share with the policies — :class:`TextSpaces`,
-:func:`encode_prompt`, the tool-call format, the tiny tokenizer — lives in ``scenarios``
-(:mod:`scenarios.text_space`, :mod:`scenarios.toolcalls`: dependencies point from
-``marl_agents`` to ``scenarios``) and is re-exported here.
+The text interface the environments share with the policies — ``TextSpaces``,
+``encode_prompt``, the tiny tokenizer (:mod:`scenarios.text_space`) and the ``<tool>`` call
+format (:mod:`scenarios.toolcalls`) — is imported from ``scenarios`` only.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "LLMBackend": "backend",
-    "Generation": "backend",
-    "SamplingParams": "backend",
-    "Prompt": "scenarios.text_space",
-    "encode_prompt": "scenarios.text_space",
-    "HFBackend": "hf_backend",
-    "teacher_forced_logprobs": "hf_backend",
-    "VLLMBackend": "vllm_backend",
-    "OpenAIServerBackend": "vllm_backend",
-    "VLLMServer": "vllm_backend",
-    "BatchingBackend": "batching",
-    "PolicyChatModel": "chat_model",
-    "EnvChatModel": "env_chat_model",
-    "backend_policy": "env_chat_model",
-    "in_env_run": "env_chat_model",
-    "tokens_action": "env_chat_model",
-    "GenerationRecorder": "chat_model",
-    "LLMStep": "chat_model",
-    "ToolCall": "scenarios.toolcalls",
-    "ParsedOutput": "scenarios.toolcalls",
-    "parse_tool_calls": "scenarios.toolcalls",
-    "render_tool_call": "scenarios.toolcalls",
-    "make_tiny_model": "tiny",
-    "TextSpaces": "scenarios.text_space",
-    "CausalLMModule": "rl_module",
-    "make_tiny_tokenizer": "scenarios.text_space",
-    "render_tool_instructions": "scenarios.toolcalls",
-}
+from topologies.lazy import export_lazily
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
+    from marl_agents.llm.backend import Generation as Generation
+    from marl_agents.llm.backend import LLMBackend as LLMBackend
+    from marl_agents.llm.backend import SamplingParams as SamplingParams
+    from marl_agents.llm.batching import BatchingBackend as BatchingBackend
+    from marl_agents.llm.chat_model import GenerationRecorder as GenerationRecorder
+    from marl_agents.llm.chat_model import LLMStep as LLMStep
+    from marl_agents.llm.chat_model import PolicyChatModel as PolicyChatModel
+    from marl_agents.llm.env_chat_model import EnvChatModel as EnvChatModel
+    from marl_agents.llm.env_chat_model import backend_policy as backend_policy
+    from marl_agents.llm.env_chat_model import in_env_run as in_env_run
+    from marl_agents.llm.env_chat_model import tokens_action as tokens_action
+    from marl_agents.llm.hf_backend import HFBackend as HFBackend
+    from marl_agents.llm.hf_backend import teacher_forced_logprobs as teacher_forced_logprobs
+    from marl_agents.llm.rl_module import CausalLMModule as CausalLMModule
+    from marl_agents.llm.tiny import make_tiny_model as make_tiny_model
+    from marl_agents.llm.vllm_backend import OpenAIServerBackend as OpenAIServerBackend
+    from marl_agents.llm.vllm_backend import VLLMBackend as VLLMBackend
+    from marl_agents.llm.vllm_backend import VLLMServer as VLLMServer
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # a bare name is a module of this package; a dotted one is absolute (scenarios.…)
-    path = module if "." in module else f"{__name__}.{module}"
-    value = getattr(importlib.import_module(path), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__ = export_lazily(__name__)

@@ -28,15 +28,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-# prompts are rendered where the environments render them (re-exported: backend API)
+# prompts are rendered where the environments render them
 from scenarios.text_space import Prompt, encode_prompt
 
 __all__ = [
     "Generation",
     "LLMBackend",
-    "Prompt",
+    "Params",
     "SamplingParams",
-    "encode_prompt",
+    "encode_batch",
     "per_prompt_params",
     "stop_ids",
 ]
@@ -75,6 +75,10 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Whether this is greedy decoding (temperature 0)."""
         return self.temperature == 0
+
+
+#: what ``generate`` takes as sampling parameters: one for all prompts, one per prompt, or none
+Params = SamplingParams | Sequence[SamplingParams] | None
 
 
 @dataclasses.dataclass
@@ -120,11 +124,7 @@ class LLMBackend(Protocol):
 
     tokenizer: Any
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Generate one completion per prompt (in one batch where the backend can).
 
         Args:
@@ -134,9 +134,7 @@ class LLMBackend(Protocol):
         ...
 
 
-def per_prompt_params(
-    params: SamplingParams | Sequence[SamplingParams] | None, n: int
-) -> list[SamplingParams]:
+def per_prompt_params(params: Params, n: int) -> list[SamplingParams]:
     """Broadcast ``params`` to ``n`` prompts.
 
     Raises:
@@ -150,6 +148,15 @@ def per_prompt_params(
     if len(out) != n:
         raise ValueError(f"{len(out)} SamplingParams for {n} prompts: give one, or one per prompt")
     return out
+
+
+def encode_batch(
+    tokenizer: Any, prompts: Sequence[Prompt], params: Params
+) -> tuple[list[list[int]], list[SamplingParams]]:
+    """The prompts' token ids (rendered with ``tokenizer``) and one :class:`SamplingParams`
+    per prompt: what every backend's ``generate`` starts with."""
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    return ids, per_prompt_params(params, len(ids))
 
 
 def stop_ids(tokenizer: Any, params: SamplingParams) -> set[int]:

@@ -24,10 +24,11 @@ from typing import Any
 from marl_agents.llm.backend import (
     Generation,
     LLMBackend,
-    Prompt,
+    Params,
     SamplingParams,
     per_prompt_params,
 )
+from scenarios.text_space import Prompt
 
 
 @dataclasses.dataclass
@@ -74,11 +75,7 @@ class BatchingBackend:
         """The wrapped backend's tokenizer."""
         return self.backend.tokenizer
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Queue ``prompts`` and return their generations once a batch has served them."""
         req = _Request(list(prompts), per_prompt_params(params, len(prompts)))
         if not req.prompts:

@@ -209,28 +209,23 @@ class PolicyChatModel(BaseChatModel):
     ) -> ChatResult:
         del stop  # token-level stopping only (EOS / SamplingParams.stop_token_ids)
         tools = kwargs.pop("tools", None)
+        agent = self._agent_key(run_manager, kwargs)
+        return self._reply(agent, to_chat_dicts(messages, tools), tools, kwargs)
+
+    def _reply(
+        self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
+    ) -> ChatResult:
+        """Answer one call (prompt as chat dicts) with the backend and record it."""
         overrides = {
             k: kwargs.pop(k)
             for k in ("temperature", "top_p", "max_new_tokens", "seed")
             if k in kwargs
         }
         params = dataclasses.replace(self.params, **overrides) if overrides else self.params
-        chat = to_chat_dicts(messages, tools)
         [gen] = self.backend.generate([chat], params)
-        names = [t["function"]["name"] for t in tools] if tools else None
-        parsed = parse_tool_calls(gen.text, names) if tools else None
-        agent = self._agent_key(run_manager, kwargs)
-        step = LLMStep(
-            agent=agent,
-            generation=gen,
-            tool_calls=parsed.tool_calls if parsed else [],
-            format_ok=parsed.format_ok if parsed else True,
-            errors=parsed.errors if parsed else [],
-            messages=chat,
-        )
+        step, content = parse_step(agent, gen, chat, tools, gen.text)
         index = self.recorder.add(step)
-        message = reply_message(step, index, parsed.content if parsed else gen.text, index)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return chat_result(step, index, content, index)
 
     def _agent_key(
         self, run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any]
@@ -247,8 +242,34 @@ class PolicyChatModel(BaseChatModel):
         return str(meta.get("langgraph_node", "agent"))
 
 
-def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -> AIMessage:
-    """The ``AIMessage`` answering one recorded call (tool calls included).
+def tool_names(tools: Sequence[dict[str, Any]] | None) -> list[str] | None:
+    """The names of bound tools (OpenAI tool dicts); ``None`` without tools."""
+    return [t["function"]["name"] for t in tools] if tools else None
+
+
+def parse_step(
+    agent: str,
+    gen: Generation,
+    chat: list[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    text: str,
+) -> tuple[LLMStep, str]:
+    """The record of one call whose reply is ``text`` and the reply's text outside tool calls
+    (tool calls are parsed only when tools are bound)."""
+    parsed = parse_tool_calls(text, tool_names(tools)) if tools else None
+    step = LLMStep(
+        agent=agent,
+        generation=gen,
+        tool_calls=parsed.tool_calls if parsed else [],
+        format_ok=parsed.format_ok if parsed else True,
+        errors=parsed.errors if parsed else [],
+        messages=chat,
+    )
+    return step, parsed.content if parsed else text
+
+
+def chat_result(step: LLMStep, index: int | None, content: str, serial: int) -> ChatResult:
+    """The ``ChatResult`` answering one recorded call (tool calls included).
 
     Args:
         step: the call's record.
@@ -258,7 +279,7 @@ def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -
         serial: a number unique to this call, for the tool call ids.
     """
     gen, agent = step.generation, step.agent
-    return AIMessage(
+    message = AIMessage(
         content=content,
         tool_calls=[
             {
@@ -277,3 +298,4 @@ def reply_message(step: LLMStep, index: int | None, content: str, serial: int) -
             "format_ok": step.format_ok,
         },
     )
+    return ChatResult(generations=[ChatGeneration(message=message)])

@@ -62,15 +62,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from marl_agents.llm.backend import Generation, SamplingParams, stop_ids
-from marl_agents.llm.chat_model import LLMStep, PolicyChatModel, reply_message, to_chat_dicts
+from marl_agents.llm.chat_model import PolicyChatModel, chat_result, parse_step, tool_names
 from scenarios.text_space import TextSpaces, encode_prompt
-from scenarios.toolcalls import complete_call, parse_tool_calls
+from scenarios.toolcalls import complete_call
 
 
 def in_env_run() -> bool:
@@ -148,13 +147,9 @@ class EnvChatModel(PolicyChatModel):
     def _llm_type(self) -> str:
         return "marl-env-chat-model"
 
-    # ----- LangChain entry point -----------------------------------------------------------
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
+    # ----- LangChain entry points ----------------------------------------------------------
+    def _reply(
+        self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
     ) -> ChatResult:
         if not in_env_run():
             if self.backend is None:
@@ -162,54 +157,34 @@ class EnvChatModel(PolicyChatModel):
                     "EnvChatModel without a backend was called outside a GraphEnv run: give it "
                     "backend=... to generate directly, or run the graph with scenarios.GraphEnv"
                 )
-            return super()._generate(messages, stop, run_manager, **kwargs)
+            return super()._reply(agent, chat, tools, kwargs)
         from scenarios.engine import decide, emit_reward
 
-        del stop
-        tools = kwargs.pop("tools", None)
-        agent = self._agent_key(run_manager, kwargs)
-        chat = to_chat_dicts(messages, tools)
         prompt = encode_prompt(self.tokenizer, chat)
         prefill = self.prefill(chat) if callable(self.prefill) else self.prefill
         if prefill:
             prompt += encode_prompt(self.tokenizer, prefill)
         obs = self.spaces.encode_prompt(prompt)
-        action = decide(agent, obs)
-        gen = self.generation_of(obs, action)
+        gen = self.generation_of(obs, decide(agent, obs))
         text = prefill + gen.text
-        names = [t["function"]["name"] for t in tools] if tools else None
-        if self.complete_calls and names:
-            text = complete_call(text, names)
-        parsed = parse_tool_calls(text, names) if tools else None
-        step = LLMStep(
-            agent=agent,
-            generation=gen,
-            tool_calls=parsed.tool_calls if parsed else [],
-            format_ok=parsed.format_ok if parsed else True,
-            errors=parsed.errors if parsed else [],
-            messages=chat,
-        )
+        if self.complete_calls and tools:
+            text = complete_call(text, tool_names(tools))
+        step, content = parse_step(agent, gen, chat, tools, text)
         index = self.recorder.add(step) if self.record else None
         self._calls += 1
         if not step.format_ok and self.format_penalty:
             emit_reward(-self.format_penalty, [agent])
-        content = parsed.content if parsed else text
-        message = reply_message(step, index, content, self._calls)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return chat_result(step, index, content, self._calls)
 
     async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
         if not in_env_run():
-            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+            return await super()._agenerate(messages, stop, run_manager, **kw)
         # ``decide`` suspends the episode's greenlet, so it runs here, on the caller's thread
         # (LangChain's default would run ``_generate`` in a thread pool)
         sync = run_manager.get_sync() if run_manager is not None else None
-        return self._generate(messages, stop, sync, **kwargs)
+        return self._generate(messages, stop, sync, **kw)
 
     # ----- actions → text ------------------------------------------------------------------
     def generation_of(self, observation: Any, action: Any) -> Generation:

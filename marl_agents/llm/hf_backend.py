@@ -30,14 +30,8 @@ from typing import Any
 
 import torch
 
-from marl_agents.llm.backend import (
-    Generation,
-    Prompt,
-    SamplingParams,
-    encode_prompt,
-    per_prompt_params,
-    stop_ids,
-)
+from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
+from scenarios.text_space import Prompt
 
 
 class HFBackend:
@@ -80,11 +74,7 @@ class HFBackend:
         return next(self.model.parameters()).device
 
     # ----- generation ----------------------------------------------------------------------
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Sample one completion per prompt, all prompts in one batched decoding loop.
 
         Args:
@@ -95,8 +85,7 @@ class HFBackend:
         Returns:
             One :class:`Generation` per prompt, in order.
         """
-        ids = [encode_prompt(self.tokenizer, p) for p in prompts]
-        plist = per_prompt_params(params, len(ids))
+        ids, plist = encode_batch(self.tokenizer, prompts, params)
         if not ids:
             return []
         step = self.max_batch_size or len(ids)

