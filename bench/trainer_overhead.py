@@ -34,8 +34,9 @@ def plain_config(num_envs: int) -> Any:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from marl_agents.pools import ModelConfig
     from scenarios.rllib_env import RLlibGraphEnv
-    from trainers.config import AlgoConfig, ModelConfig
+    from trainers.config import AlgoConfig
 
     a, m = AlgoConfig(), ModelConfig()  # the same numbers as our defaults
     model = DefaultModelConfig(

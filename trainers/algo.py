@@ -278,10 +278,10 @@ def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     ``marl run pkg.app:scenario --train supervisor`` trains a chat app as it is. Any other
     config is returned unchanged (and ``resolve`` names what to set).
     """
-    from marl_agents.pools import default_assignment
+    from marl_agents.pools import PoolConfig, default_assignment
     from scenarios.base import ScenarioError
     from scenarios.registry import build
-    from trainers.config import AlgoConfig, GRPOSettings, PoolConfig
+    from trainers.config import AlgoConfig, GRPOSettings
 
     if cfg.algorithm != AlgoConfig():
         return cfg

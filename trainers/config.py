@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import yaml
 
-from marl_agents.pools import SHARING, ModelConfig, PoolConfig
+from marl_agents.pools import SHARING, PoolConfig
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
 CreditEstimator = Literal["auto", "exact", "permutation", "antithetic", "kernel"]
@@ -47,9 +47,7 @@ __all__ = [
     "GRPOConfig",
     "GRPOSettings",
     "LoggingConfig",
-    "ModelConfig",
     "OutputConfig",
-    "PoolConfig",
     "ResourcesConfig",
     "from_plain",
     "to_plain",
