@@ -421,6 +421,6 @@ def environment() -> dict[str, Any]:
 def fixed_hash_seed() -> None:
     """Re-exec with ``PYTHONHASHSEED=0`` when unset, like the ``marl`` CLI (RLlib orders agents
     through sets: without it, runs with the same seed differ across processes)."""
-    from trainers.cli import fixed_hash_seed as _fixed
+    from trainers.cli_common import fixed_hash_seed as _fixed
 
     _fixed()

@@ -1,26 +1,18 @@
-"""The ``marl`` command line: scenarios, topologies, and (from ``trainers``) run/sweep/eval."""
+"""``marl scenarios``: the scenarios' command; the ``marl`` app (``trainers/cli.py``) adds it.
+
+:func:`register` adds the command to a Typer app; the registry loads inside the command only.
+"""
 
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.table import Table
-
-from topologies.cli import app as topology_app
-
-app = typer.Typer(
-    name="marl",
-    help="Train teams of agents (LangGraph graphs) as Dec-POMDPs with Ray RLlib.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(topology_app, name="topology")
 
 
-@app.command("scenarios")
 def list_command() -> None:
     """List the registered scenarios with a one-line summary and the topologies each accepts."""
+    from rich.console import Console
+    from rich.table import Table
+
     from scenarios.registry import list_scenarios
 
     table = Table(title="scenarios", title_justify="left")
@@ -33,16 +25,6 @@ def list_command() -> None:
     Console().print(table)
 
 
-def _register_training_commands() -> None:
-    from trainers.cli import register
-    from trainers.finetune_cli import register as register_finetune
-
-    register(app)
-    register_finetune(app)
-
-
-_register_training_commands()
-
-
-if __name__ == "__main__":
-    app()
+def register(app: typer.Typer) -> None:
+    """Add ``scenarios`` to ``app`` (the ``marl`` app)."""
+    app.command("scenarios")(list_command)

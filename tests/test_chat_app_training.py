@@ -148,7 +148,7 @@ def test_marl_run_of_a_chat_app_fills_the_defaults(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    marl = [sys.executable, "-c", "from scenarios.cli import app; app()"]
+    marl = [sys.executable, "-c", "from trainers.cli import app; app()"]
     proc = subprocess.run(
         [*marl, "run", APP, "--train", "supervisor", "--dump"],
         cwd=root,
@@ -166,7 +166,7 @@ def test_marl_run_takes_the_example_yaml_as_its_argument(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    marl = [sys.executable, "-c", "from scenarios.cli import app; app()"]
+    marl = [sys.executable, "-c", "from trainers.cli import app; app()"]
     proc = subprocess.run(
         [*marl, "run", "examples/supervisor_app.yaml", "--dump"],
         cwd=root,

@@ -284,7 +284,7 @@ def test_a_graph_that_cannot_run_stops_training_at_reset(tmp_path: Path) -> None
 def test_cli_exits_nonzero_with_the_error_when_every_episode_fails(tmp_path: Path) -> None:
     config = tmp_path / "flaky.yaml"
     flaky_config(tmp_path, fail="always").replace(**{"budget.iterations": 1}).to_yaml(config)
-    code = "import failing_toys; from scenarios.cli import app; app()"
+    code = "import failing_toys; from trainers.cli import app; app()"
     proc = subprocess.run(
         [sys.executable, "-c", code, "run", "--config", str(config)],
         env=subprocess_env(),

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from trainers.config import GRPOConfig
 from trainers.grpo import (
-    GRPOConfig,
     LengthDual,
     aggregate,
     clipped_token_loss,

@@ -19,8 +19,8 @@ from marl_agents.llm.backend import Generation, SamplingParams
 from marl_agents.llm.batching import BatchingBackend
 from marl_agents.llm.chat_model import GenerationRecorder, PolicyChatModel, to_chat_dicts
 from marl_agents.llm.hf_backend import HFBackend
-from marl_agents.llm.tiny import make_tiny_model, make_tiny_tokenizer
-from scenarios.text_space import Prompt, encode_prompt
+from marl_agents.llm.tiny import make_tiny_model
+from scenarios.text_space import Prompt, encode_prompt, make_tiny_tokenizer
 
 LOGPROB_ATOL = 1e-5
 

@@ -210,7 +210,8 @@ def test_learner_loss_is_grpo_loss_and_frozen_module_stays_bit_identical(spaces)
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from marl_agents.llm.rl_module import TOKEN_LOGP
-    from trainers.grpo import GRPOConfig, grpo_loss
+    from trainers.config import GRPOConfig
+    from trainers.grpo import grpo_loss
 
     knobs = dict(clip_low=0.2, clip_high=0.3, loss_agg="seq_mean_token_mean", spurious_mask=True)
     learner = build_learner(spaces, **knobs)
@@ -295,7 +296,8 @@ class FakeModule:
 
 
 def test_advantages_group_by_task_seed_and_agent():
-    from trainers.grpo import GRPOConfig, group_advantages
+    from trainers.config import GRPOConfig
+    from trainers.grpo import group_advantages
     from trainers.grpo_learner import GRPOAdvantages
 
     eps = [
@@ -314,7 +316,7 @@ def test_advantages_group_by_task_seed_and_agent():
 
 
 def test_advantages_format_penalty_and_length_dual():
-    from trainers.grpo import GRPOConfig
+    from trainers.config import GRPOConfig
     from trainers.grpo_learner import GRPOAdvantages
 
     eps = [FakeEpisode("o", 1, 1.0, 8, format_errors=1), FakeEpisode("o", 1, 1.0, 2)]

@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 from marl_agents.llm.backend import Generation, LLMBackend, SamplingParams
 from marl_agents.llm.batching import BatchingBackend
 from marl_agents.llm.hf_backend import HFBackend
-from marl_agents.llm.tiny import IM_END, make_tiny_model, make_tiny_tokenizer
-from scenarios.text_space import encode_prompt
+from marl_agents.llm.tiny import make_tiny_model
+from scenarios.text_space import IM_END, encode_prompt, make_tiny_tokenizer
 
 #: Logprobs recorded while sampling vs a teacher-forced recompute (float32, CPU). The two use
 #: different batch shapes / padding and a KV cache, so they differ in float rounding only;
@@ -246,7 +246,8 @@ def test_batching_backend_propagates_errors(backend: HFBackend) -> None:
 def test_one_grpo_step_on_recorded_generations(backend: HFBackend) -> None:
     """Recorded logprobs are the learner's ``old_logprobs``: the first ratio is 1."""
     from marl_agents.llm.hf_backend import teacher_forced_logprobs
-    from trainers.grpo import GRPOConfig, compute_advantages, grpo_loss
+    from trainers.config import GRPOConfig
+    from trainers.grpo import compute_advantages, grpo_loss
 
     params = [SamplingParams(max_new_tokens=8, seed=s) for s in range(4)]
     gens = backend.generate(["2 + 3 ="] * 4, params)

@@ -135,7 +135,7 @@ def test_a_scenario_object_is_refused_with_its_reference() -> None:
 
 def test_bad_references_exit_2_from_the_cli_before_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     import trainers.run
-    from scenarios.cli import app
+    from trainers.cli import app
 
     def no_ray(cfg: Any) -> bool:
         raise AssertionError("Ray was started")
@@ -293,7 +293,7 @@ def test_marl_run_and_eval_a_module_next_to_the_user(
     package (a console script does not put it on sys.path), one remote env runner; then
     ``marl eval`` on the run from the same directory, in this process while a Ray it did not
     give that directory is running (evaluation needs no worker to import it)."""
-    from scenarios.cli import app
+    from trainers.cli import app
 
     (tmp_path / "refs_userpkg").mkdir()
     (tmp_path / "refs_userpkg" / "__init__.py").write_text("")

@@ -102,7 +102,7 @@ def test_same_seed_gives_the_same_run(two_runs: tuple[Path, Path, list[str]]) ->
 
 
 def test_cli_eval_and_errors(two_runs: tuple[Path, Path, list[str]]) -> None:
-    from scenarios.cli import app
+    from trainers.cli import app
 
     run, _, _ = two_runs
     runner = CliRunner()
@@ -117,7 +117,7 @@ def test_cli_eval_and_errors(two_runs: tuple[Path, Path, list[str]]) -> None:
 
 
 def test_cli_sweep_file_errors_before_ray(tmp_path: Path) -> None:
-    from scenarios.cli import app
+    from trainers.cli import app
 
     runner = CliRunner()
     bad = tmp_path / "bad.yaml"

@@ -131,7 +131,7 @@ def test_training_writes_transcripts_every_iteration(trained: Any) -> None:
 
 
 def test_eval_prints_transcripts(trained: Any) -> None:
-    from scenarios.cli import app
+    from trainers.cli import app
 
     result = CliRunner().invoke(
         app, ["eval", str(trained.run_dir), "--episodes", "2", "--transcripts", "1"]

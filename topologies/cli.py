@@ -22,7 +22,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from topologies.generators import GENERATORS
 from topologies.imports import ImportRefError, import_attr
 from topologies.paths import critical_path
 from topologies.topology import END, START, Topology, TopologyError
@@ -88,6 +87,8 @@ def load(target: str) -> Topology:
         LoadError: import failures and missing attributes.
         TopologyError: a bad spec or a graph that does not validate.
     """
+    from topologies.generators import GENERATORS  # loads LangGraph: only when needed
+
     target = target.strip()
     if target.endswith((".yaml", ".yml")):
         return Topology.from_yaml(Path(target))

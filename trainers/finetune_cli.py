@@ -1,7 +1,7 @@
 """``marl finetune JOB.yaml``: run an orchestrator fine-tuning job.
 
 :func:`register` adds the command to a Typer app (the ``marl`` app, wired in
-``scenarios/cli.py``). Torch, Ray and transformers load inside the command only, so
+``trainers/cli.py``). Torch, Ray and transformers load inside the command only, so
 ``marl --help`` stays fast. ``python -m trainers.finetune_cli JOB.yaml`` runs it standalone.
 """
 
@@ -12,7 +12,15 @@ from typing import Annotated
 
 import typer
 
-from trainers.cli import cwd_on_path, fail, fixed_hash_seed
+from trainers.cli_common import (
+    DumpOption,
+    OutputOption,
+    SeedOption,
+    WandbOption,
+    cwd_on_path,
+    fail,
+    fixed_hash_seed,
+)
 
 
 def finetune_command(
@@ -20,16 +28,10 @@ def finetune_command(
     iterations: Annotated[
         int | None, typer.Option(help="Override budget.iterations (and drop budget.time_s).")
     ] = None,
-    output: Annotated[
-        Path | None, typer.Option(help="Override output_dir (parent of the run directory).")
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="Override the job seed.")] = None,
-    wandb: Annotated[
-        str | None, typer.Option(help="wandb mode: offline (default), online or disabled.")
-    ] = None,
-    dump: Annotated[
-        bool, typer.Option("--dump", help="Print the resolved job YAML and exit.")
-    ] = False,
+    output: OutputOption = None,
+    seed: SeedOption = None,
+    wandb: WandbOption = None,
+    dump: DumpOption = False,
 ) -> None:
     """Fine-tune an LLM orchestrator with token-level GRPO against frozen subagents."""
     from trainers.config import ConfigError

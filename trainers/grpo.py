@@ -41,13 +41,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-# the knobs are a config dataclass like the others (YAML, sweeps); re-exported here
+# the knobs are a config dataclass like the others (YAML, sweeps)
 from trainers.config import GRPOConfig, LossAgg
 
 __all__ = [
-    "GRPOConfig",
     "LengthDual",
-    "LossAgg",
     "PackedBatch",
     "Segment",
     "aggregate",

@@ -77,7 +77,8 @@ import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subag
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
-from trainers.grpo import GRPOConfig, LengthDual, compute_advantages, grpo_loss, sampler_kl
+from trainers.config import GRPOConfig
+from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
 
 #: batch column: the GRPO advantage of the row's episode (one value per row).
 ADVANTAGES = "advantages"

@@ -45,7 +45,7 @@ In env mode its ``generation.prompt_ids`` are the observed (possibly truncated) 
 logprobs belong to the learner's module, which recorded them with the action.
 
 Example:
-    >>> from marl_agents.llm.tiny import make_tiny_tokenizer
+    >>> from scenarios.text_space import make_tiny_tokenizer
     >>> from scenarios.text_space import TextSpaces
     >>> tok = make_tiny_tokenizer()
     >>> spaces = TextSpaces.for_tokenizer(tok, max_prompt_tokens=256, max_new_tokens=32)

@@ -1,6 +1,6 @@
 """A tiny causal LM built in code: byte-level BPE tokenizer + 2-layer Qwen2, no downloads.
 
-The tokenizer (:func:`~scenarios.text_space.make_tiny_tokenizer`, re-exported here) is
+The tokenizer (:func:`scenarios.text_space.make_tiny_tokenizer`) is
 trained in memory on a fixed built-in corpus with the 256-symbol byte alphabet as its initial
 alphabet, so every string encodes (no unknown token) and decodes back exactly. It carries a
 ChatML-style chat template (``<|im_start|>role\\n...<|im_end|>``), so chat messages work with
@@ -22,25 +22,13 @@ from typing import Any
 
 import torch
 
-# the tokenizer lives with the text spaces in ``scenarios`` (environments render prompts with
-# it); re-exported here with the model factory that builds on it
+# the tokenizer lives with the text spaces in ``scenarios`` (environments render prompts with it)
 from scenarios.text_space import (
-    CHAT_TEMPLATE,
-    IM_END,
-    IM_START,
-    PAD_TOKEN,
-    SPECIAL_TOKENS,
     make_tiny_tokenizer,
 )
 
 __all__ = [
-    "CHAT_TEMPLATE",
-    "IM_END",
-    "IM_START",
-    "PAD_TOKEN",
-    "SPECIAL_TOKENS",
     "make_tiny_model",
-    "make_tiny_tokenizer",
     "tiny_config",
 ]
 

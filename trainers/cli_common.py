@@ -1,0 +1,68 @@
+"""What the ``marl`` commands of ``trainers`` share: options, error exits, process set-up.
+
+Importing this module loads only Typer: Ray, torch and the configs load inside the commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+OutputOption = Annotated[
+    Path | None, typer.Option(help="Parent directory of run directories (default runs/).")
+]
+SeedOption = Annotated[int | None, typer.Option(help="Experiment seed.")]
+WandbOption = Annotated[
+    str | None, typer.Option(help="wandb mode: offline (default), online or disabled.")
+]
+DumpOption = Annotated[
+    bool, typer.Option("--dump", help="Print the resolved config YAML and exit.")
+]
+
+
+def fixed_hash_seed() -> None:
+    """Re-exec with ``PYTHONHASHSEED=0`` when unset (not under pytest's in-process runner).
+
+    Runs are bit-reproducible only with a fixed ``PYTHONHASHSEED`` (RLlib orders agents
+    through sets).
+    """
+    if "PYTHONHASHSEED" in os.environ or "PYTEST_CURRENT_TEST" in os.environ:
+        return
+    os.environ["PYTHONHASHSEED"] = "0"
+    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
+    try:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+    except OSError:  # cannot re-exec: carry on, reproducible within this process only
+        return
+
+
+def cwd_on_path() -> None:
+    """Put the working directory on ``sys.path`` (a console script does not), so scenario
+    references to modules next to the user import as they would under ``python -m``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code=code)
+
+
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """Turn a ``ConfigError`` raised inside the block into ``error: ...`` and exit code 2."""
+    from trainers.config import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        fail(str(exc))
