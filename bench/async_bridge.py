@@ -34,8 +34,9 @@ from langchain_core.messages import HumanMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the apps live in tests/
 
-from scenarios.bridge import _PREGEL_AINVOKE, BRIDGE_KEY
+from scenarios.bridge import BRIDGE_KEY
 from scenarios.engine import GraphEnv, InlineBridge, run_inline
+from scenarios.langgraph_compat import PREGEL_AINVOKE
 from tests.test_bridge_apps import AppScenario, answered, assistant_app, supervisor_app
 
 # the apps are the ones tests/test_bridge_apps.py checks (same graphs, same scripted models)
@@ -80,7 +81,7 @@ def time_inline(
         if use_ainvoke:  # LangGraph's own async runtime (not the bridge's sync emulation)
             bridge = InlineBridge(scripted(script))
             config = {"configurable": {BRIDGE_KEY: bridge}, "recursion_limit": 100}
-            asyncio.run(_PREGEL_AINVOKE(graph, scenario.initial_state(None), config))
+            asyncio.run(PREGEL_AINVOKE(graph, scenario.initial_state(None), config))
             n += bridge.decisions
         else:
             n += run_inline(scenario, scripted(script), s, graph=graph)[2]

@@ -36,7 +36,7 @@ async app and its sync twin make the same decisions on the same observations.
 
 LangGraph's semantics (reducers, conditional edges, ``Send``, joins, ``Command``) are untouched:
 the bridge only decides when a task runs, never what it does. The LangGraph internals it relies
-on are gathered in one section below and pinned by ``tests/test_bridge_apps.py``.
+on live in :mod:`scenarios.langgraph_compat`, pinned by ``tests/test_langgraph_compat.py``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from typing import Any
 import greenlet
 from langgraph.config import get_config
 
+from scenarios import langgraph_compat as lg
 from scenarios.base import ScenarioError
 
 BRIDGE_KEY = "__marl_bridge__"
@@ -97,126 +98,6 @@ class Request:
     observation: Any
     superstep: int
     path: str = ""
-
-
-# ===== LangGraph internals =====================================================================
-# Everything the bridge assumes about LangGraph 1.2's runtime is here; each assumption is pinned
-# by a test in tests/test_bridge_apps.py (``test_langgraph_internals_*``).
-from langgraph._internal._constants import (  # noqa: E402
-    CONF,
-    CONFIG_KEY_CHECKPOINT_NS,
-    CONFIG_KEY_RUNNER_SUBMIT,
-    NS_END,
-    NS_SEP,
-)
-from langgraph._internal._runnable import RunnableCallable  # noqa: E402
-from langgraph.pregel import Pregel  # noqa: E402
-from langgraph.pregel._runner import PregelRunner  # noqa: E402
-
-#: (1) a run's runner takes its ``submit`` from ``config["configurable"][CONFIG_KEY_RUNNER_SUBMIT]``
-#: (a callable returning the submit function), and nested runs inherit it with the config;
-#: (2) the sync runner's ``tick`` submits the tasks of its ``tasks`` local (a tuple) in order from
-#: its own frame, then waits for their futures; a superstep of one task runs inline, unsubmitted;
-_TICK_CODE = PregelRunner.tick.__code__
-#: (3) a task's ``checkpoint_ns`` is ``node:task_id`` nested with ``|`` (only nested tasks have it);
-#: (4) ``RunnableCallable.invoke`` raises for a runnable without a sync function, and ``ainvoke``
-#: runs ``afunc`` with the same argument injection (``ToolNode`` is a ``RunnableCallable``);
-#: (5) ``Pregel.ainvoke``/``astream`` take the same arguments as ``invoke``/``stream`` (under them
-#: LangGraph runs sync nodes in a thread pool, where no decision can be suspended).
-_SYNC_INVOKE = getattr(RunnableCallable.invoke, "sync_invoke", RunnableCallable.invoke)
-_PREGEL_AINVOKE = getattr(Pregel.ainvoke, "async_run", Pregel.ainvoke)
-_PREGEL_ASTREAM = getattr(Pregel.astream, "async_run", Pregel.astream)
-
-
-def _task_path(ns: str) -> str:
-    """``"team:ab12|think:cd34"`` → ``"team/think"``."""
-    if NS_SEP not in ns:
-        return ns.partition(NS_END)[0]
-    return "/".join(part.partition(NS_END)[0] for part in ns.split(NS_SEP))
-
-
-def _bridge_invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-    """``RunnableCallable.invoke``, which runs the async function where a bridge run needs it."""
-    if self.func is not None:  # the common case first: one dict lookup
-        tool_node = _tool_node_types.get(type(self))
-        if tool_node is False or not (tool_node or _is_tool_node(type(self))):
-            return _SYNC_INVOKE(self, input, config, **kwargs)
-        if not _async_tools(self):
-            return _SYNC_INVOKE(self, input, config, **kwargs)
-    if self.afunc is not None and _in_run(config):  # elsewhere LangGraph's own behaviour
-        return run_coroutine(self.ainvoke(input, config, **kwargs))
-    return _SYNC_INVOKE(self, input, config, **kwargs)
-
-
-_bridge_invoke.sync_invoke = _SYNC_INVOKE  # type: ignore[attr-defined]
-
-
-def _in_run(config: Any) -> bool:
-    conf = (config if config is not None else _config_or_empty()).get(CONF) or {}
-    return BRIDGE_KEY in conf
-
-
-async def _bridge_ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-    """``Pregel.ainvoke``: a graph awaited inside one of our runs runs LangGraph's sync loop,
-    so its tasks are stepped like every other (its parallel decisions in one step)."""
-    if _in_run(config):
-        return self.invoke(input, config, **kwargs)
-    return await _PREGEL_AINVOKE(self, input, config, **kwargs)
-
-
-async def _bridge_astream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-    """``Pregel.astream``, likewise (the chunks of the sync ``stream``)."""
-    if _in_run(config):
-        for chunk in self.stream(input, config, **kwargs):
-            yield chunk
-        return
-    async for chunk in _PREGEL_ASTREAM(self, input, config, **kwargs):
-        yield chunk
-
-
-_bridge_ainvoke.async_run = _PREGEL_AINVOKE  # type: ignore[attr-defined]
-_bridge_astream.async_run = _PREGEL_ASTREAM  # type: ignore[attr-defined]
-
-
-def _config_or_empty() -> Mapping[str, Any]:
-    try:
-        return get_config()
-    except RuntimeError:
-        return {}
-
-
-_tool_node_types: dict[type, bool] = {}
-
-
-def _is_tool_node(cls: type) -> bool:
-    """Whether ``cls`` is LangGraph's ``ToolNode`` (or a subclass); cached per class."""
-    known = _tool_node_types.get(cls)
-    if known is None:
-        module = sys.modules.get("langgraph.prebuilt.tool_node")
-        known = module is not None and issubclass(cls, module.ToolNode)
-        if module is not None:  # before ToolNode is imported no instance exists: ask again
-            _tool_node_types[cls] = known
-    return known
-
-
-def _async_tools(node: Any) -> bool:
-    """A ``ToolNode`` with an async tool: its sync path cannot run one (and uses threads)."""
-    from langchain_core.tools import BaseTool
-
-    for tool in node.tools_by_name.values():
-        coroutine = getattr(tool, "coroutine", BaseTool)
-        if coroutine is BaseTool:  # a BaseTool subclass: async when it implements _arun
-            if type(tool)._arun is not BaseTool._arun:
-                return True
-        elif coroutine is not None:
-            return True
-    return False
-
-
-RunnableCallable.invoke = _bridge_invoke  # type: ignore[method-assign]
-Pregel.ainvoke = _bridge_ainvoke  # type: ignore[method-assign,assignment]
-Pregel.astream = _bridge_astream  # type: ignore[method-assign,assignment]
-# ===== end of LangGraph internals ==============================================================
 
 
 # ----- event loops inside greenlets ------------------------------------------------------------
@@ -278,6 +159,10 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
                 idle.append(loop)
             else:
                 loop.close()
+
+
+# async-only runnables and awaited graphs run on the task's greenlet inside our runs
+lg.install(lambda configurable: BRIDGE_KEY in configurable, run_coroutine)
 
 
 def _switch(glet: greenlet.greenlet, *args: Any) -> Any:
@@ -453,7 +338,7 @@ class GraphRun:
         configurable = {
             **self.config.get("configurable", {}),
             BRIDGE_KEY: self,
-            CONFIG_KEY_RUNNER_SUBMIT: lambda: self._submit,
+            **lg.runner_config(self._submit),
         }
         try:
             self.result = self.graph.invoke(
@@ -502,13 +387,13 @@ class GraphRun:
         caller = sys._getframe(1)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         me = greenlet.getcurrent()
-        if caller.f_code is not _TICK_CODE or getattr(me, "bridge", None) is not self:
+        tasks = lg.tick_tasks(caller)
+        if tasks is None or getattr(me, "bridge", None) is not self:
             # a functional-API call(), or a graph run from a worker thread (a sync tool's):
             # run it in place (a decision in it then fails, naming the fix)
             _settle(fut, fn, args, kwargs)
             return fut
         assert isinstance(me, _Glet)
-        tasks = caller.f_locals["tasks"]
         tick = self._ticks.get(id(caller))
         if tick is None or tick.tasks is not tasks:
             tick = self._ticks[id(caller)] = self._new_tick(me, tasks)
@@ -531,11 +416,9 @@ class GraphRun:
     def _new_tick(self, me: _Glet, tasks: tuple[Any, ...]) -> _Tick:
         """A parallel superstep starts: name its agent tasks (top level, by node)."""
         self._release(me)  # the submitter's decisions pause while its tasks run
-        conf = tasks[0].config.get(CONF, {}) if tasks else {}
-        top = NS_SEP not in conf.get(CONFIG_KEY_CHECKPOINT_NS, "")
-        if not top:
+        if tasks and lg.is_nested(lg.checkpoint_ns(tasks[0].config)):
             return _Tick(tasks, step=me.step if me.step is not None else self._graph_step())
-        tick = _Tick(tasks, step=tasks[0].config.get("metadata", {}).get("langgraph_step"))
+        tick = _Tick(tasks, step=lg.task_step(tasks[0].config) if tasks else None)
         if self.agent_ids is not None:
             return tick
         counts: dict[str, int] = {}
@@ -591,15 +474,8 @@ class GraphRun:
     def _graph_step(self) -> int:
         """The top-level superstep, seen from the graph greenlet: the ``tasks`` of the outermost
         ``PregelRunner.tick`` frame on its stack."""
-        outer = None
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code is _TICK_CODE:
-                outer = frame
-            frame = frame.f_back
-        if outer is None or not outer.f_locals.get("tasks"):
-            return self.superstep
-        return int(outer.f_locals["tasks"][0].config.get("metadata", {}).get("langgraph_step", 0))
+        step = lg.outermost_tick_step(sys._getframe(1))
+        return self.superstep if step is None else step
 
     def decide(self, node: str, observation: Any) -> Any:
         """Called by ``scenarios.decide`` inside an agent's node (or its chat model)."""
@@ -614,13 +490,12 @@ class GraphRun:
             self._fatal = error
             raise error
         config = get_config()
-        conf = config.get(CONF, {})
-        ns = conf.get(CONFIG_KEY_CHECKPOINT_NS, "")
-        path = _task_path(ns)
+        ns = lg.checkpoint_ns(config)
+        path = lg.task_path(ns)
         if me.step is not None:
             step = me.step
-        elif NS_SEP not in ns:
-            step = int(config.get("metadata", {}).get("langgraph_step", self.superstep))
+        elif not lg.is_nested(ns):
+            step = lg.task_step(config, self.superstep)
         else:
             step = self._graph_step()
         agent = self._agent_id(me, node, path)

@@ -15,7 +15,6 @@ import asyncio
 import operator
 import re
 import signal
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, TypedDict
@@ -37,7 +36,7 @@ from pettingzoo.test import parallel_api_test
 from scenarios import Outcome, Scenario, decide
 from scenarios.bridge import BridgeError, GraphRun
 from scenarios.custom import GraphScenario
-from scenarios.engine import GraphEnv, run_inline
+from scenarios.engine import GraphEnv
 
 TIMEOUT_S = 60
 OBS = gym.spaces.Box(0.0, 1000.0, (3,), np.float32)
@@ -984,84 +983,3 @@ def test_env_chat_model_agenerate_decides_on_the_episode_greenlet() -> None:
     assert all(terms.values()) and rewards == {"x": 2.0, "y": 2.0}
     assert sorted(env._run.result["notes"]) == [("x", "from x"), ("y", "from y")]  # type: ignore[union-attr]
     assert [(s.agent, s.generation.text) for s in chats["x"].recorder] == [("x", "from x")]
-
-
-# ----- LangGraph internals the bridge relies on (scenarios.bridge, one section) ---------------
-def test_langgraph_internals_runner_submit_tick_tasks_and_namespaces() -> None:
-    import concurrent.futures
-
-    from langgraph._internal._constants import (
-        CONF,
-        CONFIG_KEY_CHECKPOINT_NS,
-        CONFIG_KEY_RUNNER_SUBMIT,
-        NS_SEP,
-    )
-
-    from scenarios.bridge import _TICK_CODE
-
-    calls = []
-
-    def submit(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1)
-        tasks = caller.f_locals["tasks"]
-        calls.append(
-            (
-                caller.f_code is _TICK_CODE,
-                [t.name for t in tasks],
-                args[0].name,
-                args[0].config[CONF][CONFIG_KEY_CHECKPOINT_NS],
-            )
-        )
-        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("__")}
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        fut.set_result(fn(*args, **kwargs))
-        return fut
-
-    two_teams().compile().invoke(
-        {"log": []},
-        {"configurable": {CONFIG_KEY_RUNNER_SUBMIT: lambda: submit, "__marl_bridge__": Pin()}},
-    )
-    # every parallel superstep, nested ones included, goes through the configured submit, from
-    # PregelRunner.tick, in the order of its `tasks` tuple; lone supersteps run inline
-    assert [(c[0], c[1], c[2]) for c in calls] == [
-        (True, ["team_a", "team_b"], "team_a"),
-        (True, ["a1", "a2"], "a1"),
-        (True, ["a1", "a2"], "a2"),
-        (True, ["team_a", "team_b"], "team_b"),
-    ]
-    top, nested = calls[0][3], calls[1][3]
-    assert NS_SEP not in top and top.startswith("team_a:")
-    assert nested.startswith(top + NS_SEP + "a1:")
-
-
-class Pin:
-    """A bridge answering 1 to every decision."""
-
-    def decide(self, agent: str, observation: Any) -> int:
-        return 1
-
-    def emit_reward(self, value: float, agents: Any = None) -> None:
-        pass
-
-
-def test_langgraph_internals_async_only_runnables() -> None:
-    from langgraph._internal._runnable import RunnableCallable
-
-    async def double(x: int) -> int:
-        await asyncio.sleep(0)
-        return 2 * x
-
-    node = RunnableCallable(None, double)
-    with pytest.raises(TypeError, match="No synchronous function"):  # unchanged outside runs
-        node.invoke(2)
-    assert asyncio.run(node.ainvoke(2)) == 4
-    # inside a marl run (here run_inline) the coroutine runs on the caller's greenlet
-    scenario = AppScenario(
-        lambda: assistant_app(True, io=0.001),
-        ASSISTANT_AGENTS,
-        3,
-        lambda s: s["score"],
-        lambda rng: {"messages": [HumanMessage("x")]},
-    )
-    state, outcome, decisions = run_inline(scenario, lambda a, o: 1 if a != "assistant" else 0, 0)
-    assert decisions == 3 and outcome.reward == 3.0  # the answer and two approvals

@@ -1,0 +1,202 @@
+"""Every assumption :mod:`scenarios.bridge` makes about LangGraph's runtime internals (1.2).
+
+Each one is pinned by a test in ``tests/test_langgraph_compat.py``, so a LangGraph upgrade that
+breaks one fails there, naming it:
+
+1. A run's runner takes its ``submit`` from ``config["configurable"][CONFIG_KEY_RUNNER_SUBMIT]``
+   (a callable returning the submit function; :func:`runner_config`), nested runs inherit it
+   with the config, and ``submit`` takes the keyword flags in :data:`SUBMIT_FLAGS`.
+2. The sync ``PregelRunner.tick`` submits the tasks of its ``tasks`` local (a tuple) in order
+   from its own frame (:func:`tick_tasks`), then waits for their futures; a superstep of one
+   task runs inline, unsubmitted.
+3. A task's ``checkpoint_ns`` is ``node:task_id``, nested with ``|`` (:func:`task_path`,
+   :func:`is_nested`); its superstep is ``metadata["langgraph_step"]``.
+4. ``RunnableCallable.invoke`` raises for a runnable without a sync function, and ``ainvoke``
+   runs ``afunc`` with the same argument injection; ``ToolNode`` is a ``RunnableCallable`` with
+   ``tools_by_name``.
+5. ``Pregel.ainvoke``/``astream`` take the same arguments as ``invoke``/``stream`` (under them
+   LangGraph runs sync nodes in a thread pool, where no decision can be suspended).
+
+:func:`install` patches ``RunnableCallable.invoke`` and ``Pregel.ainvoke``/``astream`` so that,
+inside a bridge run, async-only runnables and awaited graphs run on the caller's greenlet.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Coroutine, Mapping
+from types import FrameType
+from typing import Any
+
+from langgraph._internal._constants import (
+    CONF,
+    CONFIG_KEY_CHECKPOINT_NS,
+    CONFIG_KEY_RUNNER_SUBMIT,
+    NS_END,
+    NS_SEP,
+)
+from langgraph._internal._runnable import RunnableCallable
+from langgraph.config import get_config
+from langgraph.pregel import Pregel
+from langgraph.pregel._runner import PregelRunner
+
+__all__ = [
+    "CONF",
+    "PREGEL_AINVOKE",
+    "SUBMIT_FLAGS",
+    "SYNC_INVOKE",
+    "TICK_CODE",
+    "checkpoint_ns",
+    "install",
+    "is_nested",
+    "outermost_tick_step",
+    "runner_config",
+    "task_path",
+    "task_step",
+    "tick_tasks",
+]
+
+#: (2) the code object of the sync runner's ``tick``: a frame running it submits ``tasks``
+TICK_CODE = PregelRunner.tick.__code__
+#: (1) the keyword flags LangGraph passes to ``submit`` besides the task's own arguments
+SUBMIT_FLAGS = ("__name__", "__cancel_on_exit__", "__reraise_on_exit__", "__next_tick__")
+#: LangGraph's own methods, before :func:`install` (the patched ones keep them as attributes)
+SYNC_INVOKE = getattr(RunnableCallable.invoke, "sync_invoke", RunnableCallable.invoke)
+PREGEL_AINVOKE = getattr(Pregel.ainvoke, "async_run", Pregel.ainvoke)
+PREGEL_ASTREAM = getattr(Pregel.astream, "async_run", Pregel.astream)
+
+
+# ----- (1) the runner hook ----------------------------------------------------------------
+def runner_config(submit: Callable[..., Any]) -> dict[str, Any]:
+    """The ``configurable`` entry that makes every (nested) run of a graph submit its parallel
+    tasks through ``submit(fn, *args, <SUBMIT_FLAGS>, **kwargs) -> Future``."""
+    return {CONFIG_KEY_RUNNER_SUBMIT: lambda: submit}
+
+
+# ----- (2) the frame read -----------------------------------------------------------------
+def tick_tasks(frame: FrameType) -> tuple[Any, ...] | None:
+    """The tasks of the parallel superstep that ``frame`` (``submit``'s caller) is submitting;
+    ``None`` when the frame is not the runner's ``tick`` (e.g. the functional API's ``call``)."""
+    return frame.f_locals["tasks"] if frame.f_code is TICK_CODE else None
+
+
+def outermost_tick_step(frame: FrameType | None) -> int | None:
+    """The superstep of the outermost ``tick`` on the stack from ``frame`` (the top-level
+    graph's, seen from inside nested runs); ``None`` outside any parallel superstep."""
+    outer = None
+    while frame is not None:
+        if frame.f_code is TICK_CODE:
+            outer = frame
+        frame = frame.f_back
+    if outer is None or not outer.f_locals.get("tasks"):
+        return None
+    return task_step(outer.f_locals["tasks"][0].config, 0)
+
+
+# ----- (3) namespaces and supersteps ------------------------------------------------------
+def checkpoint_ns(config: Mapping[str, Any]) -> str:
+    """A task's ``checkpoint_ns`` (``""`` outside a task)."""
+    return (config.get(CONF) or {}).get(CONFIG_KEY_CHECKPOINT_NS, "")
+
+
+def is_nested(ns: str) -> bool:
+    """Whether a task's namespace is inside a subgraph (a top-level task has one level)."""
+    return NS_SEP in ns
+
+
+def task_path(ns: str) -> str:
+    """``"team:ab12|think:cd34"`` → ``"team/think"``."""
+    if NS_SEP not in ns:
+        return ns.partition(NS_END)[0]
+    return "/".join(part.partition(NS_END)[0] for part in ns.split(NS_SEP))
+
+
+def task_step(config: Mapping[str, Any], default: int | None = None) -> int | None:
+    """The LangGraph superstep a task's ``config`` belongs to."""
+    step = (config.get("metadata") or {}).get("langgraph_step", default)
+    return None if step is None else int(step)
+
+
+# ----- (4, 5) async runnables and awaited graphs inside a bridge run ----------------------
+_tool_node_types: dict[type, bool] = {}
+
+
+def _is_tool_node(cls: type) -> bool:
+    """Whether ``cls`` is LangGraph's ``ToolNode`` (or a subclass); cached per class."""
+    known = _tool_node_types.get(cls)
+    if known is None:
+        module = sys.modules.get("langgraph.prebuilt.tool_node")
+        known = module is not None and issubclass(cls, module.ToolNode)
+        if module is not None:  # before ToolNode is imported no instance exists: ask again
+            _tool_node_types[cls] = known
+    return known
+
+
+def _async_tools(node: Any) -> bool:
+    """A ``ToolNode`` with an async tool: its sync path cannot run one (and uses threads)."""
+    from langchain_core.tools import BaseTool
+
+    for tool in node.tools_by_name.values():
+        coroutine = getattr(tool, "coroutine", BaseTool)
+        if coroutine is BaseTool:  # a BaseTool subclass: async when it implements _arun
+            if type(tool)._arun is not BaseTool._arun:
+                return True
+        elif coroutine is not None:
+            return True
+    return False
+
+
+def _config_or_empty() -> Mapping[str, Any]:
+    try:
+        return get_config()
+    except RuntimeError:
+        return {}
+
+
+def install(
+    in_run: Callable[[Mapping[str, Any]], bool],
+    run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any],
+) -> None:
+    """Patch LangGraph so that inside a bridge run (``in_run(configurable)``) an async-only
+    runnable (or a ``ToolNode`` with async tools) runs its coroutine with ``run_coroutine``,
+    and an awaited graph (``ainvoke``/``astream``) runs LangGraph's sync loop. Outside a run
+    LangGraph behaves as its own. Installing again replaces the previous hooks."""
+
+    def running(config: Any) -> bool:
+        conf = (config if config is not None else _config_or_empty()).get(CONF) or {}
+        return in_run(conf)
+
+    def bridge_invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``RunnableCallable.invoke``, running the async function where a bridge run needs it."""
+        if self.func is not None:  # the common case first: one dict lookup
+            tool_node = _tool_node_types.get(type(self))
+            if tool_node is False or not (tool_node or _is_tool_node(type(self))):
+                return SYNC_INVOKE(self, input, config, **kwargs)
+            if not _async_tools(self):
+                return SYNC_INVOKE(self, input, config, **kwargs)
+        if self.afunc is not None and running(config):  # elsewhere LangGraph's own behaviour
+            return run_coroutine(self.ainvoke(input, config, **kwargs))
+        return SYNC_INVOKE(self, input, config, **kwargs)
+
+    async def bridge_ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``Pregel.ainvoke``: a graph awaited inside a run runs LangGraph's sync loop, so its
+        tasks are stepped like every other (its parallel decisions in one step)."""
+        if running(config):
+            return self.invoke(input, config, **kwargs)
+        return await PREGEL_AINVOKE(self, input, config, **kwargs)
+
+    async def bridge_astream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``Pregel.astream``, likewise (the chunks of the sync ``stream``)."""
+        if running(config):
+            for chunk in self.stream(input, config, **kwargs):
+                yield chunk
+            return
+        async for chunk in PREGEL_ASTREAM(self, input, config, **kwargs):
+            yield chunk
+
+    bridge_invoke.sync_invoke = SYNC_INVOKE  # type: ignore[attr-defined]
+    bridge_ainvoke.async_run = PREGEL_AINVOKE  # type: ignore[attr-defined]
+    bridge_astream.async_run = PREGEL_ASTREAM  # type: ignore[attr-defined]
+    RunnableCallable.invoke = bridge_invoke  # type: ignore[method-assign]
+    Pregel.ainvoke = bridge_ainvoke  # type: ignore[method-assign,assignment]
+    Pregel.astream = bridge_astream  # type: ignore[method-assign,assignment]

@@ -1,0 +1,134 @@
+"""Each LangGraph internal that ``scenarios.bridge`` relies on, pinned in one place.
+
+The numbers follow :mod:`scenarios.langgraph_compat`'s docstring; a LangGraph upgrade that
+changes one of them fails here, naming it, before the bridge misbehaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import sys
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph._internal._runnable import RunnableCallable
+from langgraph.pregel import Pregel
+from test_bridge_apps import ASSISTANT_AGENTS, AppScenario, assistant_app, two_teams
+
+from scenarios import langgraph_compat as lg
+from scenarios.engine import run_inline
+
+
+class Pin:
+    """A bridge answering 1 to every decision."""
+
+    def decide(self, agent: str, observation: Any) -> int:
+        return 1
+
+    def emit_reward(self, value: float, agents: Any = None) -> None:
+        pass
+
+
+def run_recording_submits() -> list[dict[str, Any]]:
+    """Run ``two_teams`` with a submit that records what LangGraph hands it, from where."""
+    calls: list[dict[str, Any]] = []
+
+    def submit(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        tasks = lg.tick_tasks(caller)
+        flags = {k for k in kwargs if k.startswith("__")}
+        calls.append(
+            {
+                "from_tick": tasks is not None,
+                "tasks": [t.name for t in tasks or ()],
+                "task": args[0].name,
+                "ns": lg.checkpoint_ns(args[0].config),
+                "step": lg.task_step(args[0].config),
+                "outer_step": lg.outermost_tick_step(caller),
+                "flags": flags,
+            }
+        )
+        kwargs = {k: v for k, v in kwargs.items() if k not in flags}
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.set_result(fn(*args, **kwargs))
+        return fut
+
+    configurable = {**lg.runner_config(submit), "__marl_bridge__": Pin()}
+    two_teams().compile().invoke({"log": []}, {"configurable": configurable})
+    return calls
+
+
+def test_1_runner_submit_hook_is_inherited_by_nested_runs_and_takes_known_flags() -> None:
+    calls = run_recording_submits()
+    # every parallel superstep, nested ones included, goes through the configured submit
+    assert [c["task"] for c in calls] == ["team_a", "a1", "a2", "team_b"]
+    assert set().union(*(c["flags"] for c in calls)) <= set(lg.SUBMIT_FLAGS)
+    from langgraph.pregel._executor import BackgroundExecutor
+
+    params = inspect.signature(BackgroundExecutor.submit).parameters
+    assert set(lg.SUBMIT_FLAGS) <= params.keys()
+    assert all(params[f].kind is inspect.Parameter.KEYWORD_ONLY for f in lg.SUBMIT_FLAGS)
+
+
+def test_2_tick_submits_its_tasks_tuple_in_order_lone_supersteps_inline() -> None:
+    calls = run_recording_submits()
+    # from PregelRunner.tick, in the order of its `tasks` tuple; the lone superstep (the judge)
+    # and team_b's single task run inline, unsubmitted
+    assert [(c["from_tick"], c["tasks"], c["task"]) for c in calls] == [
+        (True, ["team_a", "team_b"], "team_a"),
+        (True, ["a1", "a2"], "a1"),
+        (True, ["a1", "a2"], "a2"),
+        (True, ["team_a", "team_b"], "team_b"),
+    ]
+    assert lg.tick_tasks(sys._getframe()) is None  # any other frame
+    assert lg.outermost_tick_step(sys._getframe()) is None
+
+
+def test_3_namespaces_and_supersteps() -> None:
+    calls = run_recording_submits()
+    top, nested = calls[0]["ns"], calls[1]["ns"]
+    assert not lg.is_nested(top) and top.startswith("team_a:")
+    assert lg.is_nested(nested) and nested.startswith(top + "|" + "a1:")
+    assert lg.task_path(top) == "team_a" and lg.task_path(nested) == "team_a/a1"
+    # a nested task's own step counts inside its subgraph; the outermost tick gives the top's
+    assert calls[0]["step"] == 1 and calls[0]["outer_step"] == 1
+    assert calls[1]["outer_step"] == 1
+    assert lg.task_step({}, 7) == 7 and lg.task_step({}) is None
+
+
+def test_4_async_only_runnables() -> None:
+    async def double(x: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * x
+
+    node = RunnableCallable(None, double)
+    with pytest.raises(TypeError, match="No synchronous function"):  # unchanged outside runs
+        node.invoke(2)
+    assert asyncio.run(node.ainvoke(2)) == 4
+    assert RunnableCallable.invoke.sync_invoke is lg.SYNC_INVOKE  # our hook is installed
+    from langgraph.prebuilt import ToolNode
+
+    assert issubclass(ToolNode, RunnableCallable)
+    assert "tools_by_name" in dir(ToolNode([]))
+    # inside a marl run (here run_inline) the coroutine runs on the caller's greenlet
+    scenario = AppScenario(
+        lambda: assistant_app(True, io=0.001),
+        ASSISTANT_AGENTS,
+        3,
+        lambda s: s["score"],
+        lambda rng: {"messages": [HumanMessage("x")]},
+    )
+    state, outcome, decisions = run_inline(scenario, lambda a, o: 1 if a != "assistant" else 0, 0)
+    assert decisions == 3 and outcome.reward == 3.0  # the answer and two approvals
+
+
+def test_5_pregel_async_entry_points_take_the_sync_ones_arguments() -> None:
+    for sync, async_ in ((Pregel.invoke, lg.PREGEL_AINVOKE), (Pregel.stream, lg.PREGEL_ASTREAM)):
+        assert list(inspect.signature(sync).parameters) == list(
+            inspect.signature(async_).parameters
+        )
+    assert Pregel.ainvoke.async_run is lg.PREGEL_AINVOKE  # our hook is installed
+    assert Pregel.astream.async_run is lg.PREGEL_ASTREAM
