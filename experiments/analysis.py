@@ -158,6 +158,31 @@ def compare(a: Iterable[float | None], b: Iterable[float | None], name_a: str, n
     )
 
 
+#: a finding's check: (label, value function such as :func:`final`, metric key)
+Check = tuple[str, Callable[[Mapping[str, Any], str], float], str]
+
+
+def findings(
+    a: Sequence[Mapping[str, Any]],
+    b: Sequence[Mapping[str, Any]],
+    names: tuple[str, str],
+    checks: Sequence[Check],
+) -> list[str]:
+    """One ``- label: verdict`` line per check ``(label, value, key)``: :func:`compare` of
+    ``value(record, key)`` over arm ``a``'s records and arm ``b``'s."""
+    return [
+        f"- {label}: " + compare([value(r, key) for r in a], [value(r, key) for r in b], *names)
+        for label, value, key in checks
+    ]
+
+
+#: the usual findings on delegate: final training fraction of oracle and greedy evaluation
+ORACLE_CHECKS: tuple[Check, ...] = (
+    ("final fraction of oracle", final, "oracle_fraction"),
+    ("greedy evaluation", eval_value, "oracle_fraction"),
+)
+
+
 # ----- markdown -----------------------------------------------------------------------------
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A markdown table."""
@@ -269,3 +294,23 @@ def curves(
             ax.plot([], [], color=color, label=f"{label} (n={len(data)})")
     ax.set_xlabel("env steps")
     ax.grid(alpha=0.3)
+
+
+def curve_figure(
+    fig: Figures,
+    groups: Mapping[str, Sequence[Mapping[str, Any]]],
+    key: str,
+    labels: Mapping[str, str],
+    ylabel: str,
+    caption: str,
+    decorate: Callable[[Any], None] | None = None,
+) -> str:
+    """One axis of :func:`curves` of ``key`` (``decorate(ax)`` adds reference lines), saved as
+    ``curves``; returns the markdown image link."""
+    f, ax = pyplot().subplots(figsize=(7, 4))
+    curves(ax, groups, key, labels)
+    if decorate is not None:
+        decorate(ax)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig.save(f, "curves", caption)

@@ -396,5 +396,4 @@ def _estimator_section(est: Mapping[str, Any], fig: an.Figures) -> str:
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)

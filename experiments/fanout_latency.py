@@ -305,5 +305,4 @@ def _range_err(stats: list[dict[str, Any]]) -> list[list[float]]:
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)

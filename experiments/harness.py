@@ -418,6 +418,22 @@ def environment() -> dict[str, Any]:
     return info
 
 
+def iteration_budgets(default: int, full: int = 100) -> dict[str, dict[str, Any]]:
+    """A claim's budgets in training iterations, with greedy evaluation episodes."""
+    return {
+        "smoke": {"iterations": 2, "eval": 3},
+        "default": {"iterations": default, "eval": 100},
+        "full": {"iterations": full, "eval": 200},
+    }
+
+
+def run_as_script(main: Callable[[], Any]) -> None:
+    """``python -m experiments.<claim>``: fix ``PYTHONHASHSEED`` (see :func:`fixed_hash_seed`),
+    then run the claim's ``main``."""
+    fixed_hash_seed()
+    main()
+
+
 def fixed_hash_seed() -> None:
     """Re-exec with ``PYTHONHASHSEED=0`` when unset, like the ``marl`` CLI (RLlib orders agents
     through sets: without it, runs with the same seed differ across processes)."""

@@ -21,8 +21,8 @@ Run: ``python -m experiments.heterogeneous`` (``--full`` for 100 iterations, ``-
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from experiments import analysis as an
@@ -35,11 +35,7 @@ PUBLISHED = (
     "MARS2 reports that teams of diverse (heterogeneous) agents outperform a single larger "
     "homogeneous model."
 )
-BUDGETS: dict[str, dict[str, Any]] = {
-    "smoke": {"iterations": 2, "eval": 3},
-    "default": {"iterations": 25, "eval": 100},
-    "full": {"iterations": 100, "eval": 200},
-}
+BUDGETS = harness.iteration_budgets(default=25)
 ORCHESTRATOR = {"model": {"type": "mlp", "hidden": [64, 64]}}
 HETEROGENEOUS_WORKERS: dict[str, dict[str, Any]] = {
     "worker_0": {"model": {"type": "gru", "hidden": [32], "gru_size": 32, "max_seq_len": 8}},
@@ -89,7 +85,7 @@ def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
     return counts
 
 
-@functools.lru_cache(maxsize=1)
+@lru_cache(maxsize=1)
 def matched_width() -> tuple[int, dict[str, int], dict[str, int]]:
     """The homogeneous width whose worker pool is closest in size to the heterogeneous workers,
     with both arms' parameter counts."""
@@ -218,31 +214,26 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         out += [
             "**Computed findings:**",
             "",
-            "- final fraction of oracle: "
-            + an.compare(
-                [an.final(r, "oracle_fraction") for r in het],
-                [an.final(r, "oracle_fraction") for r in hom],
-                "heterogeneous",
-                "homogeneous",
-            ),
-            "- greedy evaluation: "
-            + an.compare(
-                [an.eval_value(r, "oracle_fraction") for r in het],
-                [an.eval_value(r, "oracle_fraction") for r in hom],
-                "heterogeneous",
-                "homogeneous",
+            *an.findings(
+                het,
+                hom,
+                ("heterogeneous", "homogeneous"),
+                an.ORACLE_CHECKS,
             ),
             "",
         ]
-    plt = an.pyplot()
-    f, ax = plt.subplots(figsize=(7, 4))
-    an.curves(ax, groups, "oracle_fraction", {k: k for k in groups})
-    ax.set_ylabel("fraction of oracle (training episodes)")
-    ax.legend(fontsize=8, loc="lower right")
-    out.append(fig.save(f, "curves", "heterogeneous vs homogeneous learning curves"))
+    out.append(
+        an.curve_figure(
+            fig,
+            groups,
+            "oracle_fraction",
+            {k: k for k in groups},
+            "fraction of oracle (training episodes)",
+            "heterogeneous vs homogeneous learning curves",
+        )
+    )
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)

@@ -34,11 +34,7 @@ PUBLISHED = (
     "Kimi K2.5's PARL trains only the orchestrator against frozen subagents and reports "
     "stable, efficient training of the orchestrator's decomposition and delegation."
 )
-BUDGETS: dict[str, dict[str, Any]] = {
-    "smoke": {"iterations": 2, "eval": 3},
-    "default": {"iterations": 40, "eval": 100},
-    "full": {"iterations": 100, "eval": 200},
-}
+BUDGETS = harness.iteration_budgets(default=40)
 DEFAULT_TOPOLOGY = "star:3"
 #: fractions of the oracle whose first crossing (3-iteration moving average) is reported.
 TARGETS = (0.8, 0.9)
@@ -128,22 +124,12 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
     joint = next((n for n in names if n.startswith("joint")), None)
     if orch and joint:
         a, b = groups[orch], groups[joint]
-        out += [
-            "- final fraction of oracle: "
-            + an.compare(
-                [an.final(r, "oracle_fraction") for r in a],
-                [an.final(r, "oracle_fraction") for r in b],
-                "orchestrator-only",
-                "joint",
-            ),
-            "- greedy evaluation: "
-            + an.compare(
-                [an.eval_value(r, "oracle_fraction") for r in a],
-                [an.eval_value(r, "oracle_fraction") for r in b],
-                "orchestrator-only",
-                "joint",
-            ),
-        ]
+        out += an.findings(
+            a,
+            b,
+            ("orchestrator-only", "joint"),
+            an.ORACLE_CHECKS,
+        )
         for t in TARGETS:
             sa = [an.steps_to(r, "oracle_fraction", t) for r in a]
             sb = [an.steps_to(r, "oracle_fraction", t) for r in b]
@@ -173,5 +159,4 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)

@@ -134,36 +134,38 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         out += [
             "**Computed findings:**",
             "",
-            "- final training return: "
-            + an.compare(
-                [an.final(r, "team_return") for r in team],
-                [an.final(r, "team_return") for r in single],
-                "team",
-                "single",
-            ),
-            "- greedy evaluation return: "
-            + an.compare(
-                [an.eval_value(r, "return") for r in team],
-                [an.eval_value(r, "return") for r in single],
-                "team",
-                "single",
+            *an.findings(
+                team,
+                single,
+                ("team", "single"),
+                [
+                    ("final training return", an.final, "team_return"),
+                    ("greedy evaluation return", an.eval_value, "return"),
+                ],
             ),
             f"- ceilings: the team's oracle averages {ceiling['team']}, the single agent's "
             f"{ceiling['single']}",
             "",
         ]
-    plt = an.pyplot()
-    f, ax = plt.subplots(figsize=(7, 4))
-    an.curves(ax, groups, "team_return", labels)
-    for i, rs in enumerate(groups.values()):
-        oracle = an.stats(an.final(r, "oracle") for r in rs)["mean"]
-        ax.axhline(oracle, color=f"C{i}", linestyle=":", linewidth=1)
-    ax.set_ylabel("team return (dotted: each arm's oracle)")
-    ax.legend(fontsize=8, loc="lower right")
-    out.append(fig.save(f, "curves", "single vs team return vs env steps"))
+
+    def oracles(ax: Any) -> None:
+        for i, rs in enumerate(groups.values()):
+            oracle = an.stats(an.final(r, "oracle") for r in rs)["mean"]
+            ax.axhline(oracle, color=f"C{i}", linestyle=":", linewidth=1)
+
+    out.append(
+        an.curve_figure(
+            fig,
+            groups,
+            "team_return",
+            labels,
+            "team return (dotted: each arm's oracle)",
+            "single vs team return vs env steps",
+            oracles,
+        )
+    )
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)

@@ -296,5 +296,4 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
 
 
 if __name__ == "__main__":
-    harness.fixed_hash_seed()
-    main()
+    harness.run_as_script(main)
