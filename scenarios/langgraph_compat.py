@@ -41,8 +41,8 @@ from langgraph.pregel import Pregel
 from langgraph.pregel._runner import PregelRunner
 
 __all__ = [
-    "CONF",
     "PREGEL_AINVOKE",
+    "PREGEL_ASTREAM",
     "SUBMIT_FLAGS",
     "SYNC_INVOKE",
     "TICK_CODE",
