@@ -27,7 +27,8 @@ CLASS = "tests.apps.team:Echo"
 FACTORY = "tests.apps.team:make_echo"
 INSTANCE = "tests.apps.team:pair"
 ZERO_ARG = "tests.apps.team:app"
-MARL = str(Path(sys.executable).with_name("marl"))
+# the `marl` console script (trainers.cli:app); -P: like a console script, no cwd on sys.path
+MARL = [sys.executable, "-P", "-m", "trainers.cli"]
 
 
 def tiny(tmp_path: Path, scenario: str, **changes: Any) -> ExperimentConfig:
@@ -300,7 +301,7 @@ def test_marl_run_and_eval_a_module_next_to_the_user(
     (tmp_path / "refs_userpkg" / "app.py").write_text(textwrap.dedent(USER_APP))
     (tmp_path / "tiny.yaml").write_text(RUN_YAML)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-    args = [MARL, "run", "refs_userpkg.app:scenario", "--config", "tiny.yaml"]
+    args = [*MARL, "run", "refs_userpkg.app:scenario", "--config", "tiny.yaml"]
     args += ["--iterations", "2", "--output", "out", "--wandb", "disabled"]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

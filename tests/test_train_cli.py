@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from trainers.config import ExperimentConfig
 
-MARL = str(Path(sys.executable).with_name("marl"))
+# the `marl` console script (trainers.cli:app); -P: like a console script, no cwd on sys.path
+MARL = [sys.executable, "-P", "-m", "trainers.cli"]
 TIMING = ("charts/time_s", "charts/iteration_s", "charts/env_steps_per_s")
 
 TINY_YAML = """
@@ -63,7 +64,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list
     procs, outs = [], []
     for name in ("a", "b"):
         out = base / name
-        args = [MARL, "run", "delegate", "--config", str(config), "--iterations", "2"]
+        args = [*MARL, "run", "delegate", "--config", str(config), "--iterations", "2"]
         args += ["--seed", "3", "--output", str(out), "--wandb", "disabled"]
         procs.append(subprocess.Popen(args, env=cli_env(), stdout=subprocess.PIPE, text=True))
         outs.append(out)
