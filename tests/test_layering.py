@@ -154,3 +154,15 @@ def test_importing_the_packages_loads_neither_langgraph_nor_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_an_export_named_like_its_module_stays_the_export() -> None:
+    """``trainers.sweep`` is the function, also after ``import trainers.sweep`` (as with eager
+    imports), so ``from trainers import sweep`` never returns the module."""
+    import topologies.validate
+    from topologies import validate
+    from trainers import sweep
+
+    assert callable(sweep) and sweep.__module__ == "trainers.sweep"
+    assert callable(validate) and topologies.validate is validate
+    assert sys.modules["trainers.sweep"].sweep is sweep
