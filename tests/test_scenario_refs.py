@@ -27,8 +27,9 @@ CLASS = "tests.apps.team:Echo"
 FACTORY = "tests.apps.team:make_echo"
 INSTANCE = "tests.apps.team:pair"
 ZERO_ARG = "tests.apps.team:app"
-# the `marl` console script (trainers.cli:app); -P: like a console script, no cwd on sys.path
-MARL = [sys.executable, "-P", "-m", "trainers.cli"]
+# the `marl` console script (trainers.cli:app); -P (3.11+): like a console script, no cwd on
+# sys.path
+MARL = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trainers.cli"]
 
 
 def tiny(tmp_path: Path, scenario: str, **changes: Any) -> ExperimentConfig:

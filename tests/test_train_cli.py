@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from trainers.config import ExperimentConfig
 
-# the `marl` console script (trainers.cli:app); -P: like a console script, no cwd on sys.path
-MARL = [sys.executable, "-P", "-m", "trainers.cli"]
+# the `marl` console script (trainers.cli:app); -P (3.11+): like a console script, no cwd on
+# sys.path
+MARL = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trainers.cli"]
 TIMING = ("charts/time_s", "charts/iteration_s", "charts/env_steps_per_s")
 
 TINY_YAML = """
