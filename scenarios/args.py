@@ -1,14 +1,22 @@
-"""Argument and action checks shared by the built-in scenarios; errors name the fix."""
+"""Argument and action checks shared by the scenarios and the engine; errors name the fix.
+
+:func:`normalize_action` is the one action normaliser: ``GraphEnv.step``, counterfactual
+replays (:mod:`scenarios.counterfactual`) and the scenarios' own nodes (:func:`checked_action`)
+all read actions through it, so an action means the same thing wherever it is executed.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from scenarios.base import ScenarioError
+
+if TYPE_CHECKING:
+    from scenarios.base import Scenario
 
 
 def int_arg(name: str, value: Any, low: int, high: int | None) -> int:
@@ -28,12 +36,52 @@ def cost_arg(name: str, value: Any) -> float:
     return float(value)
 
 
+def normalize_action(space: gym.Space, action: Any) -> tuple[Any, bool]:
+    """``action`` in the form the env executes it, and whether it lies in ``space``.
+
+    ``Discrete``: a one-element array becomes its item. ``MultiDiscrete`` / ``MultiBinary``: an
+    int64 array of the space's shape whose entries are whole numbers (ints, bools or integral
+    floats), else invalid. Other spaces: the action as given, checked by ``space.contains``.
+    An invalid action is returned as given.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        if isinstance(action, np.ndarray) and action.size == 1:
+            action = action.item()
+    elif isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        raw = np.asarray(action)
+        if raw.dtype.kind not in "biuf" or raw.shape != space.shape:
+            return action, False
+        if raw.dtype.kind == "f" and not np.isfinite(raw).all():
+            return action, False
+        ints = raw.astype(np.int64)
+        if not np.array_equal(ints, raw):
+            return action, False
+        action = ints
+    try:
+        return action, bool(space.contains(action))
+    except (TypeError, ValueError):
+        return action, False
+
+
+def executed_action(scenario: Scenario, agent: str, action: Any) -> tuple[Any, bool]:
+    """The action a ``GraphEnv`` executes for ``agent``'s ``action``, and whether it was valid.
+
+    An invalid action becomes the scenario's default action when the scenario sets
+    ``invalid_action_penalty`` (the env charges the penalty); without one it is returned as
+    given (``GraphEnv.step`` refuses it).
+    """
+    executed, ok = normalize_action(scenario.action_space(agent), action)
+    if not ok and scenario.invalid_action_penalty is not None:
+        return scenario.default_action(agent), False
+    return executed, ok
+
+
 def checked_action(space: gym.Space, action: Any, agent: str) -> np.ndarray:
-    """``action`` as an int64 array inside ``space``, else a ``ValueError`` naming ``agent``."""
-    raw = np.asarray(action)
-    arr = raw.astype(np.int64) if raw.dtype.kind in "iuf" else None
-    if arr is None or raw.shape != space.shape or not np.array_equal(arr, raw):
-        raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
-    if not space.contains(arr):
-        raise ValueError(f"agent {agent!r} chose {action!r}: its action space is {space}")
-    return arr
+    """:func:`normalize_action`'s action as an int64 array (0-d for ``Discrete``) for the
+    integer spaces, else a ``ValueError`` naming ``agent``, its choice and its space."""
+    executed, ok = normalize_action(space, action)
+    if not ok:
+        raise ValueError(
+            f"agent {agent!r} chose {action!r}: not a valid {agent} action in its space {space}"
+        )
+    return np.asarray(executed, dtype=np.int64)

@@ -49,7 +49,7 @@ import numpy as np
 from langgraph.graph import StateGraph
 from typing_extensions import override
 
-from scenarios.args import cost_arg, int_arg
+from scenarios.args import checked_action, cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.delegate_args import check_parallel, check_skills, check_topology, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
@@ -248,7 +248,7 @@ class Delegate(Scenario):
         unsolved = [i for i in range(self.parts) if state["status"][i] != SOLVED]
         if not unsolved or state["round"] >= self.max_rounds:
             return stop
-        action = self._coerce("orchestrator", decide("orchestrator", self.orchestrator_obs(state)))
+        action = self._decide("orchestrator", self.orchestrator_obs(state))
         assignment: dict[str, list[int]] = {}
         for part in unsolved:
             if action[part] > 0:
@@ -270,13 +270,13 @@ class Delegate(Scenario):
 
     def _worker(self, worker: str, state: DelegateState) -> dict[str, Any]:
         parts = state["assignment"].get(worker, [])
-        action = self._coerce(worker, decide(worker, self.worker_obs(state, parts)))
+        action = self._decide(worker, self.worker_obs(state, parts))
         index = int(worker.rpartition("_")[2])
         return self._attempt(state, parts, action, index, self.skills[index], state["round"] - 1)
 
     def _single_agent(self, state: DelegateState) -> dict[str, Any]:
         parts = list(range(self.parts))
-        action = self._coerce("agent", decide("agent", self.worker_obs(state, parts)))
+        action = self._decide("agent", self.worker_obs(state, parts))
         skill = self.skills.mean(axis=0)
         update = self._attempt(state, parts, action, len(self.skills), skill, 0)
         return {**update, "round": 1, "latency": 1, "decisions": 1}
@@ -301,17 +301,14 @@ class Delegate(Scenario):
             attempts.append((round_, part, index, int(action[part]), ok))
         return {"status": status, "attempts": attempts}
 
+    def _decide(self, agent: str, observation: Any) -> np.ndarray:
+        """``agent``'s decision on ``observation``, checked against its action space."""
+        return checked_action(self.action_space(agent), decide(agent, observation), agent)
+
     @staticmethod
     def draw(task_seed: int, round_: int, part: int, worker: int) -> float:
         """The common-random-number skill draw of ``worker`` on ``part`` in ``round_``."""
         return float(np.random.default_rng([task_seed, round_, part, worker]).random())
-
-    def _coerce(self, agent: str, action: Any) -> np.ndarray:
-        a = np.asarray(action, dtype=np.int64).reshape(-1)
-        space = self.action_space(agent)
-        if a.shape != space.shape or not ((a >= 0) & (a < space.nvec)).all():
-            raise ValueError(f"{agent} action {action!r} is outside {space}")
-        return a
 
     # ----- verification --------------------------------------------------------------------
     @override

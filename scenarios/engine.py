@@ -42,8 +42,10 @@ from langgraph.config import get_config
 from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
+from scenarios.args import normalize_action
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
+from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
 from scenarios.replay import (
     FAST_BRIDGE,
     DecisionLimit,
@@ -52,8 +54,6 @@ from scenarios.replay import (
     Unsupported,
     compile_fast,
 )
-
-Policy = Callable[[str, Any], Any]
 
 #: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
 DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
@@ -104,17 +104,6 @@ def zero_action(space: gym.Space) -> Any:
     if isinstance(space, gym.spaces.Discrete):
         return int(space.start)
     return np.zeros(space.shape, dtype=space.dtype)
-
-
-def action_in_space(space: gym.Space, action: Any) -> tuple[Any, bool]:
-    """``action`` in the form the env executes it (a 1-element array becomes the int of a
-    ``Discrete`` space), and whether it lies in ``space``."""
-    if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
-        action = action.item() if action.size == 1 else action
-    try:
-        return action, bool(space.contains(action))
-    except (TypeError, ValueError):
-        return action, False
 
 
 def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
@@ -458,7 +447,7 @@ class GraphEnv(ParallelEnv):
 
     def _check_action(self, agent: str, action: Any) -> Any:
         space = self._act_spaces[agent]
-        action, ok = action_in_space(space, action)
+        action, ok = normalize_action(space, action)
         if ok:
             return action
         penalty = self.scenario.invalid_action_penalty
@@ -583,10 +572,10 @@ class GraphEnv(ParallelEnv):
         """Team return of a replay of episode ``seed`` with only ``coalition`` present.
 
         Agents in the coalition act as given: ``actions`` maps each agent to the actions it took
-        (its k-th decision replays its k-th action; decisions past the recorded ones use the
-        scenario's default action) or is a policy ``(agent, obs) -> action``. Agents outside act
-        under ``absent`` (default: the scenario's declared policy). Replays are deterministic
-        (same seed, same task and random draws) and cached per (seed, coalition, actions).
+        or is a policy ``(agent, obs) -> action``; agents outside act under ``absent`` (default:
+        the scenario's declared policy); the rule is :class:`~scenarios.counterfactual.
+        Counterfactual`'s. Replays are deterministic (same seed, same task and random draws) and
+        cached per (seed, coalition, actions).
         """
         members = frozenset(coalition)
         unknown = members - set(self.possible_agents)
@@ -594,27 +583,31 @@ class GraphEnv(ParallelEnv):
             raise ValueError(
                 f"unknown agents {sorted(unknown)} in coalition: use env.possible_agents"
             )
-        mode = absent or self.scenario.absent
+        counterfactual = Counterfactual(self.scenario, actions, absent)
+        key = None
+        if not callable(actions):
+            key = (seed, members, counterfactual.absent, _freeze(actions))
+            if key in self._replays:
+                return self._replays[key].reward
+        outcome = self.replay(seed, counterfactual.coalition(members))
+        if key is not None:
+            self._replays[key] = outcome
+        return outcome.reward
+
+    def replay(self, seed: int, policy: CoalitionPolicy) -> Outcome:
+        """The outcome of one replay of episode ``seed`` under a coalition's policy (not cached).
+
+        Raises:
+            ScenarioError: ``absent="skip"`` on an env that identifies agents by id.
+        """
+        mode = policy.absent
         if mode == "skip" and self.agent_ids is not None:
             raise ScenarioError(
                 "absent='skip' skips an agent's node, but this env identifies agents by id "
                 "(agent_ids=...), whose decisions may sit deep inside a node: use "
                 "absent='default' or 'placeholder'"
             )
-        key = None
-        if not callable(actions):
-            key = (seed, members, mode, _freeze(actions))
-            if key in self._replays:
-                return self._replays[key].reward
-        outcome = self._replay(seed, members, actions, mode)
-        if key is not None:
-            self._replays[key] = outcome
-        return outcome.reward
-
-    def _replay(
-        self, seed: int, members: frozenset[str], actions: Any, mode: AbsentPolicy
-    ) -> Outcome:
-        act = _Recorder(self._actor(members, actions, mode))
+        act = _Recorder(policy)
         fast = self._fast_graph()
         if fast is None:
             return self._slow_replay(seed, act, mode)
@@ -630,7 +623,8 @@ class GraphEnv(ParallelEnv):
                 self._fast = None
                 warnings.warn(
                     f"fast replays of {self.scenario.id()} differ from LangGraph replays "
-                    f"(seed={seed}, coalition={sorted(members)}); replaying through LangGraph",
+                    f"(seed={seed}, coalition={sorted(policy.members)}); replaying through "
+                    "LangGraph",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -639,26 +633,6 @@ class GraphEnv(ParallelEnv):
             return self._fast_replay(fast, seed, act, mode)
         except Unsupported:  # replay through LangGraph, feeding the decisions already made
             return self._slow_replay(seed, _Replayer(act.log, then=act.act), mode)
-
-    def _actor(self, members: frozenset[str], actions: Any, mode: AbsentPolicy) -> Policy:
-        """The policy of one replay: coalition members replay ``actions``, others ``mode``."""
-        counts: dict[str, int] = {}
-
-        def act(agent: str, obs: Any) -> Any:
-            if agent not in members:
-                if mode == "skip":
-                    return SkipNode
-                if mode == "placeholder":
-                    return self.scenario.placeholder_action(agent)
-                return self.scenario.default_action(agent)
-            if callable(actions):
-                return actions(agent, obs)
-            k = counts.get(agent, 0)
-            counts[agent] = k + 1
-            seq = actions.get(agent, [])
-            return seq[k] if k < len(seq) else self.scenario.default_action(agent)
-
-        return act
 
     def _fast_graph(self) -> FastGraph | None:
         """The graph's fast replay executor (None: not available or switched off)."""

@@ -14,6 +14,7 @@ import numpy as np
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from scenarios.base import Scenario
+from scenarios.counterfactual import Counterfactual
 from scenarios.engine import GraphEnv, _Recorder, _Replayer, _same
 from scenarios.replay import Unsupported
 
@@ -61,7 +62,7 @@ def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
     ]
     for members in [frozenset(players), frozenset(), *subsets]:
         for mode in ("skip", "placeholder", "default"):
-            slow = _Recorder(env._actor(members, actions, mode))
+            slow = _Recorder(Counterfactual(env.scenario, actions, mode).coalition(members))
             truth = env._slow_replay(seed, slow, mode)
             again = _Replayer(slow.log)
             try:

@@ -16,6 +16,7 @@ from toys import ToyStar, handoff_graph, join_graph, map_reduce_graph, obs, user
 
 from scenarios import build, decide, emit_reward
 from scenarios.bridge import GraphRun
+from scenarios.counterfactual import Counterfactual
 from scenarios.engine import GraphEnv
 from scenarios.replay import DecisionLimit, RecursionLimit, Unsupported, compile_fast
 
@@ -188,7 +189,7 @@ def test_a_node_error_falls_back_to_a_langgraph_replay():
         env._fast_replay(
             env._fast_graph(),
             0,
-            env._actor(frozenset(["worker_0"]), {"worker_0": [2]}, "default"),
+            Counterfactual(env.scenario, {"worker_0": [2]}, "default").coalition(["worker_0"]),
             "default",
         )
 
