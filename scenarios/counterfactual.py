@@ -43,17 +43,28 @@ class Counterfactual:
         self.absent: AbsentPolicy = absent or scenario.absent
         self._policy: Policy | None = actions if callable(actions) else None
         self._recorded: Mapping[str, Sequence[Any]] = {} if callable(actions) else actions
+        self._fed: dict[tuple[str, int, bool], Any] = {}
 
     def action(self, agent: str, k: int, present: bool, observation: Any = None) -> Any:
-        """The action fed at ``agent``'s ``k``-th decision (from 0), present or absent."""
+        """The action fed at ``agent``'s ``k``-th decision (from 0), present or absent.
+
+        With recorded actions the answer depends only on the arguments and is memoised (the
+        same object is fed again: a node must not change its action in place).
+        """
+        if present and self._policy is not None:
+            return self._policy(agent, observation)
+        key = (agent, k, present)
+        if key not in self._fed:
+            self._fed[key] = self._choose(agent, k, present)
+        return self._fed[key]
+
+    def _choose(self, agent: str, k: int, present: bool) -> Any:
         if not present:
             if self.absent == "skip":
                 return SkipNode
             if self.absent == "placeholder":
                 return self.scenario.placeholder_action(agent)
             return self.scenario.default_action(agent)
-        if self._policy is not None:
-            return self._policy(agent, observation)
         seq = self._recorded.get(agent, ())
         if k >= len(seq):
             return self.scenario.default_action(agent)

@@ -235,10 +235,6 @@ CASES = {
         dict(credit=CreditConfig(method="shapley", estimator="kernel", budget=3)),
         r"set credit.budget ≥ 10",
     ),
-    "credit repeats": (
-        dict(credit=CreditConfig(method="loo", repeats=3)),
-        "set credit.repeats=1",
-    ),
     "normalized credit without PPO": (
         dict(
             algorithm=AlgoConfig(name="IMPALA"), credit=CreditConfig(method="loo", normalize=True)
@@ -285,6 +281,31 @@ def test_config_error_names_the_fix(case: str) -> None:
         cfg.logging.wandb = fields["logging"]["wandb"]
     with pytest.raises(ConfigError, match=match):
         to_algorithm_config(cfg)
+
+
+def test_credit_repeats_is_gone() -> None:
+    """Replays are deterministic given the episode seed: there is no repeats knob to set."""
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['repeats'\]"):
+        ExperimentConfig.from_dict({"credit": {"method": "loo", "repeats": 3}})
+
+
+@pytest.mark.parametrize(
+    ("credit", "match"),
+    [
+        ({"budget": 1}, r"credit.budget=1 is too small: use null .* or an integer ≥ 2"),
+        ({"budget": True}, "credit.budget=True"),
+        ({"exact_max": 17}, r"credit.exact_max=17 is out of range: use an integer in 0…16"),
+        ({"workers": 0}, r"credit.workers=0 is out of range"),
+        ({"estimator": "stratified"}, "credit.estimator='stratified' is an unknown"),
+    ],
+)
+def test_credit_config_check_is_the_one_place(credit: dict, match: str) -> None:
+    """Field-level credit rules live in CreditConfig.check(); the connector and resolve agree."""
+    cfg = CreditConfig(method="shapley", **credit)
+    with pytest.raises(ConfigError, match=match):
+        cfg.check()
+    with pytest.raises(ConfigError, match=match):
+        to_algorithm_config(ExperimentConfig(credit=cfg))
 
 
 def test_gpu_request_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

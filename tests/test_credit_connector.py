@@ -24,21 +24,22 @@ from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from trainers.config import CreditConfig
+from trainers.config import ConfigError, CreditConfig
 from trainers.credit import leave_one_out, shapley_exact
 from trainers.credit_connector import (
     VERIFY_EVERY,
     VERIFY_FIRST,
     CreditConnector,
     CreditConnectorFactory,
-    CreditError,
-    CreditPPOTorchLearner,
-    EpisodeReplays,
-    PerAgentAdvantageNormalization,
     make_credit_connector,
 )
+from trainers.credit_learner import CreditPPOTorchLearner, PerAgentAdvantageNormalization
+from trainers.credit_settings import CreditError
+from trainers.credit_trie import EpisodeReplays
 
 scenarios = pytest.importorskip("scenarios")
+from rllib_episodes import record_episode  # noqa: E402
+
 from scenarios.rllib_env import RLlibGraphEnv  # noqa: E402
 
 Policy = Callable[[str, Any], Any]
@@ -88,30 +89,7 @@ def sample(
     strip: tuple[str, ...] = (),
 ) -> MultiAgentEpisode:
     """One finished episode of ``env`` under ``policy``, recorded as RLlib records it."""
-    episode = MultiAgentEpisode(
-        observation_space=env.observation_spaces,
-        action_space=env.action_spaces,
-        agent_to_module_mapping_fn=module_of,
-    )
-    obs, infos = env.reset(seed=seed)
-    episode.add_env_reset(observations=obs, infos=_strip(infos, strip))
-    while True:
-        actions = {a: policy(a, o) for a, o in obs.items()}
-        obs, rewards, terms, truncs, infos = env.step(actions)
-        episode.add_env_step(
-            observations=obs,
-            actions=actions,
-            rewards=rewards,
-            infos=_strip(infos, strip),
-            terminateds=terms,
-            truncateds=truncs,
-        )
-        if terms["__all__"] or truncs["__all__"]:
-            return episode.to_numpy() if numpy else episode
-
-
-def _strip(infos: dict[str, dict], keys: tuple[str, ...]) -> dict[str, dict]:
-    return {a: {k: v for k, v in i.items() if k not in keys} for a, i in infos.items()}
+    return record_episode(env, seed, policy, module_of=module_of, strip=strip, numpy=numpy)
 
 
 def final(episode: MultiAgentEpisode) -> tuple[Any, int, dict[str, list[Any]]]:
@@ -158,7 +136,7 @@ def test_factory_has_rllibs_learner_connector_form() -> None:
     config = PPOConfig().learners(learner_connector=factory)
     pipeline = config.build_learner_connector(None, None)
     assert isinstance(pipeline.connectors[0], CreditConnector)
-    assert pipeline.connectors[0].settings.method == "loo"
+    assert pipeline.connectors[0].credit.method == "loo"
     import cloudpickle
 
     clone = cloudpickle.loads(cloudpickle.dumps(factory))  # shipped to remote learners
@@ -170,13 +148,16 @@ def test_factory_has_rllibs_learner_connector_form() -> None:
     [
         ({"method": "difference"}, "unknown credit method"),
         ({"method": "shapley", "estimator": "stratified"}, "unknown Shapley estimator"),
-        ({"method": "shapley", "repeats": 3}, "set repeats=1"),
         ({"method": "shapley", "budget": 0}, "credit.budget"),
+        ({"method": "shapley", "budget": 1}, "credit.budget"),
         ({"method": "shapley", "exact_max": -1}, "exact_max"),
+        ({"method": "shapley", "exact_max": 17}, "exact_max"),
+        ({"method": "shapley", "workers": 0}, "credit.workers"),
     ],
 )
 def test_bad_settings_are_refused_with_the_fix(credit: dict[str, Any], match: str) -> None:
-    with pytest.raises(CreditError, match=match):
+    """The connector takes the CreditConfig as it is, checked by its own check()."""
+    with pytest.raises(ConfigError, match=match):
         make_credit_connector(CreditConfig(**credit), DELEGATE)
 
 
@@ -228,20 +209,7 @@ def test_shapley_exact_matches_direct_replays(delegate_env: RLlibGraphEnv) -> No
 
 def test_unfinished_chunk_is_left_untouched(delegate_env: RLlibGraphEnv) -> None:
     env = delegate_env
-    policy = random_policy(env, 5)
-    ep = MultiAgentEpisode(observation_space=env.observation_spaces, action_space=env.action_spaces)
-    obs, infos = env.reset(seed=5)
-    ep.add_env_reset(observations=obs, infos=infos)
-    actions = {a: policy(a, o) for a, o in obs.items()}
-    obs, rew, terms, truncs, infos = env.step(actions)
-    ep.add_env_step(
-        observations=obs,
-        actions=actions,
-        rewards=rew,
-        infos=infos,
-        terminateds=terms,
-        truncateds=truncs,
-    )
+    ep = record_episode(env, 5, random_policy(env, 5), steps=1)
     assert not ep.is_done
     conn = connector(DELEGATE, method="shapley")
     before = {a: list(sa.get_rewards()) for a, sa in ep.agent_episodes.items()}
@@ -417,27 +385,8 @@ def test_local_without_outcome_local_names_the_fix() -> None:
 
 def test_chunk_that_misses_the_reset_names_complete_episodes(delegate_env: RLlibGraphEnv) -> None:
     env = delegate_env
-    policy = random_policy(env, 2)
-    ep = MultiAgentEpisode(observation_space=env.observation_spaces, action_space=env.action_spaces)
-    obs, infos = env.reset(seed=2)
-    ep.add_env_reset(observations=obs, infos=infos)
-    chunk, steps = ep, 0
-    while True:
-        actions = {a: policy(a, o) for a, o in obs.items()}
-        obs, rew, terms, truncs, infos = env.step(actions)
-        chunk.add_env_step(
-            observations=obs,
-            actions=actions,
-            rewards=rew,
-            infos=infos,
-            terminateds=terms,
-            truncateds=truncs,
-        )
-        steps += 1
-        if terms["__all__"] or truncs["__all__"]:
-            break
-        if steps == 1:
-            chunk = chunk.cut()  # what truncate_episodes does at a batch boundary
+    # cut after the first step, as truncate_episodes does at a batch boundary
+    chunk = record_episode(env, 2, random_policy(env, 2), cut_after=1, numpy=False)
     assert chunk.env_t_started > 0
     with pytest.raises(CreditError, match="complete_episodes"):
         connector(DELEGATE, method="shapley").assign(chunk)
@@ -628,7 +577,7 @@ def test_workers_spread_episodes_over_ray_actors_with_the_same_credits(ray_sessi
     batch = [sample(env, s, random_policy(env, s)) for s in range(12)]
     parallel = connector(env_config, method="shapley", workers=2)
     records = parallel.assign_all(batch)
-    assert parallel._actors is not None and len(parallel._actors) == 1
+    assert parallel.pool.actors is not None and len(parallel.pool.actors) == 1
     assert [r.seed for r in records] == [r.seed for r in serial]
     for s, p in zip(serial, records, strict=True):
         assert p.credits == s.credits

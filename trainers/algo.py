@@ -27,6 +27,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from marl_agents.pools import AgentPool, ModelConfig, PoolError, resolve_pools
 from trainers.config import ConfigError, ExperimentConfig
+from trainers.credit_settings import check_credit_for
 
 #: env-runner metrics this package logs per episode (sums and counts, reduced per iteration).
 EPISODE_METRICS = "marl"
@@ -155,7 +156,7 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
     _check_models(cfg, pools, type(scenario).name)
     _check_text(cfg, scenario, pools)
     _check_algorithm(cfg, pools)
-    _check_credit(cfg, scenario, agents)
+    check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
     _check_resources(cfg)
     has_oracle = type(scenario).oracle_value is not _base_oracle()
     if has_oracle:
@@ -400,68 +401,6 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
             )
 
 
-def _check_credit(cfg: ExperimentConfig, scenario: Any, agents: list[str]) -> None:
-    credit = cfg.credit
-    if credit.method == "team":
-        return
-    if credit.normalize and cfg.algorithm.name != "PPO":
-        raise ConfigError(
-            "credit.normalize needs the PPO credit learner: use algorithm PPO or normalize=false"
-        )
-    if credit.repeats != 1:
-        raise ConfigError(
-            f"credit.repeats={credit.repeats}: replays of GraphEnv scenarios are deterministic "
-            "given the episode seed, so repeats change nothing; set credit.repeats=1"
-        )
-    if credit.method == "local":
-        outcome = _random_episode(scenario)
-        missing = [a for a in agents if a not in (outcome.local or {})]
-        if missing:
-            raise ConfigError(
-                f"credit 'local' needs Outcome.local for every agent, but scenario "
-                f"{scenario.id()} gives none for {missing}: use credit 'loo' or 'shapley' "
-                "(counterfactual replays), or 'team'"
-            )
-    if credit.method == "shapley":
-        from trainers.credit import EXACT_MAX_AGENTS, min_budget
-
-        n = len(agents)
-        if credit.estimator == "exact" and n > EXACT_MAX_AGENTS:
-            raise ConfigError(
-                f"credit.estimator 'exact' needs 2^{n} replays per episode for {n} agents "
-                f"(limit {EXACT_MAX_AGENTS} agents): use 'kernel' or 'antithetic' with a budget"
-            )
-        sampled = credit.estimator in ("permutation", "antithetic", "kernel")
-        if (
-            sampled
-            and credit.budget is not None
-            and credit.budget < min_budget(credit.estimator, n)
-        ):
-            need = min_budget(credit.estimator, n)
-            raise ConfigError(
-                f"credit.budget={credit.budget} is below the {credit.estimator} estimator's "
-                f"minimum for {n} agents: set credit.budget ≥ {need}"
-            )
-
-
-def _random_episode(scenario: Any, seed: int = 0) -> Any:
-    """The outcome of one episode of seeded random (valid) actions."""
-    from scenarios.engine import GraphEnv
-
-    env = GraphEnv(scenario)
-    _, infos = env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    while env.agents:
-        actions = {}
-        for agent in env.agents:
-            if infos[agent]["acting"]:
-                space = env.action_space(agent)
-                space.seed(int(rng.integers(2**31)))
-                actions[agent] = space.sample()
-        _, _, _, _, infos = env.step(actions)
-    return env.outcome
-
-
 def _check_resources(cfg: ExperimentConfig) -> None:
     res = cfg.resources
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
@@ -652,27 +591,14 @@ def credit_workers(cfg: ExperimentConfig) -> int:
 
 
 def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
-    try:
-        from trainers.credit_connector import make_credit_connector
-    except ModuleNotFoundError as exc:
-        if exc.name != "trainers.credit_connector":
-            raise
-        raise NotImplementedError(
-            f"credit method {cfg.credit.method!r} needs trainers.credit_connector, which is not "
-            "installed yet: use credit 'team'"
-        ) from None
-    from trainers.credit_connector import CreditError
+    from trainers.credit_connector import make_credit_connector
 
     credit = dataclasses.replace(cfg.credit, workers=credit_workers(cfg))
-    try:
-        # replays get the episodes' wall-clock limit: a hung tool must not stall the learner
-        env_config = {**plan.env_config, "episode_timeout_s": cfg.episodes.timeout_s}
-        factory = make_credit_connector(credit, env_config)
-    except CreditError as exc:
-        raise ConfigError(f"credit: {exc}") from None
-    out: dict[str, Any] = {"learner_connector": factory}
+    # replays get the episodes' wall-clock limit: a hung tool must not stall the learner
+    env_config = {**plan.env_config, "episode_timeout_s": cfg.episodes.timeout_s}
+    out: dict[str, Any] = {"learner_connector": make_credit_connector(credit, env_config)}
     if cfg.credit.normalize:
-        from trainers.credit_connector import CreditPPOTorchLearner
+        from trainers.credit_learner import CreditPPOTorchLearner
 
         out["learner_class"] = CreditPPOTorchLearner
     return out

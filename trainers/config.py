@@ -25,12 +25,13 @@ from typing import Any, Literal
 import yaml
 
 from marl_agents.pools import SHARING, PoolConfig
+from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
-CreditEstimator = Literal["auto", "exact", "permutation", "antithetic", "kernel"]
+CreditEstimator = ShapleyMethod
 
-CREDIT_METHODS: tuple[str, ...] = ("team", "local", "loo", "shapley")
-CREDIT_ESTIMATORS: tuple[str, ...] = ("auto", "exact", "permutation", "antithetic", "kernel")
+CREDIT_METHODS: tuple[str, ...] = typing.get_args(CreditMethod)
+CREDIT_ESTIMATORS: tuple[str, ...] = typing.get_args(CreditEstimator)
 ALGORITHMS: tuple[str, ...] = ("PPO", "APPO", "IMPALA", "GRPO")
 WANDB_MODES: tuple[str, ...] = ("offline", "online", "disabled")
 
@@ -62,6 +63,10 @@ class ConfigError(ValueError):
 class CreditConfig:
     """How the team's reward is split between agents before advantages are computed.
 
+    The credit learner connector takes this object as it is; :meth:`check` holds every
+    field-level rule, and the rules that need the team (agent count against the estimator,
+    ``Outcome.local``) are :func:`trainers.credit_settings.check_credit_for`, run by ``resolve``.
+
     Attributes:
         method: ``"team"`` (every agent gets the team reward), ``"local"`` (each agent's own
             ``Outcome.local`` reward), ``"loo"`` (leave-one-out difference rewards) or
@@ -69,12 +74,12 @@ class CreditConfig:
         estimator: Shapley estimator: ``"auto"`` picks ``"exact"`` for at most ``exact_max``
             agents and a sampled one beyond.
         budget: Coalition evaluations per episode for sampled estimators (``None``: the
-            estimator's default).
-        repeats: Replays per coalition. Replays are deterministic (same seed, same draws), so
-            it must be 1; it exists for scenarios with noisy verifiers.
-        exact_max: Largest team for which ``"auto"`` computes exact Shapley values.
+            estimator's default, ``8n``); at least 2, and at least the estimator's minimum
+            for the team (checked in ``resolve``).
+        exact_max: Largest team computed exactly (``2**n`` replays an episode), at most
+            :data:`trainers.credit.EXACT_MAX_AGENTS`.
         normalize: Standardise advantages per agent after GAE (matters when agents share a
-            module; see ``trainers.credit_connector.PerAgentAdvantageNormalization``).
+            module; see ``trainers.credit_learner.PerAgentAdvantageNormalization``).
         workers: Processes that replay episodes for ``loo``/``shapley``, counting the learner
             itself (extra ones are Ray actors): ``None`` uses the cores the trainer leaves idle
             (CPUs − 1 driver − env runners − CPU learners, at least 1, at most 8). Credits do
@@ -84,32 +89,43 @@ class CreditConfig:
     method: CreditMethod = "team"
     estimator: CreditEstimator = "auto"
     budget: int | None = None
-    repeats: int = 1
     exact_max: int = 8
     normalize: bool = False
     workers: int | None = None
 
     def check(self) -> None:
-        """Field-level validation (what the scenario supports is checked in ``resolve``)."""
-        if self.workers is not None and not 1 <= self.workers <= 64:
-            raise ConfigError(
-                f"credit.workers must be null (the idle cores) or 1…64, got {self.workers}"
-            )
+        """Every field-level rule (what the scenario supports is checked in ``resolve``)."""
         if self.method not in CREDIT_METHODS:
             raise ConfigError(
-                f"credit.method={self.method!r} is unknown: use one of {', '.join(CREDIT_METHODS)}"
+                f"credit.method={self.method!r} is an unknown credit method: use one of "
+                f"{', '.join(CREDIT_METHODS)}"
             )
         if self.estimator not in CREDIT_ESTIMATORS:
             raise ConfigError(
-                f"credit.estimator={self.estimator!r} is unknown: use one of "
-                f"{', '.join(CREDIT_ESTIMATORS)}"
+                f"credit.estimator={self.estimator!r} is an unknown Shapley estimator: use one "
+                f"of {', '.join(CREDIT_ESTIMATORS)}"
             )
-        if self.budget is not None and self.budget < 1:
-            raise ConfigError(f"credit.budget must be ≥ 1 or null, got {self.budget}")
-        if self.repeats < 1:
-            raise ConfigError(f"credit.repeats must be ≥ 1, got {self.repeats}")
-        if not 0 <= self.exact_max <= 16:
-            raise ConfigError(f"credit.exact_max must be in 0…16, got {self.exact_max}")
+        if self.budget is not None and not _int_at_least(self.budget, 2):
+            raise ConfigError(
+                f"credit.budget={self.budget!r} is too small: use null (8 coalition evaluations "
+                "per player) or an integer ≥ 2 (v(N) and v(∅) at least)"
+            )
+        if not _int_at_least(self.exact_max, 0) or self.exact_max > EXACT_MAX_AGENTS:
+            raise ConfigError(
+                f"credit.exact_max={self.exact_max!r} is out of range: use an integer in "
+                f"0…{EXACT_MAX_AGENTS} (exact Shapley values cost 2^n replays an episode)"
+            )
+        if not isinstance(self.normalize, bool):
+            raise ConfigError(f"credit.normalize={self.normalize!r}: use true or false")
+        if self.workers is not None and (not _int_at_least(self.workers, 1) or self.workers > 64):
+            raise ConfigError(
+                f"credit.workers={self.workers!r} is out of range: use null (the idle cores) or "
+                "an integer in 1…64"
+            )
+
+
+def _int_at_least(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]

@@ -43,7 +43,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, combinations
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -53,6 +53,7 @@ __all__ = [
     "EXACT_MAX_AGENTS",
     "CachedValue",
     "NoisyValueFn",
+    "ShapleyMethod",
     "ValueFn",
     "leave_one_out",
     "min_budget",
@@ -419,6 +420,26 @@ def _covers_everything(n: int, budget: int) -> bool:
     return n <= EXACT_MAX_AGENTS and budget >= (1 << n)
 
 
+def _sampled(
+    method: Literal["permutation", "antithetic", "kernel"],
+    agents: Sequence[str],
+    v: ValueFn,
+    budget: int,
+    rng: RngLike,
+) -> dict[str, float]:
+    """A sampled estimator's checks and estimate; exact when the budget covers every coalition."""
+    ids = _check_agents(agents)
+    n = len(ids)
+    budget = _check_budget(method, n, budget)
+    ev = _Evaluator(ids, v)
+    if _covers_everything(n, budget):
+        return _result(ids, _exact_from(ev))
+    if method == "kernel":
+        return _result(ids, _kernel_estimate(ev, budget, _rng(rng)))
+    antithetic = method == "antithetic"
+    return _result(ids, _permutation_estimate(ev, budget, _rng(rng), antithetic=antithetic))
+
+
 # ----- permutation sampling -----------------------------------------------------------------------
 def shapley_permutation(
     agents: Sequence[str], v: ValueFn, budget: int, rng: RngLike = None
@@ -449,13 +470,7 @@ def shapley_permutation(
     Raises:
         ValueError: bad agents, or ``budget < n + 1``.
     """
-    ids = _check_agents(agents)
-    n = len(ids)
-    budget = _check_budget("permutation", n, budget)
-    ev = _Evaluator(ids, v)
-    if _covers_everything(n, budget):
-        return _result(ids, _exact_from(ev))
-    return _result(ids, _permutation_estimate(ev, budget, _rng(rng), antithetic=False))
+    return _sampled("permutation", agents, v, budget, rng)
 
 
 def shapley_antithetic(
@@ -486,13 +501,7 @@ def shapley_antithetic(
     Raises:
         ValueError: bad agents, or ``budget < 2n``.
     """
-    ids = _check_agents(agents)
-    n = len(ids)
-    budget = _check_budget("antithetic", n, budget)
-    ev = _Evaluator(ids, v)
-    if _covers_everything(n, budget):
-        return _result(ids, _exact_from(ev))
-    return _result(ids, _permutation_estimate(ev, budget, _rng(rng), antithetic=True))
+    return _sampled("antithetic", agents, v, budget, rng)
 
 
 #: Draws (permutations or kernel pairs) without paying anything new before a sampler gives up;
@@ -579,13 +588,7 @@ def shapley_kernel(
     Raises:
         ValueError: bad agents, or a budget below :func:`min_budget` ``("kernel", n)``.
     """
-    ids = _check_agents(agents)
-    n = len(ids)
-    budget = _check_budget("kernel", n, budget)
-    ev = _Evaluator(ids, v)
-    if _covers_everything(n, budget):
-        return _result(ids, _exact_from(ev))
-    return _result(ids, _kernel_estimate(ev, budget, _rng(rng)))
+    return _sampled("kernel", agents, v, budget, rng)
 
 
 def _kernel_estimate(ev: _Evaluator, budget: int, rng: np.random.Generator) -> np.ndarray:
@@ -740,7 +743,7 @@ def shapley(
     n = len(ids)
     if not 0 <= exact_max <= EXACT_MAX_AGENTS:
         raise ValueError(f"exact_max must be in 0…{EXACT_MAX_AGENTS}, got {exact_max}")
-    methods = ("auto", "exact", "permutation", "antithetic", "kernel")
+    methods = get_args(ShapleyMethod)
     if method not in methods:
         raise ValueError(f"unknown Shapley method {method!r}; use one of {', '.join(methods)}")
     if method == "auto":

@@ -1,0 +1,107 @@
+"""What a :class:`~trainers.config.CreditConfig` means for a team: its checks and its estimator.
+
+``CreditConfig.check`` holds every field-level rule. :func:`check_credit_for` holds the rules
+that need the scenario and its agents (called once, from ``trainers.algo.resolve``, before
+Ray starts). :func:`shapley_credit` is the one estimator call for one episode's players, used
+by the credit connector and by transcripts/evaluation, so both report the same credit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trainers.config import ConfigError
+from trainers.credit import EXACT_MAX_AGENTS, ValueFn, min_budget, shapley
+
+if TYPE_CHECKING:
+    from trainers.config import CreditConfig
+
+__all__ = ["CreditError", "check_credit_for", "shapley_credit"]
+
+#: mixed into the episode seed: the sampled estimators' draws are a function of the episode
+SHAPLEY_SEED_SALT = 0x5A4E
+
+
+class CreditError(ValueError):
+    """A credit method cannot be applied to an episode or scenario; the message names the fix."""
+
+
+def check_credit_for(
+    credit: CreditConfig, scenario: Any, agents: Sequence[str], algorithm: str
+) -> None:
+    """The credit rules that need the team: ``algorithm`` for ``normalize``, ``Outcome.local``
+    for ``local``, the agent count against the exact limit and the sampled budget minimum.
+
+    Raises:
+        ConfigError: naming the field, the value and the fix.
+    """
+    if credit.method == "team":
+        return
+    if credit.normalize and algorithm != "PPO":
+        raise ConfigError(
+            "credit.normalize needs the PPO credit learner: use algorithm PPO or normalize=false"
+        )
+    n = len(agents)
+    if credit.method == "local":
+        outcome = _random_episode(scenario)
+        missing = [a for a in agents if a not in (outcome.local or {})]
+        if missing:
+            raise ConfigError(
+                f"credit 'local' needs Outcome.local for every agent, but scenario "
+                f"{scenario.id()} gives none for {missing}: use credit 'loo' or 'shapley' "
+                "(counterfactual replays), or 'team'"
+            )
+    elif credit.method == "shapley" and credit.estimator == "exact" and n > EXACT_MAX_AGENTS:
+        raise ConfigError(
+            f"credit.estimator 'exact' needs 2^{n} replays per episode for {n} agents "
+            f"(limit {EXACT_MAX_AGENTS} agents): use 'kernel' or 'antithetic' with a budget"
+        )
+    elif credit.method == "shapley" and credit.estimator not in ("auto", "exact"):
+        need = min_budget(credit.estimator, n)
+        if credit.budget is not None and credit.budget < need:
+            raise ConfigError(
+                f"credit.budget={credit.budget} is below the {credit.estimator} estimator's "
+                f"minimum for {n} agents: set credit.budget ≥ {need}"
+            )
+
+
+def shapley_credit(
+    credit: CreditConfig, players: Sequence[str], v: ValueFn, seed: int
+) -> dict[str, float]:
+    """Shapley credit of one episode's ``players`` under ``credit``'s estimator.
+
+    Exact for ``estimator="exact"`` or a named sampled estimator on at most ``exact_max``
+    players; ``"auto"`` decides in :func:`trainers.credit.shapley`. A budget below the
+    estimator's minimum for this episode's players is raised to it (players vary per episode;
+    ``resolve`` checked it against the whole team). Sampling is seeded by the episode ``seed``.
+    """
+    n = len(players)
+    method = credit.estimator
+    if method == "exact" or (method != "auto" and n <= credit.exact_max):
+        return shapley(players, v, "exact")
+    budget = credit.budget
+    if budget is not None:
+        budget = max(budget, n + 1 if method == "auto" else min_budget(method, n))
+    rng = np.random.default_rng([seed, SHAPLEY_SEED_SALT])
+    return shapley(players, v, method, budget=budget, rng=rng, exact_max=credit.exact_max)
+
+
+def _random_episode(scenario: Any, seed: int = 0) -> Any:
+    """The outcome of one episode of seeded random (valid) actions."""
+    from scenarios.engine import GraphEnv
+
+    env = GraphEnv(scenario)
+    _, infos = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    while env.agents:
+        actions = {}
+        for agent in env.agents:
+            if infos[agent]["acting"]:
+                space = env.action_space(agent)
+                space.seed(int(rng.integers(2**31)))
+                actions[agent] = space.sample()
+        _, _, _, _, infos = env.step(actions)
+    return env.outcome
