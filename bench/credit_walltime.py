@@ -139,31 +139,11 @@ def connector_probe(sizes: list[int], episodes: int, method: str, estimator: str
     verification window (``v(N)`` from the episode, as for most episodes in training).
     """
     import numpy as np
-    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 
     from scenarios.rllib_env import RLlibGraphEnv
+    from tests.rllib_episodes import record_episode
     from trainers.config import CreditConfig
     from trainers.credit_connector import VERIFY_FIRST, make_credit_connector
-
-    def sample(env: RLlibGraphEnv, seed: int, policy: Any) -> MultiAgentEpisode:
-        episode = MultiAgentEpisode(
-            observation_space=env.observation_spaces, action_space=env.action_spaces
-        )
-        obs, infos = env.reset(seed=seed)
-        episode.add_env_reset(observations=obs, infos=infos)
-        while True:
-            actions = {a: policy(a, o) for a, o in obs.items()}
-            obs, rewards, terms, truncs, infos = env.step(actions)
-            episode.add_env_step(
-                observations=obs,
-                actions=actions,
-                rewards=rewards,
-                infos=infos,
-                terminateds=terms,
-                truncateds=truncs,
-            )
-            if terms["__all__"] or truncs["__all__"]:
-                return episode.to_numpy()
 
     print(f"\ncredit connector alone ({episodes} episodes per row, no RLlib): cost per episode")
     header = (
@@ -180,7 +160,7 @@ def connector_probe(sizes: list[int], episodes: int, method: str, estimator: str
             "oracle": env.env.scenario.oracle_policy,
         }
         for name, policy in policies.items():
-            eps = [sample(env, seed, policy) for seed in range(episodes)]
+            eps = [record_episode(env, seed, policy) for seed in range(episodes)]
             credit = CreditConfig(method=method, estimator=estimator)
             conn = make_credit_connector(credit, env_config)(None, None)
             conn.totals["episodes"] = VERIFY_FIRST + 1  # past the verification window

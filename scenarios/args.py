@@ -44,23 +44,36 @@ def normalize_action(space: gym.Space, action: Any) -> tuple[Any, bool]:
     floats), else invalid. Other spaces: the action as given, checked by ``space.contains``.
     An invalid action is returned as given.
     """
-    if isinstance(space, gym.spaces.Discrete):
-        if isinstance(action, np.ndarray) and action.size == 1:
-            action = action.item()
-    elif isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
-        raw = np.asarray(action)
-        if raw.dtype.kind not in "biuf" or raw.shape != space.shape:
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        ints = _whole_numbers(action, space.shape)
+        if ints is None:
             return action, False
-        if raw.dtype.kind == "f" and not np.isfinite(raw).all():
+        low = space.start
+        return ints, bool(((ints >= low) & (ints < low + space.nvec)).all())
+    if isinstance(space, gym.spaces.MultiBinary):
+        ints = _whole_numbers(action, space.shape)
+        if ints is None:
             return action, False
-        ints = raw.astype(np.int64)
-        if not np.array_equal(ints, raw):
-            return action, False
-        action = ints
+        return ints, bool(((ints == 0) | (ints == 1)).all())
+    if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
+        action = action.item() if action.size == 1 else action
     try:
         return action, bool(space.contains(action))
     except (TypeError, ValueError):
         return action, False
+
+
+def _whole_numbers(action: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``action`` as an int64 array of ``shape`` when its entries are whole numbers."""
+    raw = action if isinstance(action, np.ndarray) else np.asarray(action)
+    if raw.shape != shape:
+        return None
+    kind = raw.dtype.kind
+    if kind in "iub":
+        return raw.astype(np.int64, copy=False)
+    if kind == "f" and np.isfinite(raw).all() and (raw == np.trunc(raw)).all():
+        return raw.astype(np.int64)
+    return None
 
 
 def executed_action(scenario: Scenario, agent: str, action: Any) -> tuple[Any, bool]:

@@ -43,21 +43,15 @@ def episode_credit(
         return {}
     if credit.method == "local":
         return {a: float(v) for a, v in (local or {}).items() if a in players}
-    from trainers.credit import leave_one_out, shapley
+    from trainers.credit import leave_one_out
+    from trainers.credit_settings import shapley_credit
 
     def v(coalition: frozenset[str]) -> float:
         return env.value(seed, coalition, actions)
 
     if credit.method == "loo":
         return leave_one_out(players, v)
-    return shapley(
-        players,
-        v,
-        credit.estimator,
-        budget=credit.budget,
-        rng=seed,
-        exact_max=min(credit.exact_max, 16),
-    )
+    return shapley_credit(credit, players, v, seed)  # the estimator call training uses
 
 
 def write_iteration(run_dir: Path, iteration: int, transcripts: list[dict[str, Any]]) -> Path:
