@@ -573,9 +573,9 @@ class GraphEnv(ParallelEnv):
 
         Agents in the coalition act as given: ``actions`` maps each agent to the actions it took
         or is a policy ``(agent, obs) -> action``; agents outside act under ``absent`` (default:
-        the scenario's declared policy); the rule is :class:`~scenarios.counterfactual.
-        Counterfactual`'s. Replays are deterministic (same seed, same task and random draws) and
-        cached per (seed, coalition, actions).
+        the scenario's declared policy), by the rule of
+        :class:`~scenarios.counterfactual.Counterfactual`. Replays are deterministic (same
+        seed, same task and random draws) and cached per (seed, coalition, actions).
         """
         members = frozenset(coalition)
         unknown = members - set(self.possible_agents)
