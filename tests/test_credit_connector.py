@@ -3,8 +3,8 @@
 Episodes are sampled by stepping :class:`RLlibGraphEnv` with seeded policies and recorded in
 RLlib's own ``MultiAgentEpisode`` (numpy'd, as env runners send them); the connector is called
 directly, or inside a real PPO learner pipeline built without Ray (``config.build_learner``).
-Every expected credit is recomputed independently through ``GraphEnv.value`` (its own replay
-path, no trie). No Ray, no wall-clock thresholds.
+Every expected credit is recomputed independently through ``GraphEnv.value`` (plain cached
+replays, no trie). No Ray, no wall-clock thresholds.
 """
 
 from __future__ import annotations
