@@ -42,7 +42,7 @@ from langgraph.config import get_config
 from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
-from scenarios.args import normalize_action
+from scenarios.args import executed_action
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
 from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
@@ -446,15 +446,16 @@ class GraphEnv(ParallelEnv):
         self.agents = [a for a in self.possible_agents if a in self._acted]
 
     def _check_action(self, agent: str, action: Any) -> Any:
-        space = self._act_spaces[agent]
-        action, ok = normalize_action(space, action)
-        if ok:
-            return action
-        penalty = self.scenario.invalid_action_penalty
-        if penalty is None:
-            raise ValueError(f"invalid action {action!r} for agent {agent!r}: not in {space}")
-        self._acc[agent] += penalty
-        return self.scenario.default_action(agent)
+        executed, ok = executed_action(self.scenario, agent, action)
+        if not ok:
+            penalty = self.scenario.invalid_action_penalty
+            if penalty is None:
+                raise ValueError(
+                    f"invalid action {action!r} for agent {agent!r}: not in "
+                    f"{self._act_spaces[agent]}"
+                )
+            self._acc[agent] += penalty
+        return executed
 
     def _finish(self, truncated: bool = False, error: str | None = None) -> None:
         run = self._run
