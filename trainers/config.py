@@ -399,6 +399,9 @@ class OutputConfig:
         plot: write a learning-curve PNG at the end.
         transcripts: episodes of each iteration saved as readable transcripts under
             ``<run>/transcripts/`` (0: none).
+        export_hf: also save every trained LLM pool in Hugging Face format (model and
+            tokenizer, ``save_pretrained``): ``<checkpoint>/model/<pool>`` with each periodic
+            checkpoint and ``<run>/model/<pool>`` at the end.
     """
 
     dir: str = "runs"
@@ -406,6 +409,7 @@ class OutputConfig:
     checkpoint_every: int = 10
     plot: bool = True
     transcripts: int = 2
+    export_hf: bool = False
 
     def check(self) -> None:
         """Non-negative checkpoint interval and transcript count."""

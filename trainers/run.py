@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config import ConfigError, ExperimentConfig
+from trainers.hf_export import export_pools, save_hf
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class TrainResult:
         curve: the learning-curve PNG (``None`` when plotting is off or failed).
         errors: the distinct errors of failed episodes: ``kind`` (``error`` or ``timeout``),
             ``error`` (the first text), ``count`` and ``first_iteration``.
+        models: pool → its Hugging Face directory saved at the end (``output.export_hf``).
     """
 
     run_dir: Path
@@ -75,6 +77,7 @@ class TrainResult:
     status: str = "completed"
     curve: Path | None = None
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    models: dict[str, Path] = dataclasses.field(default_factory=dict)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -352,6 +355,49 @@ def train(
     """
     from trainers.algo import resolve, to_algorithm_config, with_text_defaults
 
+    cfg, ckpt, run_dir = _resume_target(cfg, resume, run_dir)
+    quiet_ray_logs()
+    cfg = with_text_defaults(cfg)  # a chat app trains as it is: LLM pools, GRPO
+    plan = resolve(cfg)
+    algo_config = to_algorithm_config(cfg, plan)
+    exports = export_pools(cfg, plan)  # every config error is raised by now
+    setup_process()
+    run = Path(run_dir).expanduser().resolve() if run_dir is not None else new_run_dir(cfg)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
+    started_ray = ensure_ray(cfg)
+    console = progress_console(cfg)
+    session = _Session(cfg, plan, run, exports, report, resumed=ckpt is not None)
+    status = "completed"
+    failure: BaseException | None = None
+    try:
+        session.start(algo_config, ckpt)
+        if console is not None:
+            _print_plan(console, plan, run)
+        session.loop(console)
+        session.finish()
+    except BaseException as exc:
+        failure = exc
+        status = f"failed: {describe_error(exc)}"
+        if not isinstance(exc, RunFailed):  # resuming a run whose episodes all fail won't help
+            exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
+        session.save_after_failure()
+        raise
+    finally:
+        result = session.close(status, failure)
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    if console is not None:
+        print_summary(console, result)
+    return result
+
+
+def _resume_target(
+    cfg: ExperimentConfig | None, resume: str | Path | None, run_dir: str | Path | None
+) -> tuple[ExperimentConfig, Path | None, str | Path | None]:
+    """``(config, checkpoint to restore or None, run directory or None)`` of a train() call."""
     ckpt = None
     if resume is not None:
         ckpt, resume_dir = find_checkpoint(resume)
@@ -360,107 +406,123 @@ def train(
         run_dir = run_dir or resume_dir
     if cfg is None:
         raise ConfigError("train() needs a config (or resume=<run dir>)")
-    quiet_ray_logs()
-    cfg = with_text_defaults(cfg)  # a chat app trains as it is: LLM pools, GRPO
-    plan = resolve(cfg)
-    algo_config = to_algorithm_config(cfg, plan)  # every config error is raised by now
-    setup_process()
-    run = Path(run_dir).expanduser().resolve() if run_dir is not None else new_run_dir(cfg)
-    run.mkdir(parents=True, exist_ok=True)
-    cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
-    started_ray = ensure_ray(cfg)
-    console = progress_console(cfg)
-    history = load_history(run / "metrics.jsonl")
-    status = "completed"
-    algo = None
-    final_ckpt: Path | None = None
-    tracker = _Checkpoints(run)
-    episodes = _EpisodeLog(cfg, plan, run, resumed=ckpt is not None)
-    failure: BaseException | None = None
-    wb = None
-    try:
+    return cfg, ckpt, run_dir
+
+
+class _Session:
+    """One train() run after its config is checked: the algorithm, its history, checkpoints,
+    episode log, wandb and Hugging Face exports, each step a method in the order train()
+    calls them."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        plan: Any,
+        run: Path,
+        exports: list[str],
+        report: Callable[[dict[str, Any]], None] | None,
+        resumed: bool,
+    ) -> None:
+        self.cfg, self.plan, self.run, self.exports, self.report = cfg, plan, run, exports, report
+        self.resumed = resumed
+        self.history = load_history(run / "metrics.jsonl")
+        self.tracker = _Checkpoints(run)
+        self.episodes = _EpisodeLog(cfg, plan, run, resumed=resumed)
+        self.algo: Any = None
+        self.wb: Any = None
+        self.final_ckpt: Path | None = None
+        self.models: dict[str, Path] = {}
+
+    def start(self, algo_config: Any, ckpt: Path | None) -> None:
+        """Build the algorithm, or restore it from ``ckpt`` (dropping later metrics)."""
         if ckpt is not None:
             from ray.rllib.algorithms.algorithm import Algorithm
 
-            algo = Algorithm.from_checkpoint(str(ckpt))
-            history = [h for h in history if h.get("charts/iteration", 0) <= algo.iteration]
-            _rewrite(run / "metrics.jsonl", history)
-            tracker.restore(history)
+            self.algo = Algorithm.from_checkpoint(str(ckpt))
+            self.history = [
+                h for h in self.history if h.get("charts/iteration", 0) <= self.algo.iteration
+            ]
+            _rewrite(self.run / "metrics.jsonl", self.history)
+            self.tracker.restore(self.history)
         else:
-            algo = algo_config.build_algo()
-        episodes.drain(algo)  # tells the env runners how many transcripts to keep
-        if console is not None:
-            _print_plan(console, plan, run)
-        wb = _wandb_init(cfg, run, resumed=ckpt is not None)
-        frozen = set(plan.frozen)
-        a2p = plan.agent_to_pool
-        start_time = float(history[-1]["charts/time_s"]) if history else 0.0
-        budget = _Budget(cfg, start_time)
+            self.algo = algo_config.build_algo()
+        self.episodes.drain(self.algo)  # tells the env runners how many transcripts to keep
+        self.wb = _wandb_init(self.cfg, self.run, resumed=self.resumed)
+
+    def loop(self, console: Any) -> None:
+        """Train until the budget (counted from the first iteration) is spent."""
+        history = self.history
+        budget = _Budget(self.cfg, float(history[-1]["charts/time_s"]) if history else 0.0)
         with (
             progress_bar(console, "train") as advance,
-            open(run / "metrics.jsonl", "a") as metrics_file,
+            open(self.run / "metrics.jsonl", "a") as metrics_file,
         ):
-            iteration = int(algo.iteration)
+            iteration = int(self.algo.iteration)
             env_steps = int(history[-1]["charts/env_steps"]) if history else 0
             advance(budget.fraction(iteration, env_steps), history[-1] if history else {})
             while not budget.done(iteration, env_steps):
-                result = algo.train()
-                row = flatten_result(result, a2p, frozen)
+                row = self.step(metrics_file)
                 iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
-                drained = episodes.drain(algo)
-                history.append(row)
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                episodes.record(drained, iteration)
-                if wb is not None:
-                    wb.log(row, step=iteration)
-                if report is not None:
-                    report(row)
-                episodes.check(row, drained)  # raises RunFailed when every episode failed
-                every = cfg.output.checkpoint_every
-                if every and iteration % every == 0:
-                    tracker.save(algo, iteration, history)
                 advance(budget.fraction(iteration, env_steps), row)
-        final_ckpt = tracker.final(algo, history)
-    except BaseException as exc:
-        failure = exc
-        status = f"failed: {describe_error(exc)}"
-        if not isinstance(exc, RunFailed):  # resuming a run whose episodes all fail won't help
-            exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
-        if algo is not None:
+
+    def step(self, metrics_file: Any) -> dict[str, Any]:
+        """One iteration: train, record its metrics and episodes, check, checkpoint."""
+        result = self.algo.train()
+        row = flatten_result(result, self.plan.agent_to_pool, set(self.plan.frozen))
+        iteration = row["charts/iteration"]
+        drained = self.episodes.drain(self.algo)
+        self.history.append(row)
+        metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
+        self.episodes.record(drained, iteration)
+        if self.wb is not None:
+            self.wb.log(row, step=iteration)
+        if self.report is not None:
+            self.report(row)
+        self.episodes.check(row, drained)  # raises RunFailed when every episode failed
+        every = self.cfg.output.checkpoint_every
+        if every and iteration % every == 0:
+            path = self.tracker.save(self.algo, iteration, self.history)
+            save_hf(self.algo, self.exports, path / "model")
+        return row
+
+    def finish(self) -> None:
+        """The final checkpoint and the Hugging Face exports of a completed run."""
+        self.final_ckpt = self.tracker.final(self.algo, self.history)
+        self.models = save_hf(self.algo, self.exports, self.run / "model")
+
+    def save_after_failure(self) -> None:
+        """A final checkpoint of a failed or interrupted run, so that it can be resumed."""
+        if self.algo is not None:
             with contextlib.suppress(Exception):
-                final_ckpt = tracker.final(algo, history)
-        raise
-    finally:
+                self.final_ckpt = self.tracker.final(self.algo, self.history)
+
+    def close(self, status: str, failure: BaseException | None) -> TrainResult:
+        """Curve, summary, wandb and the algorithm's processes; the run's :class:`TrainResult`."""
         curve = None
-        if cfg.output.plot and history:
-            curve = plot_curve(history, run / "curve.png", title=run.name)
-        result_obj = TrainResult(
-            run,
-            history,
-            final_ckpt,
-            tracker.best_path,
-            tracker.best_value,
+        if self.cfg.output.plot and self.history:
+            curve = plot_curve(self.history, self.run / "curve.png", title=self.run.name)
+        result = TrainResult(
+            self.run,
+            self.history,
+            self.final_ckpt,
+            self.tracker.best_path,
+            self.tracker.best_value,
             status,
             curve,
-            episodes.error_list(),
+            self.episodes.error_list(),
+            self.models,
         )
-        _write_summary(run, result_obj)
+        _write_summary(self.run, result)
         if isinstance(failure, RunFailed):
-            failure.result = result_obj
-        if wb is not None:
+            failure.result = result
+        if self.wb is not None:
             with contextlib.suppress(Exception):
-                wb.finish(exit_code=0 if status == "completed" else 1)
-        if algo is not None:
+                self.wb.finish(exit_code=0 if status == "completed" else 1)
+        if self.algo is not None:
             with contextlib.suppress(Exception):
-                algo.stop()
-        if started_ray:
-            import ray
-
-            ray.shutdown()
-    if console is not None:
-        print_summary(console, result_obj)
-    return result_obj
+                self.algo.stop()
+        return result
 
 
 class _EpisodeLog:
@@ -642,6 +704,7 @@ def _write_summary(run: Path, result: TrainResult) -> None:
         "best_return": result.best_return,
         "curve": str(result.curve) if result.curve else None,
         "errors": result.errors,
+        "models": {pool: str(path) for pool, path in result.models.items()},
     }
     (run / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
 

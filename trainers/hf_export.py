@@ -1,0 +1,52 @@
+"""Hugging Face export of trained LLM pools (``output.export_hf``), used by :func:`trainers.train`.
+
+Contract: with ``output.export_hf`` on, every trained pool whose model is an LLM is saved with
+``save_pretrained`` (model and tokenizer) as ``<dir>/<pool>``: ``<checkpoint>/model/<pool>``
+with each periodic checkpoint and ``<run>/model/<pool>`` at the end of a run. The weights are
+the learner's, pushed to the env runners first. ``AutoModelForCausalLM.from_pretrained`` or a
+vLLM server loads the directory. Turning it on for an experiment without a trained LLM pool is
+a :class:`~trainers.config.ConfigError` before Ray starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.config import ConfigError, ExperimentConfig
+
+
+def export_pools(cfg: ExperimentConfig, plan: Any) -> list[str]:
+    """The pools ``cfg.output.export_hf`` saves (``[]`` when it is off).
+
+    Args:
+        cfg: the experiment.
+        plan: its resolved :class:`~trainers.algo.Plan`.
+
+    Raises:
+        ConfigError: ``export_hf`` is on and no trained pool is an LLM.
+    """
+    if not cfg.output.export_hf:
+        return []
+    pools = [p for p in plan.trainable if plan.pools[p].model.type == "llm"]
+    if not pools:
+        trained = ", ".join(plan.trainable) or "none"
+        raise ConfigError(
+            f"output.export_hf=true but no trained pool is an LLM (trained: {trained}): "
+            "set output.export_hf: false, or train a pool with model type llm"
+        )
+    return pools
+
+
+def save_hf(algo: Any, pools: list[str], parent: Path) -> dict[str, Path]:
+    """Save the learner's current weights of ``pools`` as ``parent/<pool>``; pool → directory."""
+    if not pools:
+        return {}
+    algo.env_runner_group.sync_weights(
+        from_worker_or_learner_group=algo.learner_group, policies=pools
+    )
+    saved = {}
+    for pool in pools:
+        saved[pool] = parent / pool
+        algo.get_module(pool).save_pretrained(str(saved[pool]))
+    return saved
