@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.config import ConfigError
+from trainers.config import BudgetConfig, ConfigError, OutputConfig
 from trainers.finetune import (
-    FinetuneBudget,
     FinetuneJob,
     OrchestratorConfig,
     SubagentConfig,
@@ -27,9 +26,8 @@ EXAMPLE = ROOT / "examples" / "finetune_tiny.yaml"
 def small_job(tmp_path, **changes) -> FinetuneJob:
     job = FinetuneJob(
         training=TrainingConfig(group_size=2, groups_per_iteration=2, lr=1e-3),
-        budget=FinetuneBudget(iterations=2),
-        output_dir=str(tmp_path),
-        name="smoke",
+        budget=BudgetConfig(iterations=2),
+        output=OutputConfig(dir=str(tmp_path), name="smoke", export_hf=True),
     )
     job.logging.progress = False
     job.logging.wandb = "disabled"
@@ -114,6 +112,26 @@ def test_gpus_requested_but_absent(monkeypatch):
         job.check()
 
 
+def test_export_hf_needs_a_trained_llm_pool():
+    from trainers.config import ExperimentConfig
+    from trainers.run import train
+
+    cfg = ExperimentConfig(scenario="delegate", output=OutputConfig(export_hf=True))
+    with pytest.raises(ConfigError, match=r"output\.export_hf=true but no trained pool is an LLM"):
+        train(cfg)  # raised before Ray starts or a run directory exists
+
+
+def test_cli_needs_a_job_or_a_run_to_resume(tmp_path):
+    from typer.testing import CliRunner
+
+    from trainers.finetune_cli import app
+
+    out = CliRunner().invoke(app, [])
+    assert out.exit_code == 2 and "--resume RUN_DIR" in out.output
+    out = CliRunner().invoke(app, ["--resume", str(tmp_path)])
+    assert out.exit_code == 2 and "no algorithm checkpoint" in out.output
+
+
 def test_missing_job_file():
     with pytest.raises(ConfigError, match="does not exist"):
         FinetuneJob.from_yaml("/nonexistent/job.yaml")
@@ -166,6 +184,7 @@ def smoke_run(tmp_path_factory, ray_session):
         subagents=[SubagentConfig(type="hf", path="tiny", seed=1)] + [SubagentConfig()] * 7,
         training=TrainingConfig(group_size=4, groups_per_iteration=2, lr=1e-3),
     )
+    job.output.checkpoint_every = 1  # periodic checkpoints hold HF weights too
     os.environ["WANDB_MODE"] = "offline"
     job.logging.wandb = "offline"
     try:
@@ -181,13 +200,31 @@ def test_smoke_run_writes_artifacts_and_metrics(smoke_run):
     assert result.summary["status"] == "completed" and result.summary["iterations"] == 2
     for name in ("job.yaml", "metrics.jsonl", "summary.json", "model", "checkpoint", "wandb"):
         assert (run / name).exists(), name
+    assert result.model_dir == run / "model" / "orchestrator"
     assert FinetuneJob.from_yaml(run / "job.yaml") == job
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["charts/iteration"] for r in rows] == [1, 2]
     assert all("charts/team_return" in r and "charts/format_ok" in r for r in rows)
     assert rows[0]["charts/episodes"] == job.episodes_per_iteration
     assert "losses/orchestrator/grpo/logprob_gap_fresh" in rows[0]
-    assert json.loads((run / "summary.json").read_text())["model_dir"] == str(result.model_dir)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["model_dir"] == str(result.model_dir)
+    assert summary["models"] == {"orchestrator": str(result.model_dir)}
+
+
+def test_smoke_run_tracks_the_best_checkpoint_with_its_hf_weights(smoke_run):
+    from transformers import AutoModelForCausalLM
+
+    _, result = smoke_run
+    best = result.best_checkpoint
+    assert best is not None and result.summary["best_checkpoint"] == str(best)
+    assert (best / "algorithm_state.pkl").exists()
+    if best != result.final_checkpoint:  # a periodic one: its own HF export
+        AutoModelForCausalLM.from_pretrained(best / "model" / "orchestrator")
+    periodic = sorted((result.run_dir / "checkpoints").iterdir())
+    assert periodic
+    for path in periodic:
+        assert (path / "model" / "orchestrator" / "config.json").exists(), path
 
 
 def test_smoke_run_logprob_agreement_at_the_start_of_each_update(smoke_run):
@@ -224,7 +261,7 @@ def test_smoke_run_checkpoint_restores_the_same_weights(smoke_run):
     from transformers import AutoModelForCausalLM
 
     _, result = smoke_run
-    algo = Algorithm.from_checkpoint(str(result.checkpoint))
+    algo = Algorithm.from_checkpoint(str(result.final_checkpoint))
     try:
         module = algo.get_module("orchestrator")
         saved = AutoModelForCausalLM.from_pretrained(result.model_dir).state_dict()
@@ -258,7 +295,6 @@ def test_cli_dump_and_errors(tmp_path):
 def test_cli_runs_a_job_as_a_subprocess(tmp_path):
     job = small_job(tmp_path)
     job.budget.iterations = 1
-    job.save_checkpoint = False
     path = tmp_path / "job.yaml"
     job.to_yaml(path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "WANDB_MODE": "disabled"}
@@ -271,8 +307,25 @@ def test_cli_runs_a_job_as_a_subprocess(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "smoke" / "summary.json").read_text())
+    run = tmp_path / "smoke"
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 1
+    # --resume continues the run (its own job.yaml) to the larger budget
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.finetune_cli", "--resume", str(run), "--iterations", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["iterations"] == 2
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["charts/iteration"] for r in rows] == [1, 2]
+    assert FinetuneJob.from_yaml(run / "job.yaml").budget.iterations == 2
+    assert summary["model_dir"] == str(run / "model" / "orchestrator")
 
 
 # ----- learning (slow) -----------------------------------------------------------------------
@@ -285,8 +338,8 @@ def test_tiny_orchestrator_learns_the_easy_task(tmp_path, ray_session):
     for seed in range(3):
         job = FinetuneJob.from_yaml(EXAMPLE)
         job.seed, job.orchestrator.tiny_seed = seed, seed
-        job.output_dir, job.name = str(tmp_path), f"learn-{seed}"
-        job.logging.wandb, job.logging.progress, job.save_checkpoint = "disabled", False, False
+        job.output.dir, job.output.name = str(tmp_path), f"learn-{seed}"
+        job.logging.wandb, job.logging.progress = "disabled", False
         s = run_finetune(job).summary
         results.append((s["reward_first"], s["reward_last"], s["iteration_s_mean"]))
     print("first / last / s per iteration:", results)

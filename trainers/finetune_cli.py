@@ -3,12 +3,14 @@
 :func:`register` adds the command to a Typer app (the ``marl`` app, wired in
 ``trainers/cli.py``). Torch, Ray and transformers load inside the command only, so
 ``marl --help`` stays fast. ``python -m trainers.finetune_cli JOB.yaml`` runs it standalone.
+``--resume RUN_DIR`` continues a run (its own ``job.yaml`` unless a job is given) until the
+budget, counted from the run's first iteration, is spent.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,6 +19,7 @@ from trainers.cli_common import (
     OutputOption,
     SeedOption,
     WandbOption,
+    config_errors,
     cwd_on_path,
     fail,
     fixed_hash_seed,
@@ -24,26 +27,32 @@ from trainers.cli_common import (
 
 
 def finetune_command(
-    job: Annotated[Path, typer.Argument(help="Job YAML (see examples/finetune_tiny.yaml).")],
+    job: Annotated[
+        Path | None,
+        typer.Argument(help="Job YAML (see examples/finetune_tiny.yaml); --resume: the run's."),
+    ] = None,
     iterations: Annotated[
-        int | None, typer.Option(help="Override budget.iterations (and drop budget.time_s).")
+        int | None, typer.Option(help="Override budget.iterations (and drop the other limits).")
     ] = None,
     output: OutputOption = None,
     seed: SeedOption = None,
     wandb: WandbOption = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue a fine-tuning run directory (or a checkpoint in one)."),
+    ] = None,
     dump: DumpOption = False,
 ) -> None:
     """Fine-tune an LLM orchestrator with token-level GRPO against frozen subagents."""
-    from trainers.config import ConfigError
-    from trainers.finetune import FinetuneJob
+    from trainers.config import BudgetConfig
 
     cwd_on_path()
-    try:
-        spec = FinetuneJob.from_yaml(job)
+    with config_errors():
+        spec = _load_job(job, resume)
         if iterations is not None:
-            spec.budget.iterations, spec.budget.time_s = iterations, None
+            spec.budget = BudgetConfig(iterations=iterations)
         if output is not None:
-            spec.output_dir = str(output)
+            spec.output.dir = str(output)
         if seed is not None:
             spec.seed = seed
         if wandb is not None:
@@ -52,20 +61,40 @@ def finetune_command(
             typer.echo(spec.to_yaml(), nl=False)
             return
         spec.check()
-    except ConfigError as exc:
-        fail(str(exc))
     fixed_hash_seed()
     from trainers.finetune import run_finetune
+    from trainers.run import RunFailed
 
-    try:
-        result = run_finetune(spec)
-    except ConfigError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(code=130) from None
-    if result.summary.get("status") != "completed":
+    with config_errors():
+        try:
+            result = run_finetune(spec, resume=resume)
+        except RunFailed as exc:  # every episode failed: the error, not a traceback
+            where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
+            fail(f"{exc}{where}", code=1)
+        except KeyboardInterrupt as exc:
+            notes = " ".join(getattr(exc, "__notes__", []))
+            typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
+            raise typer.Exit(code=130) from None
+    if result.status != "completed":
         raise typer.Exit(code=1)
+
+
+def _load_job(job: Path | None, resume: Path | None) -> Any:
+    """The job YAML given, else the job of the run being resumed.
+
+    Raises:
+        ConfigError: neither given, or a bad file.
+    """
+    from trainers.config import ConfigError
+    from trainers.finetune import FinetuneJob
+
+    if job is not None:
+        return FinetuneJob.from_yaml(job)
+    if resume is None:
+        raise ConfigError("no job: give a job YAML (marl finetune JOB.yaml) or --resume RUN_DIR")
+    from trainers.run import find_checkpoint
+
+    return FinetuneJob.from_yaml(find_checkpoint(resume)[1] / "job.yaml")
 
 
 def register(app: typer.Typer) -> None:
