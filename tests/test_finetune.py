@@ -292,33 +292,31 @@ def test_cli_dump_and_errors(tmp_path):
     assert out.exit_code == 2 and "rollouts per task" in out.output
 
 
+def finetune_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m trainers.finetune_cli ARGS`` with wandb off and a fixed hash seed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "WANDB_MODE": "disabled"}
+    return subprocess.run(
+        [sys.executable, "-m", "trainers.finetune_cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
 def test_cli_runs_a_job_as_a_subprocess(tmp_path):
     job = small_job(tmp_path)
     job.budget.iterations = 1
     path = tmp_path / "job.yaml"
     job.to_yaml(path)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "WANDB_MODE": "disabled"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainers.finetune_cli", str(path), "--wandb", "disabled"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    proc = finetune_cli(str(path), "--wandb", "disabled")
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "smoke"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 1
     # --resume continues the run (its own job.yaml) to the larger budget
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainers.finetune_cli", "--resume", str(run), "--iterations", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    proc = finetune_cli("--resume", str(run), "--iterations", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 2

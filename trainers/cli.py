@@ -29,6 +29,7 @@ from trainers.cli_common import (
     cwd_on_path,
     fail,
     fixed_hash_seed,
+    training_errors,
 )
 from trainers.finetune_cli import register as register_finetune
 
@@ -115,19 +116,10 @@ def run_command(
             return
         cfg.check()
     fixed_hash_seed()
-    from trainers.run import RunFailed
     from trainers.run import train as run_train
 
-    with config_errors():
-        try:
-            result = run_train(cfg, resume=resume)
-        except RunFailed as exc:  # every episode failed: the error, not a traceback
-            where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
-            fail(f"{exc}{where}", code=1)
-        except KeyboardInterrupt as exc:
-            notes = " ".join(getattr(exc, "__notes__", []))
-            typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
-            raise typer.Exit(code=130) from None
+    with training_errors():
+        result = run_train(cfg, resume=resume)
     if result.status != "completed":
         raise typer.Exit(code=1)
 

@@ -66,3 +66,21 @@ def config_errors() -> Iterator[None]:
         yield
     except ConfigError as exc:
         fail(str(exc))
+
+
+@contextlib.contextmanager
+def training_errors() -> Iterator[None]:
+    """A training run's errors as one line and an exit code: a ``ConfigError`` 2, a
+    ``RunFailed`` (every episode failed) 1, Ctrl-C 130 (metrics and a checkpoint are saved)."""
+    from trainers.run import RunFailed
+
+    with config_errors():
+        try:
+            yield
+        except RunFailed as exc:  # every episode failed: the error, not a traceback
+            where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
+            fail(f"{exc}{where}", code=1)
+        except KeyboardInterrupt as exc:
+            notes = " ".join(getattr(exc, "__notes__", []))
+            typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
+            raise typer.Exit(code=130) from None

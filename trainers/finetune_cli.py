@@ -21,8 +21,8 @@ from trainers.cli_common import (
     WandbOption,
     config_errors,
     cwd_on_path,
-    fail,
     fixed_hash_seed,
+    training_errors,
 )
 
 
@@ -63,18 +63,9 @@ def finetune_command(
         spec.check()
     fixed_hash_seed()
     from trainers.finetune import run_finetune
-    from trainers.run import RunFailed
 
-    with config_errors():
-        try:
-            result = run_finetune(spec, resume=resume)
-        except RunFailed as exc:  # every episode failed: the error, not a traceback
-            where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
-            fail(f"{exc}{where}", code=1)
-        except KeyboardInterrupt as exc:
-            notes = " ".join(getattr(exc, "__notes__", []))
-            typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
-            raise typer.Exit(code=130) from None
+    with training_errors():
+        result = run_finetune(spec, resume=resume)
     if result.status != "completed":
         raise typer.Exit(code=1)
 
