@@ -10,6 +10,9 @@ order so that a crash loses nothing already done:
   the best are kept), ``checkpoint`` — the final state;
 * ``transcripts/iter_NNNNNN.{jsonl,md}`` — ``output.transcripts`` episodes of every
   iteration, readable (:mod:`trainers.transcripts`);
+* ``model/<pool>`` — with ``output.export_hf``, each trained LLM pool in Hugging Face format
+  at the end (and ``<checkpoint>/model/<pool>`` in each periodic checkpoint;
+  :mod:`trainers.hf_export`);
 * ``summary.json`` (status, best/final checkpoints, totals, the distinct errors of failed
   episodes), ``curve.png``, ``wandb/``.
 
