@@ -10,6 +10,8 @@ a :class:`~trainers.config.ConfigError` before Ray starts.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,21 @@ def save_hf(algo: Any, pools: list[str], parent: Path) -> dict[str, Path]:
         from_worker_or_learner_group=algo.learner_group, policies=pools
     )
     saved = {}
-    for pool in pools:
-        saved[pool] = parent / pool
-        algo.get_module(pool).save_pretrained(str(saved[pool]))
+    with _no_transformers_bar():  # the run has its own progress bar
+        for pool in pools:
+            saved[pool] = parent / pool
+            algo.get_module(pool).save_pretrained(str(saved[pool]))
     return saved
+
+
+@contextlib.contextmanager
+def _no_transformers_bar() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
