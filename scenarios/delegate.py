@@ -50,8 +50,9 @@ from langgraph.graph import StateGraph
 from typing_extensions import override
 
 from scenarios.args import checked_action, cost_arg, int_arg
-from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.delegate_args import check_parallel, check_skills, check_topology, check_unknown
+from scenarios.base import Outcome, Scenario
+from scenarios.declared import DeclaredSpaces, accept_topology
+from scenarios.delegate_args import check_parallel, check_skills, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.engine import decide
 from scenarios.registry import register
@@ -108,8 +109,14 @@ def new_task(rng: np.random.Generator, parts: int, types: int) -> dict[str, Any]
     }
 
 
+def exact_planner(task: Any, parallel: bool) -> Planner:
+    """The exact oracle of a delegate task: its ``skills``, ``parts``, ``max_rounds`` and costs."""
+    costs = (task.latency_cost, task.call_cost)
+    return Planner(task.skills, task.parts, task.max_rounds, *costs, parallel)
+
+
 @register
-class Delegate(Scenario):
+class Delegate(DeclaredSpaces, Scenario):
     """Orchestrator delegates ``parts`` typed parts to hidden-skill specialists (see module doc).
 
     Args:
@@ -153,7 +160,10 @@ class Delegate(Scenario):
         **unknown: Any,
     ) -> None:
         check_unknown(unknown)
-        self.topology = check_topology(topology)
+        fix = "pass topology='star:N' (N ≥ 1) or topology='single'"
+        self.topology = accept_topology(
+            "delegate", topology, self.topologies, "single or star:N", fix, named=True
+        )
         self.single = self.topology.kind == "single"
         self.parts = int_arg("parts", parts, 1, MAX_PARTS)
         self.types = int_arg("types", types, 1, MAX_TYPES)
@@ -174,40 +184,20 @@ class Delegate(Scenario):
         self.max_supersteps = 2 * self.max_rounds + 4
         self._planner: Planner | None = None
         k, t = self.parts, self.types
-        self._obs_spaces: dict[str, gym.Space] = {}
-        self._act_spaces: dict[str, gym.Space] = {}
-        for agent in self.possible_agents:
+        self.agent_spaces = {}
+        for agent in self.topology.agent_ids:
             orch = agent == "orchestrator"
             size = k * t + k * 3 + self.max_rounds if orch else k * t
-            self._obs_spaces[agent] = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
             nvec = [self.n_workers + 1 if orch else t + 1] * k
-            self._act_spaces[agent] = gym.spaces.MultiDiscrete(nvec)
+            self.agent_spaces[agent] = (
+                gym.spaces.Box(0.0, 1.0, (size,), np.float32),
+                gym.spaces.MultiDiscrete(nvec),
+            )
 
     # ----- spaces --------------------------------------------------------------------------
-    @property
-    @override
-    def possible_agents(self) -> list[str]:
-        return list(self.topology.agent_ids)
-
-    @override
-    def observation_space(self, agent: str) -> gym.Space:
-        self._check_agent(agent)
-        return self._obs_spaces[agent]
-
-    @override
-    def action_space(self, agent: str) -> gym.Space:
-        self._check_agent(agent)
-        return self._act_spaces[agent]
-
     @override
     def default_action(self, agent: str) -> np.ndarray:
         return np.zeros(self.parts, dtype=np.int64)
-
-    def _check_agent(self, agent: str) -> None:
-        if agent not in self._act_spaces:
-            raise ScenarioError(
-                f"unknown agent {agent!r}: delegate agents are {self.possible_agents}"
-            )
 
     # ----- observations --------------------------------------------------------------------
     def orchestrator_obs(self, state: Mapping[str, Any]) -> np.ndarray:
@@ -348,14 +338,7 @@ class Delegate(Scenario):
     def planner(self) -> Planner:
         """The exact dynamic-programming oracle for this instance (built on first use)."""
         if self._planner is None:
-            self._planner = Planner(
-                self.skills,
-                self.parts,
-                self.max_rounds,
-                self.latency_cost,
-                self.call_cost,
-                self.parallel,
-            )
+            self._planner = exact_planner(self, self.parallel)
         return self._planner
 
     @override

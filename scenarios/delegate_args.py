@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 from scenarios.base import ScenarioError
-from topologies import Topology, TopologyError
 
 VALID_KWARGS = (
     "parts",
@@ -35,20 +34,6 @@ def check_parallel(value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ScenarioError(f"parallel must be True or False, got {value!r}")
     return bool(value)
-
-
-def check_topology(topology: str | Topology) -> Topology:
-    """Accept ``single`` and ``star:N`` (a spec string or a generated :class:`Topology`)."""
-    fix = "pass topology='star:N' (N ≥ 1) or topology='single'"
-    try:
-        topo = Topology.from_spec(topology)
-    except TopologyError as exc:
-        raise ScenarioError(f"delegate: bad topology {topology!r} ({exc}); {fix}") from None
-    if topo.kind not in ("single", "star") or topo.spec is None:
-        raise ScenarioError(
-            f"delegate runs on single or star:N, not {topo.spec or topo.name!r}: {fix}"
-        )
-    return topo
 
 
 def check_skills(skills: Any, rows: int, types: int, any_rows: bool) -> np.ndarray:

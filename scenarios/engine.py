@@ -106,6 +106,25 @@ def zero_action(space: gym.Space) -> Any:
     return np.zeros(space.shape, dtype=space.dtype)
 
 
+def blank_observation(space: gym.Space) -> Any:
+    """What an agent the graph never asked observes: the element of ``space`` nearest zero
+    (for spaces without one, the first sample of a copy seeded with 0)."""
+    if isinstance(space, gym.spaces.Box):
+        zeros = np.zeros(space.shape, space.dtype)
+        return np.clip(zeros, space.low, space.high).astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.array(space.start, dtype=space.dtype)
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiBinary)):
+        return zero_action(space)
+    if isinstance(space, gym.spaces.Dict):
+        return {k: blank_observation(v) for k, v in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(blank_observation(v) for v in space.spaces)
+    seeded = copy.deepcopy(space)
+    seeded.seed(0)
+    return seeded.sample()
+
+
 def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
     """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update".
 
@@ -148,6 +167,15 @@ def _askippable(afunc: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @dataclasses.dataclass
+class ReplayCheck:
+    """One replay both ways (:meth:`GraphEnv.compare_replays`)."""
+
+    truth: Outcome  #: the LangGraph replay's outcome
+    fast: Outcome | None  #: the fast replay's (None: the fast path did not run it)
+    same: bool  #: same decisions, observations and outcome
+
+
+@dataclasses.dataclass
 class TraceStep:
     """One decision: who acted, in which superstep, on what observation, with what action."""
 
@@ -161,15 +189,19 @@ class TraceStep:
 class GraphEnv(ParallelEnv):
     """A scenario's LangGraph graph as a PettingZoo ``ParallelEnv``.
 
-    ``agents`` holds every agent that has been asked for a decision in this episode and has not
-    finished; each step's observations cover them all, but only the agents pending in the
-    current superstep act (``infos[agent]["acting"]``); other agents' actions are ignored and
-    they see their last observation again. Rewards emitted during the run go to their agents
-    (team rewards to every agent that has acted); the verifier's terminal team reward reaches
-    every agent that acted. A node that raises, the wall-clock limit and the step limit end
-    the episode truncated, with ``infos[agent]["failure"]`` (``"error"``, ``"timeout"``,
-    ``"limit"``) and ``infos[agent]["error"]``; the trace and outcome are kept. A graph that
-    cannot run (see the module doc) raises :class:`ScenarioError` at :meth:`reset`.
+    PettingZoo's contract: every live agent is stepped at once, an agent that finished never
+    comes back, and an episode ends with every possible agent terminated or truncated. Here an
+    agent is live from its first decision to the end of the episode; each step's dicts cover
+    every live agent, but only the agents pending in the current superstep act
+    (``infos[agent]["acting"]``): a waiting agent's action has no effect and it sees its last
+    observation again. When the graph ends, agents it never asked join for one closing step
+    (a blank observation, reward 0) so that they finish too. Rewards emitted during the run go
+    to their agents (team rewards to every agent that has acted); the verifier's terminal team
+    reward reaches every agent that acted. A node that raises, the wall-clock limit and the
+    step limit end the episode truncated, with ``infos[agent]["failure"]`` (``"error"``,
+    ``"timeout"``, ``"limit"``) and ``infos[agent]["error"]``; the trace and outcome are kept.
+    A graph that cannot run (see the module doc) raises :class:`ScenarioError` at
+    :meth:`reset`.
 
     After an episode, :attr:`final_state` is the graph's final state (``None`` when the run
     failed), :attr:`outcome` the verifier's outcome and :meth:`transcript` a readable record.
@@ -291,15 +323,14 @@ class GraphEnv(ParallelEnv):
         if self._run.finished:
             self._cannot_run()
         self._absorb(pending)
-        return self._observe()
+        return self._observe(self.agents)
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         run = self._run
         if run is None:
             raise RuntimeError("call reset() before step()")
         if run.finished:
-            self.agents = []
-            return {}, {}, {}, {}, {}
+            return self._close()
         chosen: dict[str, Any] = {}
         for agent in run.pending:
             if agent not in actions:
@@ -326,15 +357,29 @@ class GraphEnv(ParallelEnv):
         elif self._steps >= self.max_steps:
             run.abort()
             self._finish(truncated=True, error=f"step limit {self.max_steps} reached")
-        obs, infos = self._observe()
+        obs, infos = self._observe(self.agents)
         rewards = self._rewards()
         self._step_rewards.append(rewards)
-        done = self._run.finished
+        done = run.finished
         terms = dict.fromkeys(self.agents, done and not self.truncated)
         truncs = dict.fromkeys(self.agents, done and self.truncated)
-        if done:
-            self.agents = []
-        return obs, rewards, terms, truncs, infos
+        if not done:
+            return obs, rewards, terms, truncs, infos
+        self.agents = [a for a in self.possible_agents if a not in self._acted]
+        late_obs, late_infos = self._observe(self.agents)  # they finish in the closing step
+        flags = dict.fromkeys(self.agents, False)
+        return (
+            {**obs, **late_obs},
+            {**rewards, **dict.fromkeys(self.agents, 0.0)},
+            {**terms, **flags},
+            {**truncs, **flags},
+            {**infos, **late_infos},
+        )
+
+    @property
+    def finished(self) -> bool:
+        """The graph has finished this episode (the closing step may still be due)."""
+        return self._run is not None and self._run.finished
 
     def render(self) -> None:
         return None
@@ -478,21 +523,36 @@ class GraphEnv(ParallelEnv):
             self.truncated = self.outcome.truncated
         self.outcome.reward += run.team_reward
 
-    def _observe(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def _observe(self, agents: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         run = self._run
         assert run is not None
-        obs = {a: self._last_obs[a] for a in self.agents}
+        obs = {
+            a: self._last_obs[a] if a in self._last_obs else blank_observation(self._obs_spaces[a])
+            for a in agents
+        }
         infos: dict[str, dict[str, Any]] = {
             a: {"acting": a in run.pending, "superstep": run.superstep, "seed": self.seed_used}
-            for a in self.agents
+            for a in agents
         }
         if run.finished and self.outcome is not None:
             actions = self.episode_actions()  # what was executed, for exact replays
-            for a in self.agents:
+            for a in agents:
                 infos[a].update(
                     outcome=self.outcome, error=self.error, failure=self.failure, actions=actions
                 )
         return obs, infos
+
+    def _close(self) -> tuple[dict[str, Any], ...]:
+        """The closing step: agents the graph never asked finish as the episode did."""
+        late, self.agents = self.agents, []
+        obs, infos = self._observe(late)
+        return (
+            obs,
+            dict.fromkeys(late, 0.0),
+            dict.fromkeys(late, not self.truncated),
+            dict.fromkeys(late, self.truncated),
+            infos,
+        )
 
     def _rewards(self) -> dict[str, float]:
         run = self._run
@@ -608,19 +668,13 @@ class GraphEnv(ParallelEnv):
                 "(agent_ids=...), whose decisions may sit deep inside a node: use "
                 "absent='default' or 'placeholder'"
             )
-        act = _Recorder(policy)
-        fast = self._fast_graph()
+        fast = self.fast_graph()
         if fast is None:
-            return self._slow_replay(seed, act, mode)
+            return self._slow_replay(seed, policy, mode)
         if self._fast_checks > 0:  # the truth first, then the same decisions through `fast`
             self._fast_checks -= 1
-            outcome = self._slow_replay(seed, act, mode)
-            again = _Replayer(act.log)
-            try:
-                same = _same(outcome, self._fast_replay(fast, seed, again, mode)) and again.same
-            except Unsupported:
-                same = True  # a run fast replays do not cover: they fall back, as here
-            if not same:
+            check = self.compare_replays(seed, policy)
+            if not check.same:
                 self._fast = None
                 warnings.warn(
                     f"fast replays of {self.scenario.id()} differ from LangGraph replays "
@@ -629,13 +683,31 @@ class GraphEnv(ParallelEnv):
                     RuntimeWarning,
                     stacklevel=3,
                 )
-            return outcome
+            return check.truth
+        act = _Recorder(policy)
         try:
             return self._fast_replay(fast, seed, act, mode)
         except Unsupported:  # replay through LangGraph, feeding the decisions already made
             return self._slow_replay(seed, _Replayer(act.log, then=act.act), mode)
 
-    def _fast_graph(self) -> FastGraph | None:
+    def compare_replays(self, seed: int, policy: CoalitionPolicy) -> ReplayCheck:
+        """Replay ``policy`` through LangGraph (uncached), then feed the same decisions to the
+        fast executor; ``same`` when decisions, observations and outcomes match (also when the
+        fast path is off or does not cover the run: it falls back to LangGraph).
+        """
+        slow = _Recorder(policy)
+        truth = self._slow_replay(seed, slow, policy.absent)
+        fast = self.fast_graph()
+        if fast is None:
+            return ReplayCheck(truth, None, True)
+        again = _Replayer(slow.log)
+        try:
+            outcome = self._fast_replay(fast, seed, again, policy.absent)
+        except Unsupported:
+            return ReplayCheck(truth, None, True)
+        return ReplayCheck(truth, outcome, again.same and _same(truth, outcome))
+
+    def fast_graph(self) -> FastGraph | None:
         """The graph's fast replay executor (None: not available or switched off)."""
         if self._fast is _UNSET:
             self._fast = (

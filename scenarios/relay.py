@@ -48,9 +48,10 @@ from langgraph.graph import StateGraph
 
 from scenarios.args import checked_action, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import Policy, decide, zero_action
 from scenarios.registry import register
-from topologies import Topology, TopologyError
+from topologies import Topology
 from topologies.generators import merge_routes
 
 ACCEPTED = "single, chain:N, star:N, tree:BxD"
@@ -69,7 +70,7 @@ class RelayState(TypedDict, total=False):
 
 
 @register
-class Relay(Scenario):
+class Relay(DeclaredSpaces, Scenario):
     """Report hidden bits spread over the team, talking only along the topology's edges.
 
     Args:
@@ -96,7 +97,6 @@ class Relay(Scenario):
     summary = "hidden bits spread over the team; messages along edges; the root reports them"
     topologies = ("single", "chain", "star", "tree")
     default_topology = "star:3"
-    absent = "default"
 
     def __init__(
         self,
@@ -107,13 +107,7 @@ class Relay(Scenario):
         target: str = "bits",
         partial_credit: bool = False,
     ) -> None:
-        try:
-            self.topology = Topology.from_spec(topology)
-        except TopologyError as exc:
-            raise ScenarioError(f"{exc}; relay runs on {ACCEPTED}") from exc
-        if self.topology.kind not in self.topologies:
-            label = self.topology.spec or self.topology.name
-            raise ScenarioError(f"relay runs on {ACCEPTED}, not {label!r}")
+        self.topology = accept_topology("relay", topology, self.topologies, ACCEPTED)
         self.bits = int_arg("bits", bits, 1, MAX_BITS)
         if target not in TARGETS:
             raise ScenarioError(f"target={target!r}: use one of {', '.join(TARGETS)}")
@@ -128,14 +122,14 @@ class Relay(Scenario):
         self.alphabet = int_arg("alphabet", alphabet, 2, MAX_ALPHABET)
         self.slots = max(len(s) for s in self.senders.values())
         size = self.bits + self.slots * self.alphabet
-        self._obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
+        obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
         answer: gym.Space = (
             gym.spaces.MultiDiscrete([2] * self.total_bits)
             if target == "bits"
             else gym.spaces.Discrete(self.total_bits + 1)
         )
-        self._act_spaces = {
-            a: answer if a == self.answerer else gym.spaces.Discrete(self.alphabet)
+        self.agent_spaces = {
+            a: (obs_space, answer if a == self.answerer else gym.spaces.Discrete(self.alphabet))
             for a in self.topology.agents
         }
         # one superstep per chain agent, two per tree level and back: the base cap may be short
@@ -174,31 +168,13 @@ class Relay(Scenario):
         )
 
     # ----- the Dec-POMDP -------------------------------------------------------------------
-    @property
-    def possible_agents(self) -> list[str]:
-        return list(self.topology.agents)
-
-    def observation_space(self, agent: str) -> gym.Space:
-        self._known(agent)
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gym.Space:
-        return self._act_spaces[self._known(agent)]
-
     def default_action(self, agent: str) -> Any:
         """Symbol 0 for a sender; all-zero bits or a count of 0 for the answerer."""
         return zero_action(self.action_space(agent))
 
-    def _known(self, agent: str) -> str:
-        if agent not in self._act_spaces:
-            raise ScenarioError(
-                f"unknown agent {agent!r}: relay's agents are {self.possible_agents}"
-            )
-        return agent
-
     def observe(self, agent: str, state: dict[str, Any]) -> np.ndarray:
         """``agent``'s view: its own bits and the symbols received on its in-edges."""
-        obs = np.zeros(self._obs_space.shape, np.float32)
+        obs = np.zeros(self.observation_space(agent).shape, np.float32)
         obs[: self.bits] = state["pieces"].get(agent, 0)
         inbox = {m["src"]: m["symbol"] for m in state.get("messages", []) if m["dst"] == agent}
         for slot, src in enumerate(self.senders[agent]):
@@ -211,7 +187,7 @@ class Relay(Scenario):
 
     def _node(self, node: str) -> Any:
         children = self.children[node]
-        space = self._act_spaces[node]
+        space = self.action_space(node)
 
         def act(state: dict[str, Any]) -> dict[str, Any]:
             heard = {m["src"] for m in state.get("messages", []) if m["dst"] == node}
@@ -276,7 +252,7 @@ class Relay(Scenario):
             inbox = obs[bits:].reshape(slots, alphabet)
             symbols = [int(row.argmax()) for row in inbox[: len(self.senders[agent])]]
             if self.target == "count":
-                return min(sum(own) + sum(symbols), self._act_spaces[agent].n - 1)
+                return min(sum(own) + sum(symbols), self.action_space(agent).n - 1)
             flat = own + [
                 b for s, c in zip(self.senders[agent], symbols, strict=True)
                 for b in unpack(c, bits * len(self.covers[s]))

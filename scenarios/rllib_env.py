@@ -2,9 +2,10 @@
 
 Each observation dict holds exactly the agents pending in the current superstep, so RLlib records
 one step per real decision. Rewards earned while an agent waits are held back and paid with its
-next observation; at the end every agent that acted gets its last observation, its held rewards
-and the terminal team reward, and is terminated (or truncated when a node failed or the step
-limit was hit).
+next observation; when the graph ends every agent that acted gets its last observation, its held
+rewards and the terminal team reward, and is terminated (or truncated when a node failed or the
+step limit was hit). Agents that never acted never appear (the PettingZoo view's closing step is
+not shown).
 """
 
 from __future__ import annotations
@@ -79,8 +80,7 @@ class RLlibGraphEnv(MultiAgentEnv):
         obs, rewards, _, truncs, infos = self.env.step(action_dict)
         for a, r in rewards.items():
             self._held[a] += r
-        done = not self.env.agents
-        if done:
+        if self.env.finished:  # the agents that acted end here (not the closing step's)
             out = list(live)
             terminated = not any(truncs.values())
             out_obs = {a: obs[a] for a in out}

@@ -46,15 +46,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict
 
-import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 from mpe2 import simple_spread_v3
 
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import decide, emit_reward
 from scenarios.registry import register
-from topologies import END, START, Topology, TopologyError
+from topologies import END, START, Topology
 from topologies.generators import merge_routes
 
 WORLD = "world"
@@ -104,7 +104,7 @@ def world_stats(env: Any) -> tuple[int, float, int]:
 
 
 @register
-class Spread(Scenario):
+class Spread(DeclaredSpaces, Scenario):
     """mpe2 ``simple_spread_v3`` with discrete actions, one LangGraph cycle per env step.
 
     Args:
@@ -130,7 +130,6 @@ class Spread(Scenario):
     summary = "mpe2 simple_spread_v3 (cover N landmarks, avoid collisions), exact mpe2 dynamics"
     topologies = ("mesh", "single", "star")
     default_topology = "mesh:3"
-    absent = "default"
 
     def __init__(
         self,
@@ -168,20 +167,14 @@ class Spread(Scenario):
         self.max_supersteps = 2 * max_cycles + 4
         self.topology = self._executed(src)
         ref = simple_spread_v3.parallel_env(**self.env_kwargs)
-        self._obs_spaces = {a: ref.observation_space(m) for a, m in self.mpe_ids.items()}
-        self._act_spaces = {a: ref.action_space(m) for a, m in self.mpe_ids.items()}
+        self.agent_spaces = {
+            a: (ref.observation_space(m), ref.action_space(m)) for a, m in self.mpe_ids.items()
+        }
 
     @staticmethod
     def _source(topology: str | Topology) -> Topology:
-        try:
-            src = Topology.from_spec(topology)
-        except TopologyError as exc:
-            raise ScenarioError(f"{exc}; spread runs on {ACCEPTED}") from exc
-        if src.kind not in Spread.topologies:
-            raise ScenarioError(
-                f"spread runs on {ACCEPTED}, not {src.spec or src.name!r}: mpe2 agents move "
-                "simultaneously, so sequential or hierarchical topologies do not apply"
-            )
+        why = "mpe2 agents move at once, so sequential or hierarchical topologies do not apply"
+        src = accept_topology("spread", topology, Spread.topologies, ACCEPTED, why)
         if WORLD in src.graph:
             raise ScenarioError(f"node id {WORLD!r} is reserved for the env step: rename the agent")
         return src
@@ -202,26 +195,10 @@ class Spread(Scenario):
         return t
 
     # ----- the Dec-POMDP -------------------------------------------------------------------
-    @property
-    def possible_agents(self) -> list[str]:
-        return list(self.mpe_ids)
-
-    def observation_space(self, agent: str) -> gym.Space:
-        return self._obs_spaces[self._known(agent)]
-
-    def action_space(self, agent: str) -> gym.Space:
-        return self._act_spaces[self._known(agent)]
-
     def default_action(self, agent: str) -> int:
         """mpe2's no-op (action 0)."""
         self._known(agent)
         return 0
-
-    def _known(self, agent: str) -> str:
-        if agent not in self.mpe_ids:
-            known = list(self.mpe_ids)
-            raise ScenarioError(f"unknown agent {agent!r}: spread's agents are {known}")
-        return agent
 
     def build_graph(self) -> StateGraph:
         return self.topology.to_langgraph(self._node, SpreadState)
@@ -263,7 +240,7 @@ class Spread(Scenario):
             if aid not in chosen:
                 raise RuntimeError(f"agent {aid!r} gave no action in cycle {state['t']}")
             action = chosen[aid]
-            space = self._act_spaces[aid]
+            space = self.action_space(aid)
             if not space.contains(action):
                 raise ValueError(f"agent {aid!r} chose {action!r}: spread's actions are {space}")
             joint[mpe] = int(action)

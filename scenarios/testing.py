@@ -15,8 +15,7 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from scenarios.base import Scenario
 from scenarios.counterfactual import Counterfactual
-from scenarios.engine import GraphEnv, _Recorder, _Replayer, _same
-from scenarios.replay import Unsupported
+from scenarios.engine import GraphEnv
 
 
 def random_episode(env: GraphEnv, seed: int) -> float:
@@ -49,8 +48,7 @@ def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
     observations, same outcome, for up to ``coalitions`` coalitions of a random episode's
     players under every absent policy. Passes trivially for graphs the fast path does not run.
     """
-    fast = env._fast_graph()
-    if fast is None:
+    if env.fast_graph() is None:
         return
     random_episode(env, seed)
     actions = env.episode_actions()
@@ -62,17 +60,13 @@ def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
     ]
     for members in [frozenset(players), frozenset(), *subsets]:
         for mode in ("skip", "placeholder", "default"):
-            slow = _Recorder(Counterfactual(env.scenario, actions, mode).coalition(members))
-            truth = env._slow_replay(seed, slow, mode)
-            again = _Replayer(slow.log)
-            try:
-                outcome = env._fast_replay(fast, seed, again, mode)
-            except Unsupported:
-                continue  # such runs fall back to LangGraph replays
-            if not (again.same and _same(truth, outcome)):
+            policy = Counterfactual(env.scenario, actions, mode).coalition(members)
+            check = env.compare_replays(seed, policy)
+            if not check.same:
                 raise AssertionError(
                     f"fast replay of seed {seed} with coalition {sorted(members)} "
-                    f"(absent={mode!r}) differs from the LangGraph replay: {outcome} vs {truth}"
+                    f"(absent={mode!r}) differs from the LangGraph replay: "
+                    f"{check.fast} vs {check.truth}"
                 )
 
 
@@ -85,23 +79,31 @@ def check_rllib(env: GraphEnv) -> None:
     check_multiagent_environments(RLlibGraphEnv({"env": env}))
 
 
+def check_pettingzoo(factory: Callable[[], Scenario], cycles: int = 200) -> None:
+    """PettingZoo's ``parallel_api_test`` and ``parallel_seed_test``, their warnings as errors."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=UserWarning, module=r"pettingzoo\.")
+        try:
+            parallel_api_test(GraphEnv(factory()), num_cycles=cycles)
+            parallel_seed_test(lambda: GraphEnv(factory()), num_cycles=cycles)
+        except UserWarning as exc:
+            raise AssertionError(f"PettingZoo's API test warned: {exc}") from exc
+
+
 def check_scenario(
     factory: Callable[[], Scenario], cycles: int = 200, seeds: int = 3, rllib: bool = True
 ) -> None:
     """Run every conformance check on a scenario factory.
 
-    Checks PettingZoo's ``parallel_api_test`` and ``parallel_seed_test``, observations inside
-    their spaces, exact replays (determinism and common random numbers), fast replays equal to
-    LangGraph replays and, with ``rllib``,
-    RLlib's env checker on the RLlib view.
+    Checks PettingZoo's ``parallel_api_test`` and ``parallel_seed_test`` (their warnings are
+    errors), observations inside their spaces, exact replays (determinism and common random
+    numbers), fast replays equal to LangGraph replays and, with ``rllib``, RLlib's env checker
+    on the RLlib view.
 
     Raises:
         AssertionError: naming the check that failed.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        parallel_api_test(GraphEnv(factory()), num_cycles=cycles)
-        parallel_seed_test(lambda: GraphEnv(factory()), num_cycles=cycles)
+    check_pettingzoo(factory, cycles)
     env = GraphEnv(factory())
     for seed in range(seeds):
         check_replay(env, seed)

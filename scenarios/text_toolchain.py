@@ -49,20 +49,19 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any, TypedDict
 
-import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
 from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.declared import DeclaredSpaces
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
 from scenarios.text_space import TextSpaces, encode_prompt, load_tokenizer
 from scenarios.toolcalls import parse_tool_calls, render_tool_call, render_tool_instructions
-from scenarios.toolchain import ANSWER, DONE, OPS, TOOLS, Toolchain
+from scenarios.toolchain import ANSWER, DONE, OPS, TASK_ARGS, TOOLS, Toolchain
 from topologies import Topology
 
 #: argument names of each tool, in the order of the ``(arg, x, y)`` action fields they fill.
@@ -84,13 +83,14 @@ class TextToolchainState(TypedDict, total=False):
 
 
 @register
-class TextToolchain(Scenario):
+class TextToolchain(DeclaredSpaces, Scenario):
     """``toolchain`` for LLM agents: token-id observations and actions, ``<tool>`` text calls.
 
     Args:
         topology: ``"single"`` (default), ``"chain:N"`` or a :class:`Topology` of those kinds.
-        n_keys, n_ops, max_calls, checklist_weights, final_weight, fail_tool: as in
-            :class:`~scenarios.toolchain.Toolchain`.
+        task: the task's keyword arguments, as in :class:`~scenarios.toolchain.Toolchain`
+            (:data:`~scenarios.toolchain.TASK_ARGS`: ``n_keys``, ``n_ops``, ``max_calls``,
+            ``checklist_weights``, ``final_weight``, ``fail_tool``).
         max_turns: decisions per episode (calls, format errors and passes), in
             [1, 256]; default ``2 * max_calls``.
         format_penalty: subtracted from the reward per format error, a finite number ≥ 0.
@@ -106,35 +106,28 @@ class TextToolchain(Scenario):
     name = "text-toolchain"
     version = 0
     summary = "toolchain for LLM agents: token-id actions, <tool> text calls, format penalty"
-    topologies = ("single", "chain")
-    default_topology = "single"
-    absent = "default"
+    topologies = Toolchain.topologies
+    default_topology = Toolchain.default_topology
 
     def __init__(
         self,
         topology: str | Topology = "single",
         *,
-        n_keys: int = 4,
-        n_ops: int = 4,
-        max_calls: int = 8,
         max_turns: int | None = None,
-        checklist_weights: Mapping[str, float] | None = None,
-        final_weight: float = 1.0,
         format_penalty: float = 0.1,
-        fail_tool: str | None = None,
         tokenizer: Any = None,
         max_prompt_tokens: int = 1024,
         max_new_tokens: int = 48,
+        **task: Any,
     ) -> None:
-        self.base = Toolchain(
-            topology,
-            n_keys=n_keys,
-            n_ops=n_ops,
-            max_calls=max_calls,
-            checklist_weights=checklist_weights,
-            final_weight=final_weight,
-            fail_tool=fail_tool,
-        )
+        unknown = sorted(set(task) - set(TASK_ARGS))
+        if unknown:
+            raise ScenarioError(
+                f"text-toolchain got unknown argument(s) {unknown}: it accepts topology, "
+                f"max_turns, format_penalty, tokenizer, max_prompt_tokens, max_new_tokens and "
+                f"the task's {', '.join(TASK_ARGS)}"
+            )
+        self.base = Toolchain(topology, **task)
         self.topology = self.base.topology
         turns = 2 * self.base.max_calls if max_turns is None else max_turns
         self.max_turns = int_arg("max_turns", turns, 1, 256)
@@ -145,8 +138,8 @@ class TextToolchain(Scenario):
             int_arg("max_prompt_tokens", max_prompt_tokens, 16, 65536),
             int_arg("max_new_tokens", max_new_tokens, 8, 4096),
         )
-        self._obs_space = self.spaces.observation_space
-        self._act_space = self.spaces.action_space
+        spaces = (self.spaces.observation_space, self.spaces.action_space)
+        self.agent_spaces = dict.fromkeys(self.base.possible_agents, spaces)
         self.ops = [name for name, _ in OPS[: self.base.n_ops]]
         self.tools = _tool_specs(self.ops)
         self._stops = _stop_ids(self.tokenizer)
@@ -156,27 +149,9 @@ class TextToolchain(Scenario):
 
     # ----- the Dec-POMDP -------------------------------------------------------------------
     @property
-    def possible_agents(self) -> list[str]:
-        return self.base.possible_agents
-
-    @property
     def text_agents(self) -> tuple[str, ...]:
         """Agents acting with text spaces (token ids): all of them."""
         return tuple(self.possible_agents)
-
-    def observation_space(self, agent: str) -> gym.Space:
-        self._known(agent)
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gym.Space:
-        self._known(agent)
-        return self._act_space
-
-    def _known(self, agent: str) -> None:
-        if agent not in self.base.visible:
-            raise ScenarioError(
-                f"unknown agent {agent!r}: text-toolchain's agents are {self.possible_agents}"
-            )
 
     def default_action(self, agent: str) -> np.ndarray:
         """``done``: an absent agent passes its turn."""

@@ -52,9 +52,10 @@ from langgraph.graph import StateGraph
 
 from scenarios.args import checked_action, cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
-from topologies import Topology, TopologyError
+from topologies import Topology
 
 TOOLS = ("lookup", "calc", "answer", "done")
 LOOKUP, CALC, ANSWER, DONE = range(4)
@@ -63,6 +64,8 @@ COMMUTATIVE = {"add", "mul", "max"}
 CRITERIA = ("right_tool", "valid_args", "result_used")
 DEFAULT_WEIGHTS = dict.fromkeys(CRITERIA, 0.1)
 MODULUS = 97
+#: the task's keyword arguments (``text-toolchain`` passes them through)
+TASK_ARGS = ("n_keys", "n_ops", "max_calls", "checklist_weights", "final_weight", "fail_tool")
 ACCEPTED = "single, chain:N"
 
 
@@ -81,7 +84,7 @@ class ToolchainState(TypedDict, total=False):
 
 
 @register
-class Toolchain(Scenario):
+class Toolchain(DeclaredSpaces, Scenario):
     """Look up two values, combine them with a calculator op, answer; judged call by call.
 
     Args:
@@ -110,7 +113,6 @@ class Toolchain(Scenario):
     summary = "look up two values, combine them, answer; per-call checklist plus final check"
     topologies = ("single", "chain")
     default_topology = "single"
-    absent = "default"
 
     def __init__(
         self,
@@ -123,13 +125,7 @@ class Toolchain(Scenario):
         final_weight: float = 1.0,
         fail_tool: str | None = None,
     ) -> None:
-        try:
-            self.topology = Topology.from_spec(topology)
-        except TopologyError as exc:
-            raise ScenarioError(f"{exc}; toolchain runs on {ACCEPTED}") from exc
-        if self.topology.kind not in self.topologies:
-            label = self.topology.spec or self.topology.name
-            raise ScenarioError(f"toolchain runs on {ACCEPTED}, not {label!r}")
+        self.topology = accept_topology("toolchain", topology, self.topologies, ACCEPTED)
         self.n_keys = int_arg("n_keys", n_keys, 2, 16)
         self.n_ops = int_arg("n_ops", n_ops, 1, len(OPS))
         self.max_calls = int_arg("max_calls", max_calls, 4, 32)
@@ -150,39 +146,22 @@ class Toolchain(Scenario):
         self._starts = np.cumsum([0, 3, self.arg_size, self.max_calls])
         self.slot = int(self._starts[-1]) + self.max_calls + 1
         size = 2 * self.n_keys + self.n_ops + self.max_calls * self.slot
-        self._obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
+        obs_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
         nvec = [len(TOOLS), self.arg_size, self.max_calls, self.max_calls]
-        self._act_space = gym.spaces.MultiDiscrete(nvec)
+        act_space = gym.spaces.MultiDiscrete(nvec)
+        self.agent_spaces = {a: (obs_space, act_space) for a in agents}
         # one superstep per agent; GraphEnv also caps env steps (calls + passes) by this number
         self.max_supersteps = max(Scenario.max_supersteps, self.max_calls + 2 * len(agents) + 4)
 
     # ----- the Dec-POMDP -------------------------------------------------------------------
-    @property
-    def possible_agents(self) -> list[str]:
-        return list(self.topology.agents)
-
-    def observation_space(self, agent: str) -> gym.Space:
-        self._known(agent)
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gym.Space:
-        self._known(agent)
-        return self._act_space
-
     def default_action(self, agent: str) -> np.ndarray:
         """``done``: an absent agent passes its turn without calling a tool."""
         self._known(agent)
         return np.array([DONE, 0, 0, 0], dtype=np.int64)
 
-    def _known(self, agent: str) -> str:
-        if agent not in self.visible:
-            known = self.possible_agents
-            raise ScenarioError(f"unknown agent {agent!r}: toolchain's agents are {known}")
-        return agent
-
     def observe(self, agent: str, task: dict[str, int], log: list[dict[str, Any]]) -> np.ndarray:
         """``agent``'s view: its own task fields and the public call log (no tool results)."""
-        obs = np.zeros(self._obs_space.shape, np.float32)
+        obs = np.zeros(self.observation_space(agent).shape, np.float32)
         offsets = {"k1": 0, "k2": self.n_keys, "op": 2 * self.n_keys}
         for field in self.visible[agent]:
             obs[offsets[field] + task[field]] = 1.0
@@ -198,6 +177,8 @@ class Toolchain(Scenario):
         return self.topology.to_langgraph(self._node, ToolchainState)
 
     def _node(self, node: str) -> Any:
+        space = self.action_space(node)
+
         def act(state: dict[str, Any]) -> dict[str, Any]:
             if state.get("finished"):
                 return {}
@@ -205,7 +186,7 @@ class Toolchain(Scenario):
             finished = node == self.topology.agents[-1]
             while len(log) < self.max_calls:
                 obs = self.observe(node, state["task"], log)
-                tool, arg, x, y = checked_action(self._act_space, decide(node, obs), node).tolist()
+                tool, arg, x, y = checked_action(space, decide(node, obs), node).tolist()
                 if tool == DONE:
                     break
                 call = self.run_tool(state, log, tool, arg, x, y)

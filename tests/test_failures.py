@@ -85,11 +85,15 @@ def test_node_error_mid_episode_truncates_with_the_error() -> None:
     obs, infos = env.reset(seed=0)
     assert infos["planner"]["acting"]
     obs, rewards, terms, truncs, infos = env.step({"planner": 1})
-    assert truncs == {"planner": True} and not any(terms.values())
+    # the worker was never asked: it finishes, truncated too, in the closing step
+    assert truncs == {"planner": True, "worker": False} and not any(terms.values())
     info = infos["planner"]
     assert info["failure"] == "error"
     assert info["error"].startswith("node 'tool' raised RuntimeError: tool broke on task")
-    assert env.agents == [] and env.failure == "error" and env.truncated
+    assert env.agents == ["worker"] and env.failure == "error" and env.truncated
+    _, rewards, terms, truncs, infos = env.step({})
+    assert truncs == {"worker": True} and terms == {"worker": False} and rewards == {"worker": 0.0}
+    assert infos["worker"]["failure"] == "error" and env.agents == []
     assert env.final_state is None  # the graph raised: no final state
     assert len(env.trace) == 1
 
@@ -139,7 +143,7 @@ def test_hung_tool_is_cut_by_the_wall_clock_limit() -> None:
         """
     )
     mid = out["mid"]
-    assert mid["truncs"] == {"planner": True} and mid["agents"] == []
+    assert mid["truncs"] == {"planner": True, "worker": False} and mid["agents"] == ["worker"]
     assert mid["failure"] == "timeout"
     assert "wall-clock limit of 0.5 s" in mid["error"] and "node 'tool'" in mid["error"]
     text, cause = out["first"]
@@ -163,7 +167,7 @@ def test_limit_is_checked_between_decisions_outside_the_main_thread() -> None:
     worker.join(timeout=60)
     assert not worker.is_alive()
     _, _, _, truncs, infos = seen["step"]
-    assert truncs == {"planner": True}
+    assert truncs == {"planner": True, "worker": False}  # the worker finishes in the closing step
     assert infos["planner"]["failure"] == "timeout"
     assert "checked between decisions" in infos["planner"]["error"]
 

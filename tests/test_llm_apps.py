@@ -338,7 +338,7 @@ def test_supervisor_scripted_episode_with_frozen_researcher(
     assert team.env.scenario.topology.attr("researcher", "trainable") is False
 
     rewards = play(team.env, supervisor_script(backend.tokenizer, spaces), seed=11)
-    assert rewards == {"supervisor": 1.0, "calculator": 1.0}  # the verifier's team reward
+    assert rewards == {"supervisor": 1.0, "calculator": 1.0, "researcher": 0.0}  # team reward
     acted = [t.agent for t in team.env.trace]
     assert acted == ["supervisor", "calculator", "supervisor", "supervisor"]  # not researcher
     msgs = final_state(team.env)["messages"]
@@ -365,7 +365,7 @@ def test_supervisor_format_error_is_penalised_and_the_episode_goes_on(
     policy = supervisor_script(backend.tokenizer, spaces, calculator=MALFORMED)
     rewards = play(team.env, policy, seed=2)
     # the calculator reported no result; the supervisor went on, answered wrongly (reward 0)
-    assert rewards == {"supervisor": 0.0, "calculator": pytest.approx(-PENALTY)}
+    assert rewards == {"supervisor": 0.0, "calculator": pytest.approx(-PENALTY), "researcher": 0.0}
     assert team.env.error is None and not team.env.truncated
     assert "calculator: no result" in [m.content for m in final_state(team.env)["messages"]]
     flags = [(s.agent, s.format_ok) for s in team.chat.recorder]
@@ -401,12 +401,17 @@ def test_random_token_actions_never_break_an_episode(
         for seed in range(3):
             rewards = play(env, lambda a, o, env=env: env.action_space(a).sample(), seed=seed)
             assert env.error is None and not env.truncated
-            assert rewards == {env.trace[0].agent: 0.0}  # the first agent replied, no answer
+            # the first agent replied, no answer; the others never acted (the closing step)
+            assert {t.agent for t in env.trace} == {env.trace[0].agent}
+            assert rewards == dict.fromkeys(env.possible_agents, 0.0)
         assert all(s.format_ok and not s.tool_calls for s in chat.recorder.pop_all())
         for seed in range(3):
             rewards = play(env, tagged, seed=seed)
             assert env.error is None and not env.truncated
-            assert rewards == {env.trace[0].agent: pytest.approx(-PENALTY)}
+            first = env.trace[0].agent
+            assert {t.agent for t in env.trace} == {first}
+            penalty = {first: pytest.approx(-PENALTY)}
+            assert rewards == {**dict.fromkeys(env.possible_agents, 0.0), **penalty}
         steps = chat.recorder.pop_all()
         assert len(steps) == 3 and not any(s.format_ok or s.tool_calls for s in steps)
 
@@ -459,7 +464,7 @@ def test_send_fan_out_instances_are_separate_agents_in_one_step(
     assert env.agents == ["worker_0", "worker_1"]  # both pending in one parallel step
     replies = {a: tokens_action(spaces, tok, f"from {a}") for a in env.agents}
     _, rewards, *_ = env.step(replies)
-    assert rewards == {"worker_0": 2.0, "worker_1": 2.0}
+    assert rewards == {"worker_0": 2.0, "worker_1": 2.0, "lead": 0.0}  # lead never decides
     assert sorted(final_state(env)["results"]) == ["from worker_0", "from worker_1"]
     # boolean node metadata ("agent": True) is a topology flag, not an id: the node name is used
     assert sorted(s.agent for s in chat.recorder) == ["worker", "worker"]

@@ -159,7 +159,7 @@ def test_graphs_the_fast_path_does_not_run_are_refused():
 def test_env_values_are_bit_identical_to_langgraph_replays(scenario, topology):
     fast_env = GraphEnv(build(scenario, topology=topology))
     slow_env = GraphEnv(build(scenario, topology=topology), fast_replay=False)
-    assert fast_env._fast_graph() is not None
+    assert fast_env.fast_graph() is not None
     for seed in range(3):
         for env in (fast_env, slow_env):
             obs_, _ = env.reset(seed=seed)
@@ -187,7 +187,7 @@ def test_a_node_error_falls_back_to_a_langgraph_replay():
         assert env.value(0, coalition, acts) == slow.value(0, coalition, acts)
     with pytest.raises(Unsupported):  # what the fallback caught
         env._fast_replay(
-            env._fast_graph(),
+            env.fast_graph(),
             0,
             Counterfactual(env.scenario, {"worker_0": [2]}, "default").coalition(["worker_0"]),
             "default",
@@ -211,7 +211,7 @@ def test_a_graph_that_differs_from_its_fast_replay_is_caught():
         warnings.simplefilter("always")
         env.value(0, ["agent"], env.episode_actions())
     assert any("differ from LangGraph replays" in str(w.message) for w in caught)
-    assert env._fast_graph() is None
+    assert env.fast_graph() is None
 
 
 class SendState(TypedDict, total=False):

@@ -225,9 +225,9 @@ def test_scenarios_never_import_marl_agents_or_trainers():
 
 
 def test_llm_subagent_without_a_registered_backend_names_the_fix(monkeypatch):
-    from scenarios import text_delegate
+    from scenarios import text_delegate_subagents
 
-    monkeypatch.setattr(text_delegate, "SUBAGENT_BACKENDS", {})
+    monkeypatch.setattr(text_delegate_subagents, "SUBAGENT_BACKENDS", {})
     s = TextDelegate("star:2", subagents={"type": "hf", "path": "tiny"})
     with pytest.raises(ScenarioError, match=r"import marl_agents\.llm\.subagents"):
         s.subagents  # noqa: B018  (built on first use)

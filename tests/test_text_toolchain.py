@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -251,6 +250,7 @@ def test_absent_agents_pass(tok: Any) -> None:
         ({"tokenizer": object()}, "chat template"),
         ({"final_weight": 0.0}, "final_weight"),
         ({"n_keys": 1}, "n_keys"),
+        ({"n_key": 4}, r"unknown argument\(s\) \['n_key'\].*n_keys"),
     ],
 )
 def test_argument_errors(kwargs: dict[str, Any], match: str, tok: Any) -> None:
@@ -261,6 +261,4 @@ def test_argument_errors(kwargs: dict[str, Any], match: str, tok: Any) -> None:
 
 @pytest.mark.parametrize("spec", ["single", "chain:2"])
 def test_conformance(spec: str, tok: Any) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_scenario(lambda: TextToolchain(spec, tokenizer=tok), cycles=30, seeds=2, rllib=True)
+    check_scenario(lambda: TextToolchain(spec, tokenizer=tok), cycles=30, seeds=2, rllib=True)

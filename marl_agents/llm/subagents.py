@@ -1,7 +1,7 @@
 """Frozen LLM subagents for text scenarios: the ``hf`` and ``vllm`` backends of ``text-delegate``.
 
 Importing this module registers both with
-:func:`scenarios.text_delegate.register_subagent_backend` (``scenarios`` never imports
+:func:`scenarios.text_delegate_subagents.register_subagent_backend` (``scenarios`` never imports
 ``marl_agents``; the trainers and :mod:`trainers.grpo_learner`'s environment import this
 module, so env-runner processes have the backends too).
 
@@ -15,7 +15,7 @@ Either answers greedily with a fixed seed, so subagents are deterministic and re
 
 Example:
     >>> import marl_agents.llm.subagents  # noqa: F401  (registers hf and vllm)
-    >>> from scenarios.text_delegate import SUBAGENT_BACKENDS
+    >>> from scenarios.text_delegate_subagents import SUBAGENT_BACKENDS
     >>> sorted(SUBAGENT_BACKENDS)
     ['hf', 'vllm']
 """
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marl_agents.llm.backend import SamplingParams
-from scenarios.text_delegate import register_subagent_backend
+from scenarios.text_delegate_subagents import register_subagent_backend
 from scenarios.text_space import load_tokenizer
 
 #: ``(path, seed)`` → the :class:`~marl_agents.llm.hf_backend.HFBackend` serving it here.
