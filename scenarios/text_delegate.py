@@ -33,6 +33,7 @@ from scenarios.delegate import (
     MAX_ROUNDS,
     MAX_TYPES,
     SOLVED,
+    Delegate,
     exact_planner,
     merge_status,
     new_task,
@@ -340,10 +341,8 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
             reports.append(f"worker {worker} {'solved' if ok else 'failed'} part {part}")
         return {"status": status, "attempts": attempts, "reports": reports, "assignment": {}}
 
-    @staticmethod
-    def draw(task_seed: int, round_: int, part: int, worker: int) -> float:
-        """The common-random-number skill draw (the same as ``delegate``'s)."""
-        return float(np.random.default_rng([task_seed, round_, part, worker]).random())
+    #: the common-random-number skill draw, ``delegate``'s
+    draw = staticmethod(Delegate.draw)
 
     # ----- verification --------------------------------------------------------------------
     @override
