@@ -310,8 +310,9 @@ def ray_for() -> Iterator[None]:
     """One local Ray for every run of this process (left alone when one is already running)."""
     import ray
 
+    from trainers.cluster import ensure_ray
     from trainers.config import ExperimentConfig
-    from trainers.run import ensure_ray, quiet_ray_logs
+    from trainers.run import quiet_ray_logs
 
     quiet_ray_logs()
     started = ensure_ray(ExperimentConfig())

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from topologies.langgraph_import import from_langgraph as from_langgraph
     from topologies.topology import EDGE_KINDS as EDGE_KINDS
     from topologies.topology import END as END
+    from topologies.topology import MAX_AGENTS as MAX_AGENTS
+    from topologies.topology import MAX_CHANNELS as MAX_CHANNELS
     from topologies.topology import NODE_KINDS as NODE_KINDS
     from topologies.topology import ROLES as ROLES
     from topologies.topology import START as START

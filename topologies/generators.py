@@ -6,7 +6,8 @@ Routing convention of the skeleton: a node with conditional out-edges writes
 (``Send`` targets get the state as payload) and to END when the list is empty. Targets reached
 by a ``Command`` channel are sent with ``Command(goto=...)`` instead.
 
-Every generator validates its topology (``Topology.validate``).
+Every generator checks the size its arguments imply (``MAX_AGENTS``, ``MAX_CHANNELS``) before
+building anything, and validates its topology (``Topology.validate``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from langgraph.graph import START as LG_START
 from langgraph.graph import StateGraph
 from langgraph.types import Command, Send
 
-from topologies.topology import END, START, Topology, TopologyError
+from topologies.topology import END, MAX_AGENTS, START, Topology, TopologyError, check_size
 
 
 def merge_routes(left: dict[str, list[str]], right: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -51,6 +52,7 @@ def single() -> Topology:
 
 def chain(n: int) -> Topology:
     """A pipeline ``agent_0 → … → agent_{n-1}``; the last agent answers."""
+    _check_size("chain", n)
     t = Topology.empty(f"chain:{n}", spec=f"chain:{n}")
     names = [f"agent_{i}" for i in range(n)]
     for i, name in enumerate(names):
@@ -65,6 +67,7 @@ def chain(n: int) -> Topology:
 
 def star(n: int) -> Topology:
     """An orchestrator that fans out to ``n`` workers in parallel; workers report back."""
+    _check_size("star", n)
     t = Topology.empty(f"star:{n}", spec=f"star:{n}")
     t.add_agent("orchestrator", "orchestrator")
     t.add_channel(START, "orchestrator")
@@ -83,6 +86,7 @@ def tree(branching: int, depth: int) -> Topology:
     Inner nodes (``lead_<path>``) delegate to their children or report to their parent; leaves
     (``worker_<path>``) report to their parent.
     """
+    _check_size("tree", branching, depth)
     spec = f"tree:{branching}x{depth}"
     t = Topology.empty(spec, spec=spec)
     t.add_agent("orchestrator", "orchestrator")
@@ -109,6 +113,7 @@ def tree(branching: int, depth: int) -> Topology:
 def mesh(n: int) -> Topology:
     """``n`` peers in all-to-all rounds (debate): each round every peer sees the others'
     messages; any peer may end the run."""
+    _check_size("mesh", n)
     t = Topology.empty(f"mesh:{n}", spec=f"mesh:{n}")
     names = [f"agent_{i}" for i in range(n)]
     for name in names:
@@ -149,7 +154,40 @@ def from_spec(spec: str) -> Topology:
         raise TopologyError(
             f"bad topology spec {spec!r}: write {form} with positive integers"
         ) from None
-    return fn(*nums).validate()
+    return fn(*nums).validate()  # each generator checks its size first
+
+
+def _check_size(kind: str, *nums: int) -> None:
+    agents, channels = spec_size(kind, list(nums))
+    exact = kind != "tree" or _tree_agents(*nums)[1]
+    check_size(f"{kind}:{'x'.join(map(str, nums))}", agents, channels, exact=exact)
+
+
+def spec_size(kind: str, nums: list[int]) -> tuple[int, int]:
+    """``(agents, channels)`` of a named topology, computed without building it. A tree's count
+    stops once past :data:`MAX_AGENTS` (then it is a lower bound), so ``tree:1000x1000``
+    costs nothing."""
+    if kind == "single":
+        return 1, 2
+    if kind == "chain":
+        return nums[0], nums[0] + 1
+    if kind == "star":
+        return nums[0] + 1, 2 * nums[0] + 2
+    if kind == "mesh":
+        return nums[0], nums[0] * nums[0] + 2 * nums[0]
+    agents, _ = _tree_agents(*nums)
+    return agents, 2 * agents  # each agent but the root: down and up; the root: START, END
+
+
+def _tree_agents(branching: int, depth: int) -> tuple[int, bool]:
+    """The agents of ``tree:BxD`` and whether the count is exact (it stops past the limit)."""
+    agents, level = 1, 1
+    for done in range(1, depth + 1):
+        level *= branching
+        agents += level
+        if agents > MAX_AGENTS:
+            return agents, done == depth
+    return agents, True
 
 
 def to_langgraph(

@@ -17,8 +17,30 @@ NODE_KINDS = ("agent", "node", "start", "end")
 EDGE_KINDS = ("static", "conditional", "send", "join", "command")
 
 
+#: the most agents (fan-out instances included) a topology may have: checked before a named
+#: topology is built and before a graph's agent ids are listed, so a huge spec fails at once.
+MAX_AGENTS = 256
+#: the most channels a named topology may have (``mesh:256`` has 66,048).
+MAX_CHANNELS = 70_000
+
+
 class TopologyError(ValueError):
     """A topology that cannot run; the message names the node and the fix."""
+
+
+def check_size(name: str, agents: int, channels: int = 0, *, exact: bool = True) -> None:
+    """Raise :class:`TopologyError` when ``agents`` or ``channels`` exceed the limits
+    (``exact=False``: ``agents`` is a lower bound)."""
+    if agents > MAX_AGENTS:
+        raise TopologyError(
+            f"topology {name!r} has {'' if exact else 'over '}{agents:,} agents, above the limit "
+            f"of {MAX_AGENTS} (topologies.MAX_AGENTS): use fewer agents or fan-out instances"
+        )
+    if channels > MAX_CHANNELS:
+        raise TopologyError(
+            f"topology {name!r} has {channels:,} channels, above the limit of {MAX_CHANNELS:,} "
+            "(topologies.MAX_CHANNELS): use fewer agents"
+        )
 
 
 class Topology:

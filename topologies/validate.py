@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from topologies.paths import can_finish, reachable
-from topologies.topology import EDGE_KINDS, END, NODE_KINDS, ROLES, START, TopologyError
+from topologies.topology import (
+    EDGE_KINDS,
+    END,
+    NODE_KINDS,
+    ROLES,
+    START,
+    TopologyError,
+    check_size,
+)
 
 if TYPE_CHECKING:
     from topologies.topology import Topology
@@ -40,6 +48,8 @@ def validate(topology: Topology) -> None:
             check_node(node, data)
     for u, v, data in g.edges(data=True):
         check_edge(u, v, data)
+    agents = sum(g.nodes[n]["max_instances"] for n in topology.agents)
+    check_size(topology.name, agents)  # before the agent ids are listed
     check_agent_ids(topology)
     if not topology.agents:
         raise TopologyError(

@@ -26,6 +26,7 @@ import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from marl_agents.pools import AgentPool, ModelConfig, PoolError, resolve_pools
+from trainers.cluster import joins_cluster
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.credit_settings import check_credit_for
 
@@ -187,7 +188,7 @@ def check_workers_import(ref: str) -> None:
     running = ray is not None and ray.is_initialized()
     if running and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
         return
-    if not running and not os.environ.get("RAY_ADDRESS"):
+    if not running and not joins_cluster():
         return
     reason = unreachable_reason(ref, _ray_driver_paths(running))
     if reason is not None:
@@ -403,7 +404,7 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
 
 def _check_resources(cfg: ExperimentConfig) -> None:
     res = cfg.resources
-    on_cluster = bool(os.environ.get("RAY_ADDRESS"))
+    on_cluster = joins_cluster()
     if res.num_gpus_per_learner > 0 and res.num_learners < 1:
         raise ConfigError(
             "resources.num_gpus_per_learner > 0 needs resources.num_learners ≥ 1 (RLlib puts GPU "

@@ -21,6 +21,7 @@ import typer
 from scenarios.cli import register as register_scenarios
 from topologies.cli import app as topology_app
 from trainers.cli_common import (
+    AddressOption,
     DumpOption,
     OutputOption,
     SeedOption,
@@ -31,6 +32,7 @@ from trainers.cli_common import (
     fixed_hash_seed,
     training_errors,
 )
+from trainers.cluster import use_address
 from trainers.finetune_cli import register as register_finetune
 
 SCENARIO_HELP = "Scenario: a registered name (marl scenarios) or package.module:attr naming your own Scenario subclass, instance or a function returning one (default: the config's, or delegate); an experiment YAML path works as --config."  # noqa: E501
@@ -82,6 +84,7 @@ def run_command(
         Path | None, typer.Option(help="Continue a run directory or checkpoint.")
     ] = None,
     dump: DumpOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Train a team on a scenario: progress bar, summary table, learning-curve PNG."""
     cwd_on_path()
@@ -115,6 +118,7 @@ def run_command(
             typer.echo(cfg.to_yaml(), nl=False)
             return
         cfg.check()
+        use_address(address)
     fixed_hash_seed()
     from trainers.run import train as run_train
 
@@ -126,8 +130,10 @@ def run_command(
 
 def sweep_command(
     file: Annotated[Path, typer.Argument(help="Sweep YAML: base, param_space, search, ...")],
+    address: AddressOption = None,
 ) -> None:
-    """Run a Ray Tune sweep (grid or random; topology, pools and credit can be dimensions)."""
+    """Run a Ray Tune sweep (grid or random; topology, pools and credit can be dimensions);
+    exits 1, listing their errors, when trials failed."""
     from trainers.sweep import SweepSpec
 
     cwd_on_path()
@@ -136,11 +142,12 @@ def sweep_command(
             spec = SweepSpec.from_yaml(file)
         except OSError as exc:
             fail(str(exc))
+        use_address(address)
     fixed_hash_seed()
     from trainers.sweep import sweep
 
     with config_errors():
-        sweep(
+        result = sweep(
             spec.base,
             spec.param_space,
             search=spec.search,
@@ -148,7 +155,10 @@ def sweep_command(
             metric=spec.metric,
             mode=spec.mode,
             name=spec.name,
+            max_concurrent_trials=spec.max_concurrent_trials,
         )
+    if result.failed:
+        fail(f"{len(result.failed)} of {len(result.trials)} trials failed (errors above)", code=1)
 
 
 def eval_command(

@@ -24,6 +24,15 @@ WandbOption = Annotated[
 DumpOption = Annotated[
     bool, typer.Option("--dump", help="Print the resolved config YAML and exit.")
 ]
+AddressOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Ray cluster to join: host:port of its head (GCS port, 6379 by default), "
+        "ray://host:port for Ray Client, 'auto' for the cluster `ray start` runs on this "
+        "machine, or 'local' for a new local Ray (default: RAY_ADDRESS, else a running "
+        "`ray start` cluster, else local). Checked before any work (trainers.cluster)."
+    ),
+]
 
 
 def fixed_hash_seed() -> None:

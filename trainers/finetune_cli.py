@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from trainers.cli_common import (
+    AddressOption,
     DumpOption,
     OutputOption,
     SeedOption,
@@ -24,6 +25,7 @@ from trainers.cli_common import (
     fixed_hash_seed,
     training_errors,
 )
+from trainers.cluster import use_address
 
 
 def finetune_command(
@@ -42,6 +44,7 @@ def finetune_command(
         typer.Option(help="Continue a fine-tuning run directory (or a checkpoint in one)."),
     ] = None,
     dump: DumpOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Fine-tune an LLM orchestrator with token-level GRPO against frozen subagents."""
     from trainers.config import BudgetConfig
@@ -61,6 +64,7 @@ def finetune_command(
             typer.echo(spec.to_yaml(), nl=False)
             return
         spec.check()
+        use_address(address)
     fixed_hash_seed()
     from trainers.finetune import run_finetune
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.cluster import ensure_ray
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.hf_export import export_pools, save_hf
 
@@ -151,31 +152,6 @@ def setup_process() -> None:
             "PYTHONHASHSEED is not set: runs with the same seed can differ across processes "
             "(RLlib orders agents through sets); the marl CLI sets it"
         )
-
-
-def ensure_ray(cfg: Any) -> bool:
-    """Start a local Ray (or join ``RAY_ADDRESS``) unless one is running; True if started.
-
-    ``cfg`` is an :class:`ExperimentConfig` or a ``FinetuneJob`` (its ``resources.num_cpus``).
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {
-        "include_dashboard": False,
-        "logging_level": logging.ERROR,
-        "log_to_driver": False,
-    }
-    if os.environ.get("RAY_ADDRESS"):
-        kwargs["address"] = os.environ["RAY_ADDRESS"]
-    else:
-        kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
-        from trainers.algo import share_sys_path
-
-        share_sys_path()  # workers import what this process imports (scenario references)
-    ray.init(**kwargs)
-    return True
 
 
 def quiet_ray_logs() -> None:

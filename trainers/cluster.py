@@ -1,0 +1,216 @@
+"""Where Ray runs: a local Ray started here, or an existing cluster.
+
+Contract of :func:`ensure_ray` (every command that starts Ray goes through it):
+
+* The address is, in this order: the ``address`` argument, ``RAY_ADDRESS`` (the CLI's
+  ``--address`` sets it), a cluster started with ``ray start`` on this machine (the address
+  Ray records in ``<ray temp dir>/ray_current_cluster``, used only while its GCS answers),
+  else none: a new local Ray with ``resources.num_cpus`` CPUs.
+* Connecting never passes ``num_cpus``/``num_gpus`` (Ray refuses them for an existing
+  cluster); a new local Ray is started with ``address="local"`` so a stale record of a dead
+  cluster is not followed.
+* An address whose GCS does not accept a connection within :data:`CONNECT_TIMEOUT_S`
+  raises :class:`ClusterError` naming it (``ray.init`` itself retries for minutes).
+
+:func:`trial_bundles` sizes one Tune trial's placement group as RLlib lays it out (driver,
+env runners, learners) and :func:`concurrent_trials` how many such trials the cluster fits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainers.config import ConfigError
+
+#: seconds to wait for a cluster's GCS port to accept a TCP connection.
+CONNECT_TIMEOUT_S = 5.0
+
+
+class ClusterError(ConfigError):
+    """A cluster address that is malformed or does not answer; names the address and the fix."""
+
+
+def check_address(address: str, source: str = "--address") -> str:
+    """``address`` stripped, or :class:`ClusterError` when it is not ``auto``, ``local``,
+    ``host:port`` or ``ray://host:port`` (``source`` names where it came from)."""
+    text = address.strip()
+    if text in ("auto", "local"):
+        return text
+    _host_port(text, source)
+    return text
+
+
+def _host_port(address: str, source: str) -> tuple[str, int]:
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    fix = "give host:port of the head node (e.g. 10.0.0.5:6379), ray://host:10001, or 'auto'"
+    if not sep or not host or "/" in rest or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ClusterError(f"{source}={address!r} is not a Ray address: {fix}")
+    return host.strip("[]"), int(port)
+
+
+def reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether ``host:port`` of ``address`` accepts a TCP connection within ``timeout_s``."""
+    host, port = _host_port(address, "address")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def local_cluster() -> str | None:
+    """The address of a ``ray start`` cluster on this machine whose GCS answers, else None."""
+    from ray._private.services import find_bootstrap_address
+
+    recorded = find_bootstrap_address(None)
+    if not recorded:
+        return None
+    try:
+        return recorded if reachable(recorded, timeout_s=1.0) else None
+    except ClusterError:
+        return None
+
+
+def joins_cluster() -> bool:
+    """Whether :func:`ensure_ray` would join an existing cluster rather than start a local Ray
+    (``RAY_ADDRESS`` other than ``local``, or a ``ray start`` cluster on this machine)."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env:
+        return env != "local"
+    return local_cluster() is not None
+
+
+def cluster_address(address: str | None = None) -> str | None:
+    """The cluster to join (see the module docstring), or None for a new local Ray.
+
+    Raises:
+        ClusterError: a malformed address, one that does not answer, or ``auto`` with no
+            ``ray start`` cluster on this machine.
+    """
+    source = "--address"
+    if address is None and os.environ.get("RAY_ADDRESS", "").strip():
+        address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    if address is None:
+        return local_cluster()
+    address = check_address(address, source)
+    if address == "local":
+        return None
+    if address == "auto":
+        found = local_cluster()
+        if found is None:
+            raise ClusterError(
+                f"{source}='auto' but no `ray start` cluster answers on this machine: start "
+                "one (ray start --head) or give its host:port"
+            )
+        return found
+    if not reachable(address):
+        raise ClusterError(
+            f"{source}={address!r}: no Ray cluster answered within {CONNECT_TIMEOUT_S:.0f} s "
+            "(is the head running and its port open?): check the address, or unset it to run "
+            "on a local Ray"
+        )
+    return address
+
+
+def use_address(address: str | None) -> str | None:
+    """The CLI's ``--address``: find the cluster now (a fast error before any work) and put it
+    in ``RAY_ADDRESS``, so every check before Ray starts and every process started later
+    (a re-executed CLI, Tune trials) sees the same cluster; ``local`` forces a new local Ray.
+
+    Returns:
+        The cluster joined, or None for a new local Ray.
+
+    Raises:
+        ClusterError: see :func:`cluster_address`.
+    """
+    target = cluster_address(address)
+    if target is not None:
+        os.environ["RAY_ADDRESS"] = target
+    elif address is not None or os.environ.get("RAY_ADDRESS", "").strip():
+        os.environ["RAY_ADDRESS"] = "local"
+    return target
+
+
+def ensure_ray(cfg: Any, address: str | None = None) -> bool:
+    """Join a cluster or start a local Ray unless this process already runs one; True when
+    this call started it (the caller then shuts it down).
+
+    ``cfg`` is an :class:`~trainers.config.ExperimentConfig` or a ``FinetuneJob`` (its
+    ``resources.num_cpus`` sizes a new local Ray).
+
+    Raises:
+        ClusterError: see :func:`cluster_address`.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.ERROR,
+        "log_to_driver": False,
+    }
+    target = cluster_address(address)
+    if target is not None:
+        kwargs["address"] = target
+    else:
+        kwargs["address"] = "local"
+        kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
+        from trainers.algo import share_sys_path
+
+        share_sys_path()  # workers import what this process imports (scenario references)
+    ray.init(**kwargs)
+    return True
+
+
+# ----- Tune trials --------------------------------------------------------------------------
+def trial_bundles(cfg: Any) -> list[dict[str, float]]:
+    """The placement group of one trial training ``cfg``, in RLlib's layout: the driver (which
+    also learns when ``num_learners`` is 0), one bundle per env runner, one per learner.
+
+    RLlib places env runner ``i`` in bundle ``i + 1`` of the trial's group, so a group without
+    those bundles fails with "placement group bundle index 1 is invalid".
+    """
+    res = cfg.resources
+    gpus = float(res.num_gpus_per_learner)
+    learner = {"CPU": 0.0 if gpus else 1.0, "GPU": gpus}
+    driver = {"CPU": 1.0, "GPU": 0.0 if res.num_learners else gpus}
+    runners = [{"CPU": 1.0, "GPU": 0.0} for _ in range(res.num_env_runners)]
+    bundles = [driver, *runners, *([learner] * res.num_learners)]
+    return [{k: v for k, v in b.items() if v} for b in bundles]
+
+
+def total(bundles: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Resources of a placement group, summed over its bundles."""
+    out: dict[str, float] = {}
+    for bundle in bundles:
+        for key, value in bundle.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def concurrent_trials(need: Mapping[str, float], have: Mapping[str, float]) -> int:
+    """How many trials each needing ``need`` fit in a cluster with ``have`` resources.
+
+    Raises:
+        ClusterError: not even one fits (Tune would wait forever), naming what is missing.
+    """
+    fits = []
+    for key, value in need.items():
+        if value <= 0:
+            continue
+        available = float(have.get(key, 0.0))
+        if available < value:
+            raise ClusterError(
+                f"a trial needs {value:g} {key} (driver + env runners + learners) but the Ray "
+                f"cluster has {available:g}: lower resources.num_env_runners / num_learners / "
+                "num_gpus_per_learner, or add nodes"
+            )
+        fits.append(math.floor(available / value + 1e-9))
+    return max(1, min(fits, default=1))
