@@ -131,6 +131,25 @@ def test_show_user_topology_and_yaml(user_module: str, tmp_path: Path) -> None:
     assert code == 0 and "critical path: 2" in out
 
 
+@pytest.mark.parametrize("spec", ["star:1000000", "mesh:1000000", "tree:1000x1000"])
+def test_show_huge_spec_fails_in_bounded_memory(spec: str) -> None:
+    """In a process limited to 2 GiB of address space (before the size check, these specs grew
+    memory until the machine killed them)."""
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    code = f"from topologies.cli import app; app(['show', {spec!r}])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit, timeout=600
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "above the limit of 256 (topologies.MAX_AGENTS)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from topologies import END, START, Topology, TopologyError, validate
+from topologies import END, MAX_AGENTS, MAX_CHANNELS, START, Topology, TopologyError, validate
+from topologies.generators import spec_size
 from topologies.paths import can_finish, critical_path, reachable
 
 SPECS = ["single", "chain:1", "chain:4", "star:1", "star:4", "tree:2x1", "tree:2x3", "mesh:1",
@@ -282,6 +283,47 @@ def test_star_100_builds_validates_draws(tmp_path: Any) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Topology.from_yaml(t.to_yaml()).to_dict() == t.to_dict()
     assert t.to_mermaid().count("-.->") == 101
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("star:1000000", r"'star:1000000' has 1,000,001 agents, above the limit of 256"),
+        ("mesh:1000000", r"'mesh:1000000' has 1,000,000 agents, above the limit of 256"),
+        ("chain:257", r"'chain:257' has 257 agents"),
+        ("tree:1000x1000", r"'tree:1000x1000' has over 1,001 agents"),
+        ("tree:2x" + "9" * 4000, r"has over 511 agents"),
+        ("tree:2x8", r"'tree:2x8' has 511 agents"),
+    ],
+)
+def test_huge_specs_fail_before_building(spec: str, match: str) -> None:
+    with pytest.raises(TopologyError, match=match + r".*topologies.MAX_AGENTS.*use fewer"):
+        Topology.from_spec(spec)
+
+
+def test_size_limits_hold_for_every_way_in() -> None:
+    from topologies import star
+
+    with pytest.raises(TopologyError, match="above the limit"):
+        star(10**9)  # the generator itself checks before building
+    fanout = agent_dict(
+        {"id": "boss"},
+        {"id": "w", "max_instances": 10**9},
+        edges=[(START, "boss"), ("boss", "w", "send"), ("w", END)],
+    )
+    with pytest.raises(TopologyError, match="has 1,000,000,001 agents, above the limit"):
+        Topology.from_dict(fanout)  # counted before a billion agent ids are listed
+
+
+@pytest.mark.parametrize(
+    "spec", ["single", "chain:256", "star:255", "tree:2x7", "tree:3x4", "mesh:256"]
+)
+def test_largest_specs_build_with_the_counted_size(spec: str) -> None:
+    t = Topology.from_spec(spec)
+    kind, _, args = spec.partition(":")
+    agents, channels = spec_size(kind, [int(a) for a in args.split("x")] if args else [])
+    assert len(t.agent_ids) == agents <= MAX_AGENTS
+    assert t.graph.number_of_edges() == channels <= MAX_CHANNELS
 
 
 # ----- docstring examples ---------------------------------------------------------------

@@ -9,8 +9,10 @@ Contract of :func:`ensure_ray` (every command that starts Ray goes through it):
 * Connecting never passes ``num_cpus``/``num_gpus`` (Ray refuses them for an existing
   cluster); a new local Ray is started with ``address="local"`` so a stale record of a dead
   cluster is not followed.
-* An address whose GCS does not accept a connection within :data:`CONNECT_TIMEOUT_S`
-  raises :class:`ClusterError` naming it (``ray.init`` itself retries for minutes).
+* An address whose GCS port does not accept a connection within :data:`CONNECT_TIMEOUT_S`
+  raises :class:`ClusterError` naming it (``ray.init`` would retry for minutes), and so does
+  a failed ``ray.init`` (something else listening there: Ray's connection attempts are cut to
+  the same bound; a token-auth mismatch).
 
 :func:`trial_bundles` sizes one Tune trial's placement group as RLlib lays it out (driver,
 env runners, learners) and :func:`concurrent_trials` how many such trials the cluster fits.
@@ -157,15 +159,35 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
         "log_to_driver": False,
     }
     target = cluster_address(address)
-    if target is not None:
-        kwargs["address"] = target
-    else:
+    if target is None:
         kwargs["address"] = "local"
         kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
         from trainers.algo import share_sys_path
 
         share_sys_path()  # workers import what this process imports (scenario references)
-    ray.init(**kwargs)
+        ray.init(**kwargs)
+        return True
+    from ray._private.services import find_bootstrap_address
+
+    # Ray turns on token auth (a token in ~/.ray/auth_token) only for a cluster it finds itself
+    local = target == find_bootstrap_address(None) and address is None
+    kwargs["address"] = "auto" if local else target
+    wait = "RAY_gcs_server_port_wait_time_s"  # Ray's GCS connect attempts, ~1 s each (20)
+    saved = os.environ.get(wait)
+    os.environ.setdefault(wait, str(int(CONNECT_TIMEOUT_S)))
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:  # Ray's own error is a retry log and a chained traceback
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ClusterError(
+            f"could not join the Ray cluster at {target!r} ({type(exc).__name__}: {first}): "
+            f"check the address; a cluster from `ray start` (Ray ≥ 2.60) checks a token: set "
+            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to `ray get-auth-token` of the head, or "
+            "start every node with RAY_AUTH_MODE=disabled"
+        ) from None
+    finally:
+        if saved is None:
+            os.environ.pop(wait, None)
     return True
 
 
