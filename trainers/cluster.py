@@ -9,10 +9,10 @@ Contract of :func:`ensure_ray` (every command that starts Ray goes through it):
 * Connecting never passes ``num_cpus``/``num_gpus`` (Ray refuses them for an existing
   cluster); a new local Ray is started with ``address="local"`` so a stale record of a dead
   cluster is not followed.
-* An address whose GCS port does not accept a connection within :data:`CONNECT_TIMEOUT_S`
-  raises :class:`ClusterError` naming it (``ray.init`` would retry for minutes), and so does
-  a failed ``ray.init`` (something else listening there: Ray's connection attempts are cut to
-  the same bound; a token-auth mismatch).
+* An address whose port does not accept a connection within :data:`CONNECT_TIMEOUT_S`, or
+  where no Ray GCS answers (:func:`gcs_error`: something else listens there, or the token is
+  refused), raises :class:`ClusterError` naming it and the fix (``ray.init`` would retry for
+  minutes); so does a failing ``ray.init`` (its connection attempts cut to the same bound).
 
 :func:`trial_bundles` sizes one Tune trial's placement group as RLlib lays it out (driver,
 env runners, learners) and :func:`concurrent_trials` how many such trials the cluster fits.
@@ -31,6 +31,13 @@ from trainers.config import ConfigError
 
 #: seconds to wait for a cluster's GCS port to accept a TCP connection.
 CONNECT_TIMEOUT_S = 5.0
+
+
+AUTH_FIX = (
+    "a cluster from `ray start` (Ray ≥ 2.60) checks a token: set RAY_AUTH_MODE=token and "
+    "RAY_AUTH_TOKEN to `ray get-auth-token` of the head, or start every node with "
+    "RAY_AUTH_MODE=disabled"
+)
 
 
 class ClusterError(ConfigError):
@@ -64,6 +71,39 @@ def reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
             return True
     except OSError:
         return False
+
+
+_GCS_PROBE = """
+import sys
+from ray._raylet import InnerGcsClient
+try:
+    InnerGcsClient.standalone(sys.argv[1], None, int(sys.argv[2]))
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    sys.exit(1)
+"""
+
+
+def gcs_error(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """None when a Ray GCS answers at ``address``, else why not (``Type: message``).
+
+    Asked in a child process that is killed after ``3 × timeout_s``: a port that accepts
+    connections but speaks no Ray (a proxy, another server) keeps Ray's client waiting ~40 s
+    per attempt. The child inherits ``RAY_AUTH_MODE`` / ``RAY_AUTH_TOKEN``, so a token the
+    cluster refuses is reported here too.
+    """
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": str(int(timeout_s))}
+    cmd = [sys.executable, "-c", _GCS_PROBE, address, str(int(timeout_s * 1000))]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3 * timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"no answer within {3 * timeout_s:.0f} s"
+    if out.returncode == 0:
+        return None
+    return (out.stdout.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
 
 
 def local_cluster() -> str | None:
@@ -116,6 +156,12 @@ def cluster_address(address: str | None = None) -> str | None:
             f"{source}={address!r}: no Ray cluster answered within {CONNECT_TIMEOUT_S:.0f} s "
             "(is the head running and its port open?): check the address, or unset it to run "
             "on a local Ray"
+        )
+    reason = None if address.startswith("ray://") else gcs_error(address)
+    if reason is not None:
+        raise ClusterError(
+            f"{source}={address!r} accepts connections but no Ray head answered ({reason}): "
+            f"give the head's GCS port (6379 unless `ray start --port` said otherwise); {AUTH_FIX}"
         )
     return address
 
@@ -181,9 +227,7 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise ClusterError(
             f"could not join the Ray cluster at {target!r} ({type(exc).__name__}: {first}): "
-            f"check the address; a cluster from `ray start` (Ray ≥ 2.60) checks a token: set "
-            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to `ray get-auth-token` of the head, or "
-            "start every node with RAY_AUTH_MODE=disabled"
+            f"check the address; {AUTH_FIX}"
         ) from None
     finally:
         if saved is None:
