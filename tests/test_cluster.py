@@ -314,7 +314,7 @@ class LocalCluster:
     def start_node(self, head: bool) -> str:
         temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths
         self.dirs.append(temp)
-        gcs, nm, om, agent, grpc, metrics, renv, client, lo = free_ports(9)
+        gcs, nm, om, agent, grpc, metrics, renv, lo = free_ports(8)
         args = [RAY, "start", "--block", "--num-cpus=1", "--num-gpus=0", f"--temp-dir={temp}",
                 f"--node-manager-port={nm}", f"--object-manager-port={om}",
                 f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={grpc}",
@@ -324,16 +324,17 @@ class LocalCluster:
         if head:
             self.address = f"127.0.0.1:{gcs}"
             args += ["--head", f"--port={gcs}", "--node-ip-address=127.0.0.1",
-                     "--include-dashboard=false", f"--ray-client-server-port={client}"]  # fmt: skip
+                     "--include-dashboard=false"]  # fmt: skip
         else:
             args += [f"--address={self.address}", "--node-ip-address=127.0.0.1"]
-        proc = subprocess.Popen(
-            args,
-            env={**self.env, "RAY_TMPDIR": temp},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with open(Path(temp) / "ray_start.log", "wb") as log:
+            proc = subprocess.Popen(
+                args,
+                env={**self.env, "RAY_TMPDIR": temp},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return temp
 
@@ -347,9 +348,20 @@ class LocalCluster:
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            out = subprocess.run(
-                [sys.executable, "-c", probe], env=self.env, capture_output=True, text=True
-            )
+            for proc, temp in zip(self.procs, self.dirs, strict=True):
+                if proc.poll() is not None:
+                    log = (Path(temp) / "ray_start.log").read_text()[-3000:]
+                    raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log}")
+            try:
+                out = subprocess.run(
+                    [sys.executable, "-c", probe],
+                    env=self.env,
+                    capture_output=True,
+                    text=True,
+                    timeout=90,
+                )
+            except subprocess.TimeoutExpired:
+                continue
             lines = out.stdout.strip().splitlines()
             if out.returncode == 0 and lines and float(lines[-1]) >= cpus:
                 return
@@ -370,6 +382,9 @@ class LocalCluster:
         for pid in pids:  # anything of ours left (never `ray stop`: other runs share the host)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for proc in self.procs:  # each node's own session (start_new_session)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

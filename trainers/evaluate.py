@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.config import CREDIT_METHODS, ConfigError, ExperimentConfig
 
 #: evaluation seeds start here, away from the small seeds training episodes tend to use.
 EVAL_SEED = 1_000_000
@@ -145,6 +145,10 @@ def evaluate(
         raise ConfigError(f"episodes must be ≥ 1, got {episodes}")
     if transcripts < 0:
         raise ConfigError(f"transcripts must be ≥ 0, got {transcripts}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be an integer ≥ 0 (the first episode's seed), got {seed!r}")
+    if credit is not None and credit not in CREDIT_METHODS:
+        raise ConfigError(f"credit={credit!r} is unknown: use one of {', '.join(CREDIT_METHODS)}")
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
     method = credit or cfg.credit.method

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.config import ConfigError, ExperimentConfig, load_yaml_mapping
 from trainers.run import LOSS_KEYS, ORACLE_FRACTION_KEY, RETURN_KEY
 
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -118,15 +118,7 @@ class SweepSpec:
     @classmethod
     def from_yaml(cls, source: str | Path) -> SweepSpec:
         """Load ``{base: {...}, param_space: {...}, search, num_samples, metric, mode, name}``."""
-        text = str(source)
-        if isinstance(source, Path) or ("\n" not in text and text.endswith((".yaml", ".yml"))):
-            text = Path(source).read_text()
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"sweep file is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError("a sweep file must be a mapping with base: and param_space:")
+        data = load_yaml_mapping(source, "sweep", "base: {...}, param_space: {...}") or {}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
