@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -312,8 +313,10 @@ class LocalCluster:
         self.env.pop("RAY_ADDRESS", None)
 
     def start_node(self, head: bool) -> str:
-        temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths
-        self.dirs.append(temp)
+        base = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths
+        temp = os.path.join(base, "ray")  # Ray's default layout under RAY_TMPDIR=base
+        os.mkdir(temp)
+        self.dirs.append(base)
         gcs, nm, om, agent, grpc, metrics, renv, lo = free_ports(8)
         args = [RAY, "start", "--block", "--num-cpus=1", "--num-gpus=0", f"--temp-dir={temp}",
                 f"--node-manager-port={nm}", f"--object-manager-port={om}",
@@ -330,7 +333,7 @@ class LocalCluster:
         with open(Path(temp) / "ray_start.log", "wb") as log:
             proc = subprocess.Popen(
                 args,
-                env={**self.env, "RAY_TMPDIR": temp},
+                env={**self.env, "RAY_TMPDIR": base},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -350,7 +353,7 @@ class LocalCluster:
         while time.monotonic() < deadline:
             for proc, temp in zip(self.procs, self.dirs, strict=True):
                 if proc.poll() is not None:
-                    log = (Path(temp) / "ray_start.log").read_text()[-3000:]
+                    log = (Path(temp) / "ray" / "ray_start.log").read_text()[-3000:]
                     raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log}")
             try:
                 out = subprocess.run(
@@ -385,6 +388,8 @@ class LocalCluster:
         for proc in self.procs:  # each node's own session (start_new_session)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        for base in self.dirs:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -402,8 +407,9 @@ def two_nodes() -> Iterator[LocalCluster]:
 
 @pytest.mark.slow
 def test_a_ray_start_cluster_is_joined_without_num_cpus(two_nodes: LocalCluster) -> None:
-    """No RAY_ADDRESS: ensure_ray finds the `ray start` cluster (Ray's record of it lives in
-    the head's temp dir, here given as RAY_TMPDIR) and joins it with its own CPUs."""
+    """No RAY_ADDRESS: ensure_ray finds the `ray start` cluster (Ray records it in
+    ``$RAY_TMPDIR/ray/ray_current_cluster``; here the head's own temp dir) and joins it with
+    the cluster's CPUs, not this machine's."""
     code = textwrap.dedent(
         """
         import ray
@@ -426,11 +432,12 @@ def test_two_nodes_run_two_trials_at_once(two_nodes: LocalCluster, tmp_path: Pat
     out = subprocess.run(cmd, env=two_nodes.env, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     spans = []
-    for run in (tmp_path / "runs" / "two").glob("trial_*/run"):
-        start = (run / "config.yaml").stat().st_mtime
-        end = (run / "summary.json").stat().st_mtime
-        assert json.loads((run / "summary.json").read_text())["status"] == "completed"
-        spans.append((start, end))
+    for trial in (tmp_path / "runs" / "two").glob("trial_*"):
+        # the run directory of a trial on the second node is synced to storage too
+        summary = json.loads((trial / "run" / "summary.json").read_text())
+        assert summary["status"] == "completed"
+        last = json.loads((trial / "result.json").read_text().splitlines()[-1])
+        spans.append((last["timestamp"] - last["time_total_s"], last["timestamp"]))
     assert len(spans) == 2
     (a0, a1), (b0, b1) = spans
-    assert a0 < b1 and b0 < a1, spans  # the trials overlapped: one node each
+    assert min(a1, b1) - max(a0, b0) > 1.0, spans  # the trials overlapped: one node each

@@ -288,8 +288,21 @@ def _trial(config: dict[str, Any], base: dict[str, Any]) -> None:
     cfg = ExperimentConfig.from_dict(base).replace(**config)
     cfg.logging.wandb = "disabled"  # the WandbLoggerCallback logs each trial
     cfg.logging.progress = False
-    run_dir = Path(tune.get_context().get_trial_dir()) / "run"
-    train(cfg, report=lambda row: tune.report(dict(row)), run_dir=run_dir)
+    train(cfg, report=lambda row: tune.report(dict(row)), run_dir=_trial_run_dir())
+
+
+def _trial_run_dir() -> Path:
+    """``run/`` in the trial's working directory on whichever node runs it: Tune uploads that
+    directory to the trial's storage directory (``SyncConfig(sync_artifacts=True)``), while
+    ``get_trial_dir()`` is a staging directory only the driver's node uploads."""
+    from ray import tune
+
+    try:
+        from ray.train._internal.session import get_session  # private; Ray 2.60
+
+        return Path(get_session().storage.trial_working_directory) / "run"
+    except (ImportError, AttributeError):
+        return Path(tune.get_context().get_trial_dir()) / "run"
 
 
 def sweep(
@@ -319,7 +332,8 @@ def sweep(
         show: print the best-trial summary table and the failed trials' errors.
         max_concurrent_trials: trials run at once (``None``: as many as the cluster's CPUs
             and GPUs fit, each trial's placement group counted whole).
-        address: the Ray cluster (see :func:`trainers.cluster.ensure_ray`).
+        address: the Ray cluster to join (:func:`trainers.cluster.use_address`: it goes into
+            ``RAY_ADDRESS``); default ``RAY_ADDRESS``, a ``ray start`` cluster here, or local.
 
     Returns:
         A :class:`SweepResult`, best trial first (failed trials last, in ``.failed``).
@@ -337,17 +351,19 @@ def sweep(
         ):
             raise ConfigError(f"{field} must be an integer ≥ 1, got {value!r}")
     from trainers.algo import with_text_defaults
+    from trainers.cluster import concurrent_trials, ensure_ray, use_address
 
+    if address is not None:
+        use_address(address)  # the checks below then know the workers are the cluster's
     cfg = with_text_defaults(cfg)  # a chat app's base trains as it is (GRPO, LLM pools)
     validate_space(cfg, param_space, search, metric)
     from ray import tune
 
-    from trainers.cluster import concurrent_trials, ensure_ray
     from trainers.run import quiet_ray_logs, run_name, setup_process
 
     quiet_ray_logs()
     setup_process()
-    started = ensure_ray(cfg, address)
+    started = ensure_ray(cfg)
     try:
         import ray
 
@@ -369,6 +385,7 @@ def sweep(
                 name=name,
                 storage_path=str(storage),
                 callbacks=_wandb_callbacks(cfg),
+                sync_config=tune.SyncConfig(sync_artifacts=True),  # run/ of every node
                 verbose=0,
                 log_to_file=True,
             ),
