@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.test_cluster import no_ray  # noqa: F401 (the fixture: Ray must not start)
 from topologies.cli import app as topology_app
 from trainers.cli import app
 from trainers.finetune_cli import app as finetune_app
@@ -16,6 +17,7 @@ from trainers.finetune_cli import app as finetune_app
 ROOT = Path(__file__).resolve().parents[1]
 JOB = str(ROOT / "examples" / "finetune_tiny.yaml")
 runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("no_ray")
 
 #: (command line, text the one-line error must hold)
 RUN = [
@@ -64,19 +66,6 @@ CASES = (
         for spec in ("star:1000000", "mesh:1000000", "chain:100000", "tree:1000x1000")
     ]
 )
-
-
-@pytest.fixture(autouse=True)
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainers.cluster
-    import trainers.run
-
-    def refuse(*args: Any, **kwargs: Any) -> bool:
-        raise AssertionError("Ray was started")
-
-    monkeypatch.setattr(trainers.run, "ensure_ray", refuse)
-    monkeypatch.setattr(trainers.cluster, "ensure_ray", refuse)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
 @pytest.mark.parametrize(("command", "args", "text"), CASES, ids=lambda x: None)

@@ -266,7 +266,7 @@ def check_metric(plan: Any, metric: str) -> None:
 def _outcome_metrics(plan: Any) -> list[str]:
     """The scenario's outcome metric names (one episode of random actions)."""
     from scenarios.registry import build
-    from trainers.algo import _random_episode
+    from trainers.credit_settings import _random_episode
 
     env = plan.env_config
     try:
