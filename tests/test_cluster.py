@@ -122,6 +122,32 @@ def test_an_address_that_is_not_ray_fails_with_one_line(tmp_path: Path) -> None:
     assert "RAY_AUTH_MODE=disabled" in out.stdout
 
 
+def test_a_recorded_cluster_is_used_only_while_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's record of the last `ray start` (``$RAY_TMPDIR/ray/ray_current_cluster``): a stale
+    one means a new local Ray (Ray itself would retry it); a live one is joined."""
+    from trainers.cluster import cluster_address, joins_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    (tmp_path / "ray").mkdir()
+    assert cluster_address() is None and not joins_cluster()  # no record
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    live = f"127.0.0.1:{server.getsockname()[1]}"
+    (tmp_path / "ray" / "ray_current_cluster").write_text(live)
+    try:
+        assert cluster_address() == live and joins_cluster()
+        monkeypatch.setenv("RAY_ADDRESS", "local")
+        assert cluster_address() is None and not joins_cluster()
+        monkeypatch.delenv("RAY_ADDRESS")
+    finally:
+        server.close()
+    assert cluster_address() is None and not joins_cluster()  # the record is stale now
+
+
 # ----- sweeps: checks before Ray, placement groups ----------------------------------------
 @pytest.mark.parametrize(
     ("dimension", "match"),

@@ -4,7 +4,7 @@ Contract of :func:`ensure_ray` (every command that starts Ray goes through it):
 
 * The address is, in this order: the ``address`` argument, ``RAY_ADDRESS`` (the CLI's
   ``--address`` sets it), a cluster started with ``ray start`` on this machine (the address
-  Ray records in ``<ray temp dir>/ray_current_cluster``, used only while its GCS answers),
+  Ray records in ``<ray temp dir>/ray_current_cluster``, used only while its port answers),
   else none: a new local Ray with ``resources.num_cpus`` CPUs.
 * Connecting never passes ``num_cpus``/``num_gpus`` (Ray refuses them for an existing
   cluster); a new local Ray is started with ``address="local"`` so a stale record of a dead
@@ -84,6 +84,10 @@ except Exception as exc:
 """
 
 
+#: addresses whose GCS answered in this process (asked once).
+_ANSWERED: set[str] = set()
+
+
 def gcs_error(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """None when a Ray GCS answers at ``address``, else why not (``Type: message``).
 
@@ -106,11 +110,22 @@ def gcs_error(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     return (out.stdout.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
 
 
+def recorded_cluster() -> str | None:
+    """The address the last ``ray start --head`` on this machine recorded, if any: Ray 2.60
+    writes it to ``$RAY_TMPDIR/ray/ray_current_cluster`` (else ``$TMPDIR/ray/…``, else
+    ``/tmp/ray/…``; ``ray._common.utils.get_ray_address_file``), read here without importing
+    Ray so that the CLI stays fast."""
+    tmp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    try:
+        with open(os.path.join(tmp, "ray", "ray_current_cluster")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def local_cluster() -> str | None:
     """The address of a ``ray start`` cluster on this machine whose GCS answers, else None."""
-    from ray._private.services import find_bootstrap_address
-
-    recorded = find_bootstrap_address(None)
+    recorded = recorded_cluster()
     if not recorded:
         return None
     try:
@@ -157,12 +172,13 @@ def cluster_address(address: str | None = None) -> str | None:
             "(is the head running and its port open?): check the address, or unset it to run "
             "on a local Ray"
         )
-    reason = None if address.startswith("ray://") else gcs_error(address)
+    reason = None if address.startswith("ray://") or address in _ANSWERED else gcs_error(address)
     if reason is not None:
         raise ClusterError(
             f"{source}={address!r} accepts connections but no Ray head answered ({reason}): "
             f"give the head's GCS port (6379 unless `ray start --port` said otherwise); {AUTH_FIX}"
         )
+    _ANSWERED.add(address)
     return address
 
 
@@ -213,10 +229,8 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
         share_sys_path()  # workers import what this process imports (scenario references)
         ray.init(**kwargs)
         return True
-    from ray._private.services import find_bootstrap_address
-
     # Ray turns on token auth (a token in ~/.ray/auth_token) only for a cluster it finds itself
-    local = target == find_bootstrap_address(None) and address is None
+    local = target == recorded_cluster() and address is None
     kwargs["address"] = "auto" if local else target
     wait = "RAY_gcs_server_port_wait_time_s"  # Ray's GCS connect attempts, ~1 s each (20)
     saved = os.environ.get(wait)
