@@ -173,6 +173,10 @@ def cluster_address(address: str | None = None) -> str | None:
             "on a local Ray"
         )
     reason = None if address.startswith("ray://") or address in _ANSWERED else gcs_error(address)
+    if reason is not None and "Authentication" in reason:
+        raise ClusterError(
+            f"{source}={address!r}: the Ray head refused our token ({reason}); {AUTH_FIX}"
+        )
     if reason is not None:
         raise ClusterError(
             f"{source}={address!r} accepts connections but no Ray head answered ({reason}): "
