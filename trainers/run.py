@@ -5,9 +5,12 @@ order so that a crash loses nothing already done:
 
 * ``config.yaml`` — the experiment, written before anything runs;
 * ``metrics.jsonl`` — one line per iteration, namespaced keys (``charts/…``,
-  ``losses/<pool>/…``, ``<agent>/…``), flushed every iteration;
+  ``losses/<pool>/…``, ``<agent>/…``), flushed and fsynced every iteration;
 * ``checkpoints/iter_NNNNNN`` — every ``output.checkpoint_every`` iterations (the latest and
-  the best are kept), ``checkpoint`` — the final state;
+  the best are kept), ``checkpoint`` — the final state; each written after its iteration's
+  metrics line (a checkpoint never runs ahead of ``metrics.jsonl``), atomically (as
+  ``*.partial``, then renamed), with the sampling state of :mod:`trainers.resume`;
+
 * ``transcripts/iter_NNNNNN.{jsonl,md}`` — ``output.transcripts`` episodes of every
   iteration, readable (:mod:`trainers.transcripts`);
 * ``model/<pool>`` — with ``output.export_hf``, each trained LLM pool in Hugging Face format
@@ -23,21 +26,32 @@ in ``summary.json``. When every finished episode failed in ``episodes.fail_after
 iterations (default 1) the run stops with :class:`RunFailed` naming the first error; a graph
 that cannot run at all fails at ``reset()`` and stops the run with that error.
 
-``train(cfg, resume=<run dir or checkpoint>)`` restores the algorithm (same weights, same
-iteration counter) and continues in the same run directory until the budget (counted from the
-first iteration) is reached.
+**Faults.** A dead env runner is restarted by RLlib (``trainers.algo.FAULT_TOLERANCE``); the
+iterations meanwhile sample nothing and still get their metrics line (missing or NaN counters
+read as 0). The first Ctrl-C stops the run after the running iteration, with a checkpoint of
+it; a second stops it at once, without one. An output directory that cannot be written is a
+:class:`~trainers.config.ConfigError` before Ray starts; a disk that fills during the run stops
+it with :class:`OutputError` (one line), ``summary.json`` written when there is room.
+
+``train(cfg, resume=<run dir or checkpoint>)`` restores the newest checkpoint (same weights,
+iteration counter, sampling state and wall clock), drops metrics lines after it and continues
+in the same run directory until the budget (counted from the first iteration) is reached, as
+if never interrupted (not with remote learners: see docs/internals.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -178,6 +192,38 @@ def new_run_dir(cfg: ExperimentConfig) -> Path:
     return fresh_dir(cfg.output.dir, cfg.output.name or run_name(cfg))
 
 
+def open_run_dir(cfg: ExperimentConfig, run_dir: str | Path | None = None) -> Path:
+    """The run directory (``run_dir``, or a new one under ``output.dir``) with ``config.yaml``
+    written in it (on resume: the budget may have grown).
+
+    Raises:
+        ConfigError: it cannot be created or written (a read-only or full file system, a file
+            in the way), naming the directory and the fix.
+    """
+    where = f"run directory {run_dir}" if run_dir is not None else f"output.dir={cfg.output.dir!r}"
+    parent = Path(cfg.output.dir).expanduser() if run_dir is None else Path(run_dir).expanduser()
+    if parent.is_file():
+        raise ConfigError(
+            f"{where} is a file, not a directory: give a directory (--output / output.dir)"
+        )
+    try:
+        run = Path(run_dir).expanduser().resolve() if run_dir is not None else new_run_dir(cfg)
+        run.mkdir(parents=True, exist_ok=True)
+        cfg.to_yaml(run / "config.yaml")
+    except OSError as exc:
+        raise ConfigError(
+            f"{where}: cannot write a run there ({os_reason(exc)}): choose a writable directory "
+            "(--output / output.dir) or free space"
+        ) from None
+    return run
+
+
+def os_reason(exc: OSError) -> str:
+    """``Read-only file system: /path`` (``str(OSError)`` without the errno)."""
+    text = exc.strerror or type(exc).__name__
+    return f"{text}: {exc.filename}" if exc.filename else text
+
+
 def fresh_dir(parent: str | Path, name: str) -> Path:
     """Create ``parent/name`` (``name-2``, ``name-3``… on a clash) as an absolute path, which
     RLlib's checkpointing needs."""
@@ -190,18 +236,76 @@ def fresh_dir(parent: str | Path, name: str) -> Path:
 
 
 def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
-    """``(checkpoint dir, run dir)`` for a run directory or any checkpoint inside one.
+    """``(checkpoint dir, run dir)`` for a run directory (its newest checkpoint: ``checkpoint``
+    or a periodic ``checkpoints/iter_NNNNNN``, by the iteration each holds) or any checkpoint
+    inside one.
 
     Raises:
         ConfigError: no checkpoint there.
     """
     p = Path(path).expanduser().resolve()
-    if (p / "checkpoint" / "algorithm_state.pkl").exists():
-        return p / "checkpoint", p
     if (p / "algorithm_state.pkl").exists():
         run = p.parent.parent if p.parent.name == "checkpoints" else p.parent
         return p, run
+    candidates = [p / "checkpoint", p / f"checkpoint{OLD}", *sorted(p.glob("checkpoints/iter_*"))]
+    found = [c for c in candidates if _complete(c)]
+    if found:
+        return max(found, key=_checkpoint_rank), p
     raise ConfigError(f"no algorithm checkpoint at {p}: pass a run directory or a checkpoint")
+
+
+def _complete(ckpt: Path) -> bool:
+    return (ckpt / "algorithm_state.pkl").exists() and not ckpt.name.endswith(PARTIAL)
+
+
+def _checkpoint_rank(ckpt: Path) -> tuple[float, bool]:
+    """Newest first by recorded iteration; a final ``checkpoint`` of an older version (no
+    record) counts as the newest, as it was always written last."""
+    from trainers.resume import checkpoint_iteration
+
+    final = ckpt.name == "checkpoint"
+    it = checkpoint_iteration(ckpt)
+    if it is not None:
+        return float(it), final
+    digits = ckpt.name.removeprefix("iter_")
+    return (math.inf if final else float(digits) if digits.isdigit() else -1.0), final
+
+
+#: suffixes of a checkpoint being written (never resumed from) and of the one it replaces
+PARTIAL, OLD = ".partial", ".old"
+
+
+def save_checkpoint(algo: Any, path: Path) -> Path:
+    """Save ``algo`` (RLlib's checkpoint plus :mod:`trainers.resume`'s sampling state) to
+    ``path`` atomically: written beside it, then renamed over it, so a crash leaves either the
+    old checkpoint or the new one, never a half-written one."""
+    from trainers import resume
+
+    tmp, old = path.with_name(path.name + PARTIAL), path.with_name(path.name + OLD)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        algo.save_to_path(str(tmp))
+        resume.save(algo, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # frees the space a full disk needs for summary
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def restore_algorithm(ckpt: Path) -> Any:
+    """``Algorithm.from_checkpoint`` plus the sampling state (exact continuation)."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from trainers import resume
+
+    algo = Algorithm.from_checkpoint(str(ckpt))
+    resume.restore(algo, ckpt)
+    return algo
 
 
 def load_history(path: Path) -> list[dict[str, Any]]:
@@ -227,18 +331,17 @@ def flatten_result(
     runners = result.get("env_runners", {}) or {}
     dt = float(result.get("time_this_iter_s", 0.0) or 0.0)
     steps = _num(runners.get("num_env_steps_sampled"))
-    out["charts/iteration"] = int(result.get("training_iteration", 0))
-    out["charts/env_steps"] = int(
-        _num(result.get("num_env_steps_sampled_lifetime"))
-        or _num(runners.get("num_env_steps_sampled_lifetime"))
+    out["charts/iteration"] = _count(result.get("training_iteration"))
+    out["charts/env_steps"] = _count(result.get("num_env_steps_sampled_lifetime")) or _count(
+        runners.get("num_env_steps_sampled_lifetime")
     )
-    out["charts/time_s"] = float(result.get("time_total_s", 0.0))
+    out["charts/time_s"] = _num(result.get("time_total_s"))
     out["charts/iteration_s"] = dt
     out["charts/env_steps_per_s"] = steps / dt if dt > 0 else 0.0
     out["charts/episode_len"] = _num(runners.get("episode_len_mean"))
     marl = runners.get("marl", {}) or {}
-    n = _num(marl.get("episodes"))
-    out["charts/episodes"] = int(n)
+    n = _count(marl.get("episodes"))  # 0 when no runner reported (one died mid-iteration)
+    out["charts/episodes"] = n
     if n > 0:
         out[RETURN_KEY] = _num(marl.get("team_return")) / n
         out["charts/success"] = _num(marl.get("success")) / n
@@ -285,6 +388,12 @@ def _num(value: Any) -> float:
         return float("nan") if value is not None else 0.0
 
 
+def _count(value: Any) -> int:
+    """A counter from RLlib's results: 0 when missing, NaN or infinite."""
+    x = _num(value)
+    return int(x) if math.isfinite(x) else 0
+
+
 # ----- the training loop --------------------------------------------------------------------
 class _Budget:
     def __init__(self, cfg: ExperimentConfig, start_time_s: float) -> None:
@@ -308,6 +417,84 @@ class _Budget:
         if self.b.time_s:
             parts.append((time.monotonic() - self.start) / self.b.time_s)
         return min(1.0, max(parts)) if parts else 0.0
+
+
+# ----- faults: interrupts, metrics rows, unwritable output -----------------------------------
+class OutputError(RunFailed):
+    """The run directory could not be written (full disk, read-only file system, quota)."""
+
+
+#: errnos of a full disk (wherever they come from) and of an unwritable file (in the run dir)
+FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+DENIED_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def output_error(exc: BaseException, run: Path) -> OutputError | None:
+    """An :class:`OutputError` (one line: what, where, the fix) when ``exc`` or one of its
+    causes is an ``OSError`` of a full disk, or of a file in ``run`` that cannot be written;
+    else None."""
+    e: BaseException | None = exc
+    for _ in range(10):
+        if e is None:
+            return None
+        if isinstance(e, OSError) and (
+            e.errno in FULL_ERRNOS
+            or (e.errno in DENIED_ERRNOS and run in Path(str(e.filename or "/")).parents)
+        ):
+            return OutputError(
+                f"cannot write the run directory {run} ({os_reason(e)}): free space or choose "
+                f"a writable output.dir (--output); the run continues from its last checkpoint "
+                f"with: marl run --resume {run}"
+            )
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _logged_os_error(what: str) -> Iterator[None]:
+    """Writing ``what`` at the end of a run: an ``OSError`` is one warning, never a traceback
+    hiding the run's own error."""
+    try:
+        yield
+    except OSError as exc:
+        log.warning("could not write %s: %s", what, os_reason(exc))
+
+
+def append_row(file: Any, row: Mapping[str, Any]) -> None:
+    """Append one iteration's metrics and make them durable before any checkpoint of it."""
+    file.write(json.dumps(row) + "\n")
+    file.flush()
+    os.fsync(file.fileno())
+
+
+@contextlib.contextmanager
+def interrupt_between_iterations() -> Iterator[Callable[[], None]]:
+    """Defer Ctrl-C to the end of the running iteration; yields ``check()``, which raises
+    ``KeyboardInterrupt`` once one arrived. A second Ctrl-C interrupts at once (no checkpoint of
+    that iteration then). Only in the main thread (Tune trials run in others)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    arrived: list[bool] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if arrived:
+            raise KeyboardInterrupt("interrupted twice: stopped mid-iteration")
+        arrived.append(True)
+        log.warning(
+            "interrupted: stopping after this iteration with a checkpoint (Ctrl-C again to stop "
+            "now; the run then continues from its last checkpoint)"
+        )
+
+    def check() -> None:
+        if arrived:
+            raise KeyboardInterrupt("interrupted between iterations")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def train(
@@ -341,9 +528,7 @@ def train(
     algo_config = to_algorithm_config(cfg, plan)
     exports = export_pools(cfg, plan)  # every config error is raised by now
     setup_process()
-    run = Path(run_dir).expanduser().resolve() if run_dir is not None else new_run_dir(cfg)
-    run.mkdir(parents=True, exist_ok=True)
-    cfg.to_yaml(run / "config.yaml")  # on resume: the budget may have grown
+    run = open_run_dir(cfg, run_dir)  # ConfigError for an unwritable output, before Ray
     started_ray = ensure_ray(cfg)
     console = progress_console(cfg)
     session = _Session(cfg, plan, run, exports, report, resumed=ckpt is not None)
@@ -356,11 +541,14 @@ def train(
         session.loop(console)
         session.finish()
     except BaseException as exc:
-        failure = exc
-        status = f"failed: {describe_error(exc)}"
+        unwritable = output_error(exc, run)  # a full disk: one line, not the OSError's chain
+        failure = unwritable or exc
+        status = f"failed: {describe_error(failure)}"
         if not isinstance(exc, RunFailed):  # resuming a run whose episodes all fail won't help
             exc.add_note(f"run directory: {run} (continue with: marl run --resume {run})")
-        session.save_after_failure()
+        if unwritable is not None:
+            raise unwritable from None
+        session.save_after_failure(exc)
         raise
     finally:
         result = session.close(status, failure)
@@ -411,13 +599,12 @@ class _Session:
         self.wb: Any = None
         self.final_ckpt: Path | None = None
         self.models: dict[str, Path] = {}
+        self.in_iteration = False  # True while the algorithm is ahead of metrics.jsonl
 
     def start(self, algo_config: Any, ckpt: Path | None) -> None:
         """Build the algorithm, or restore it from ``ckpt`` (dropping later metrics)."""
         if ckpt is not None:
-            from ray.rllib.algorithms.algorithm import Algorithm
-
-            self.algo = Algorithm.from_checkpoint(str(ckpt))
+            self.algo = restore_algorithm(ckpt)  # with the sampling state: exact continuation
             self.history = [
                 h for h in self.history if h.get("charts/iteration", 0) <= self.algo.iteration
             ]
@@ -435,6 +622,7 @@ class _Session:
         with (
             progress_bar(console, "train") as advance,
             open(self.run / "metrics.jsonl", "a") as metrics_file,
+            interrupt_between_iterations() as interrupted,
         ):
             iteration = int(self.algo.iteration)
             env_steps = int(history[-1]["charts/env_steps"]) if history else 0
@@ -443,16 +631,18 @@ class _Session:
                 row = self.step(metrics_file)
                 iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
                 advance(budget.fraction(iteration, env_steps), row)
+                interrupted()  # a first Ctrl-C stops here, after a whole iteration
 
     def step(self, metrics_file: Any) -> dict[str, Any]:
         """One iteration: train, record its metrics and episodes, check, checkpoint."""
+        self.in_iteration = True
         result = self.algo.train()
         row = flatten_result(result, self.plan.agent_to_pool, set(self.plan.frozen))
         iteration = row["charts/iteration"]
         drained = self.episodes.drain(self.algo)
         self.history.append(row)
-        metrics_file.write(json.dumps(row) + "\n")
-        metrics_file.flush()
+        append_row(metrics_file, row)
+        self.in_iteration = False  # the metrics are written: a checkpoint may follow
         self.episodes.record(drained, iteration)
         if self.wb is not None:
             self.wb.log(row, step=iteration)
@@ -470,9 +660,13 @@ class _Session:
         self.final_ckpt = self.tracker.final(self.algo, self.history)
         self.models = save_hf(self.algo, self.exports, self.run / "model")
 
-    def save_after_failure(self) -> None:
-        """A final checkpoint of a failed or interrupted run, so that it can be resumed."""
-        if self.algo is not None:
+    def save_after_failure(self, exc: BaseException) -> None:
+        """A final checkpoint of a failed or interrupted run, so that it can be resumed; none
+        from inside an iteration: a checkpoint must not run ahead of metrics.jsonl (resume then
+        starts from the latest one and redoes the iterations after it)."""
+        if self.in_iteration:
+            exc.add_note("the iteration in progress was not saved: a resumed run redoes it")
+        elif self.algo is not None:
             with contextlib.suppress(Exception):
                 self.final_ckpt = self.tracker.final(self.algo, self.history)
 
@@ -480,7 +674,8 @@ class _Session:
         """Curve, summary, wandb and the algorithm's processes; the run's :class:`TrainResult`."""
         curve = None
         if self.cfg.output.plot and self.history:
-            curve = plot_curve(self.history, self.run / "curve.png", title=self.run.name)
+            with _logged_os_error("curve.png"):
+                curve = plot_curve(self.history, self.run / "curve.png", title=self.run.name)
         result = TrainResult(
             self.run,
             self.history,
@@ -492,7 +687,8 @@ class _Session:
             self.episodes.error_list(),
             self.models,
         )
-        _write_summary(self.run, result)
+        with _logged_os_error("summary.json"):
+            _write_summary(self.run, result)
         if isinstance(failure, RunFailed):
             failure.result = result
         if self.wb is not None:
@@ -593,6 +789,12 @@ class _EpisodeLog:
         """Raise :class:`RunFailed` once every episode failed in ``fail_after`` iterations."""
         n = int(row.get("charts/episodes", 0))
         if n == 0:
+            if "charts/episode_len" not in row:  # nothing sampled at all
+                log.warning(
+                    "iteration %s sampled nothing: every env runner is down (RLlib restarts "
+                    "them; resources.num_env_runners: 0 samples in this process)",
+                    row.get("charts/iteration"),
+                )
             return  # no episode finished: nothing to judge
         errors = round(row.get("charts/error_rate", 0.0) * n)
         timeouts = round(row.get("charts/timeout_rate", 0.0) * n)
@@ -638,12 +840,15 @@ class _Checkpoints:
         if summary.exists():
             data = json.loads(summary.read_text())
             best = data.get("best_checkpoint")
-            if best and Path(best).exists():
+            # only a checkpoint of this run: a copied run directory's summary names the
+            # original's, which this run must never delete
+            if best and Path(best).exists() and self.run in Path(best).parents:
                 self.best_path, self.best_value = Path(best), data.get("best_return")
 
     def save(self, algo: Any, iteration: int, history: list[dict[str, Any]]) -> Path:
         path = self.run / "checkpoints" / f"iter_{iteration:06d}"
-        algo.save_to_path(str(path))
+        path.parent.mkdir(exist_ok=True)
+        save_checkpoint(algo, path)
         value = self.smoothed(history)
         previous = self.latest
         self.latest = path
@@ -657,10 +862,7 @@ class _Checkpoints:
         return path
 
     def final(self, algo: Any, history: list[dict[str, Any]]) -> Path:
-        path = self.run / "checkpoint"
-        if path.exists():
-            shutil.rmtree(path)
-        algo.save_to_path(str(path))
+        path = save_checkpoint(algo, self.run / "checkpoint")
         value = self.smoothed(history)
         if value is not None and (self.best_value is None or value >= self.best_value):
             self.best_path, self.best_value = path, value
