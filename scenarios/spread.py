@@ -60,6 +60,8 @@ from topologies.generators import merge_routes
 WORLD = "world"
 ACCEPTED = "mesh:N, single, star:N"
 REWARDS = ("mpe2", "team")
+#: longest episode accepted (an episode of N agents holds 2 * max_cycles env steps).
+MAX_CYCLES = 10_000
 #: mpe2's own "landmark occupied" distance (``Scenario.CAPTURE_RADIUS``).
 CAPTURE_RADIUS = 0.1
 
@@ -146,8 +148,12 @@ class Spread(DeclaredSpaces, Scenario):
                 f"spread got unknown argument(s) {sorted(unknown)}{hint}: it accepts topology, "
                 "max_cycles, local_ratio, reward"
             )
-        if isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1:
-            raise ScenarioError(f"max_cycles={max_cycles!r}: give an integer ≥ 1 (mpe2 uses 25)")
+        ok = isinstance(max_cycles, int) and not isinstance(max_cycles, bool)
+        if not ok or not 1 <= max_cycles <= MAX_CYCLES:
+            raise ScenarioError(
+                f"max_cycles={max_cycles!r}: give an integer in [1, {MAX_CYCLES}] (mpe2 uses 25; "
+                "an episode holds 2 env steps per cycle)"
+            )
         if not isinstance(local_ratio, (int, float)) or not 0 <= local_ratio <= 1:
             raise ScenarioError(f"local_ratio={local_ratio!r}: give a number in [0, 1]")
         if reward not in REWARDS:

@@ -143,38 +143,26 @@ def test_a_chat_app_left_at_the_defaults_gets_llm_pools_and_grpo(tmp_path):
     assert with_text_defaults(ExperimentConfig()) == ExperimentConfig()  # not a text scenario
 
 
-def test_marl_run_of_a_chat_app_fills_the_defaults(tmp_path):
+def marl_run_dump(*args: str) -> ExperimentConfig:
+    """The experiment ``marl run ARGS --dump`` prints (a fresh process, from the repo root)."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
     marl = [sys.executable, "-c", "from trainers.cli import app; app()"]
     proc = subprocess.run(
-        [*marl, "run", APP, "--train", "supervisor", "--dump"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [*marl, "run", *args, "--dump"], cwd=root, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    dumped = ExperimentConfig.from_yaml(proc.stdout)
+    return ExperimentConfig.from_yaml(proc.stdout)
+
+
+def test_marl_run_of_a_chat_app_fills_the_defaults(tmp_path):
+    dumped = marl_run_dump(APP, "--train", "supervisor")
     assert dumped.algorithm.name == "GRPO" and dumped.pools["worker"].model.type == "llm"
 
 
 def test_marl_run_takes_the_example_yaml_as_its_argument(tmp_path):
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    marl = [sys.executable, "-c", "from trainers.cli import app; app()"]
-    proc = subprocess.run(
-        [*marl, "run", "examples/supervisor_app.yaml", "--dump"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    dumped = ExperimentConfig.from_yaml(proc.stdout)
+    dumped = marl_run_dump("examples/supervisor_app.yaml")
     assert dumped.scenario == "examples.supervisor_app:scenario"
     assert dumped.credit.method == "shapley" and dumped.train == ["supervisor"]

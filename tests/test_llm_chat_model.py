@@ -80,12 +80,8 @@ def test_records_tokens_per_node_in_a_state_graph(hf: HFBackend) -> None:
         msgs = [SystemMessage("You solve."), *state["messages"]]
         return {"messages": [chat.invoke(msgs)]}
 
-    g = StateGraph(ChatState)
-    g.add_node("planner", planner)
-    g.add_node("solver", solver)
+    g = StateGraph(ChatState).add_sequence([planner, solver])
     g.add_edge(START, "planner")
-    g.add_edge("planner", "solver")
-    g.add_edge("solver", END)
     final = g.compile().invoke({"messages": [HumanMessage("What is 2 + 3?")]})
 
     steps = recorder.steps()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces as gym_spaces
+from llm_modules import build_learner, module_spec
 
 from scenarios.text_space import TextSpaces, lengths
 
@@ -55,19 +56,6 @@ def test_rllib_leaves_multidiscrete_ids_alone_but_not_box():
 @pytest.fixture(scope="module")
 def spaces():
     return TextSpaces(vocab_size=384, max_prompt_tokens=48, max_new_tokens=8)
-
-
-def module_spec(spaces, seed=0, **config):
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
-    from marl_agents.llm.rl_module import CausalLMModule
-
-    return RLModuleSpec(
-        module_class=CausalLMModule,
-        observation_space=spaces.observation_space,
-        action_space=spaces.action_space,
-        model_config={"model": "tiny", "tiny_seed": seed, **config},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -155,32 +143,6 @@ def test_module_rejects_non_text_spaces_and_small_vocab(spaces):
 
 
 # ----- the learner ---------------------------------------------------------------------------
-def learner_config(spaces, **grpo):
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-
-    from trainers.grpo_learner import GRPOAlgorithmConfig
-
-    return (
-        GRPOAlgorithmConfig()
-        .framework("torch")
-        .multi_agent(
-            policies=["trained", "frozen"],
-            policy_mapping_fn=lambda aid, *a, **k: aid,
-            policies_to_train=["trained"],
-        )
-        .rl_module(
-            rl_module_spec=MultiRLModuleSpec(
-                rl_module_specs={"trained": module_spec(spaces), "frozen": module_spec(spaces, 1)}
-            )
-        )
-        .training(lr=1e-2, train_batch_size_per_learner=6, minibatch_size=6, num_epochs=1)
-        .grpo(**grpo)
-    )
-
-
-def build_learner(spaces, **grpo):
-    both = (spaces.observation_space, spaces.action_space)
-    return learner_config(spaces, **grpo).build_learner(spaces={"trained": both, "frozen": both})
 
 
 def hand_batch(module, spaces, advantages):

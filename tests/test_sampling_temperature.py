@@ -18,6 +18,8 @@ import torch
 
 pytest.importorskip("transformers")
 
+from llm_modules import build_learner, module_spec
+
 from marl_agents.llm.backend import SamplingParams
 from marl_agents.llm.hf_backend import HFBackend
 from marl_agents.llm.tiny import make_tiny_model
@@ -60,19 +62,6 @@ def test_teacher_forcing_rejects_a_temperature_it_cannot_score(backend):
 @pytest.fixture(scope="module")
 def spaces() -> TextSpaces:
     return TextSpaces(vocab_size=384, max_prompt_tokens=48, max_new_tokens=8)
-
-
-def module_spec(spaces, **config):
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
-    from marl_agents.llm.rl_module import CausalLMModule
-
-    return RLModuleSpec(
-        module_class=CausalLMModule,
-        observation_space=spaces.observation_space,
-        action_space=spaces.action_space,
-        model_config={"model": "tiny", "tiny_seed": 0, **config},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -162,32 +151,6 @@ def test_greedy_rows_and_top_p_cannot_be_trained_on(module, spaces):
 
 
 # ----- the learner ---------------------------------------------------------------------------
-def build_learner(spaces, trained, frozen):
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-
-    from trainers.grpo_learner import GRPOAlgorithmConfig
-
-    both = (spaces.observation_space, spaces.action_space)
-    config = (
-        GRPOAlgorithmConfig()
-        .framework("torch")
-        .multi_agent(
-            policies=["trained", "frozen"],
-            policy_mapping_fn=lambda aid, *a, **k: aid,
-            policies_to_train=["trained"],
-        )
-        .rl_module(
-            rl_module_spec=MultiRLModuleSpec(
-                rl_module_specs={
-                    "trained": module_spec(spaces, **trained),
-                    "frozen": module_spec(spaces, **frozen),
-                }
-            )
-        )
-        .training(lr=1e-2, train_batch_size_per_learner=6, minibatch_size=3, num_epochs=1)
-        .grpo()
-    )
-    return config.build_learner(spaces={"trained": both, "frozen": both})
 
 
 def test_learner_logs_sampler_kl_and_the_temperature(spaces):
@@ -195,7 +158,9 @@ def test_learner_logs_sampler_kl_and_the_temperature(spaces):
 
     from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP
 
-    learner = build_learner(spaces, {"temperature": TEMPERATURE}, {"top_p": 0.5})
+    learner = build_learner(
+        spaces, trained={"temperature": TEMPERATURE}, frozen={"top_p": 0.5}, minibatch_size=3
+    )
     batch = explore(learner.module["trained"].unwrapped(), spaces)
     batch[ADVANTAGES] = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0])
     batch[GRPO_KEEP] = torch.ones(6, dtype=torch.bool)
@@ -214,7 +179,7 @@ def test_learner_refuses_a_trained_nucleus_sampler(spaces):
     from marl_agents.llm.rl_module import SamplingConfigError
 
     with pytest.raises(SamplingConfigError, match=r"module 'trained' samples with top_p=0\.9"):
-        build_learner(spaces, {"top_p": 0.9}, {})
+        build_learner(spaces, trained={"top_p": 0.9}, frozen={}, minibatch_size=3)
 
 
 # ----- config validation ---------------------------------------------------------------------

@@ -190,6 +190,7 @@ def test_registered() -> None:
         ((), {"N": 3}, "mesh:N"),
         ((), {"max_cycles": 0}, "max_cycles"),
         ((), {"max_cycles": 2.5}, "max_cycles"),
+        ((), {"max_cycles": 10**9}, "max_cycles"),
         ((), {"local_ratio": 1.5}, "local_ratio"),
         ((), {"local_ratio": "half"}, "local_ratio"),
         ((), {"reward": "local"}, "reward"),

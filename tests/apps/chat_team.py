@@ -159,12 +159,8 @@ def async_app(**kwargs: Any) -> ChatAppScenario:
             await asyncio.sleep(0.001)  # real async I/O between the calls
             return {"messages": [await writer_llm.ainvoke(state["messages"])]}
 
-        g = StateGraph(State)
-        g.add_node("researcher", researcher)
-        g.add_node("writer", writer)
+        g = StateGraph(State).add_sequence([researcher, writer])
         g.add_edge(START, "researcher")
-        g.add_edge("researcher", "writer")
-        g.add_edge("writer", END)
         return g.compile()
 
     settings: dict[str, Any] = {

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypedDict
 
 import gymnasium as gym
 import numpy as np
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 
 from scenarios import Outcome, Scenario, decide
 from scenarios.custom import GraphScenario
@@ -102,12 +102,8 @@ def pair_graph() -> StateGraph:
     def listener(state: PairState) -> dict[str, Any]:
         return {"answer": int(decide("listener", np.array([state["word"], 1.0], np.float32)))}
 
-    b = StateGraph(PairState)
-    b.add_node("speaker", speaker)
-    b.add_node("listener", listener)
+    b = StateGraph(PairState).add_sequence([speaker, listener])
     b.add_edge(START, "speaker")
-    b.add_edge("speaker", "listener")
-    b.add_edge("listener", END)
     return b
 
 
