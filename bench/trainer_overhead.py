@@ -34,11 +34,11 @@ def plain_config(num_envs: int) -> Any:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from marl_agents.pools import ModelConfig
+    from marl_agents.pools import MLPModel
     from scenarios.rllib_env import RLlibGraphEnv
-    from trainers.config import AlgoConfig
+    from trainers.config import PPOAlgo
 
-    a, m = AlgoConfig(), ModelConfig()  # the same numbers as our defaults
+    a, m = PPOAlgo(), MLPModel()  # the same numbers as our defaults
     model = DefaultModelConfig(
         fcnet_hiddens=m.hidden,
         fcnet_activation=m.activation,

@@ -97,8 +97,8 @@ def conditions(budget: str) -> list[Condition]:
 
 def supported(ctx: harness.Context, conds: Sequence[Condition]) -> list[Condition]:
     """The arms whose config resolves; the others are saved as ``unsupported`` records."""
-    from trainers.algo import resolve
     from trainers.config import ConfigError
+    from trainers.plan import resolve
 
     out = []
     for cond in conds:

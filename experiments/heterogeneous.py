@@ -69,8 +69,9 @@ def homogeneous_config(width: int) -> dict[str, Any]:
 def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
     """Pool id → trainable parameters of the module RLlib builds for it (no Ray started)."""
     from marl_agents.modules import module_spec
-    from trainers.algo import algorithm_class, resolve
+    from trainers.algo import algorithm_class
     from trainers.config import ExperimentConfig
+    from trainers.plan import resolve
 
     cfg = ExperimentConfig.from_dict(dict(config))
     plan = resolve(cfg)

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,17 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 from typing_extensions import override
 
-from marl_agents.pools import AgentPool, PoolError
+from marl_agents.pools import (
+    AgentPool,
+    CheckpointModel,
+    GRUModel,
+    LLMModel,
+    MLPModel,
+    ModelConfig,
+    MPNNModel,
+    PoolError,
+    ScriptedModel,
+)
 from marl_agents.scripted import ScriptedModule
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -212,9 +222,9 @@ def checkpoint_module_dir(path: str | Path, module: str) -> Path:
     )
 
 
-def _checkpoint_spec(pool: AgentPool) -> RLModuleSpec:
+def _checkpoint_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
     model = pool.model
-    assert model.path is not None
+    assert isinstance(model, CheckpointModel)
     path = checkpoint_module_dir(model.path, model.module or pool.id)
     with open(path / "class_and_ctor_args.pkl", "rb") as f:
         ctor = pickle.load(f)
@@ -237,70 +247,92 @@ def _checkpoint_spec(pool: AgentPool) -> RLModuleSpec:
     )
 
 
+def _mlp_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    m = pool.model
+    assert isinstance(m, MLPModel)
+    cfg = DefaultModelConfig(
+        fcnet_hiddens=list(m.hidden),
+        fcnet_activation=m.activation,
+        head_fcnet_hiddens=[],
+        vf_share_layers=False,
+    )
+    return RLModuleSpec(model_config=cfg, **_spaces(pool))
+
+
+def _gru_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    m = pool.model
+    assert isinstance(m, GRUModel)
+    layers = {"hidden": list(m.hidden), "activation": m.activation}
+    return RLModuleSpec(
+        module_class=GRUModule,
+        model_config={**layers, "gru_size": m.gru_size, "max_seq_len": m.max_seq_len},
+        **_spaces(pool),
+    )
+
+
+def _mpnn_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    m = pool.model
+    assert isinstance(m, MPNNModel)
+    layers = {"hidden": list(m.hidden), "activation": m.activation}
+    return RLModuleSpec(
+        module_class=MessagePassingModule,
+        model_config={**layers, **_mpnn_layout(pool, env_config)},
+        **_spaces(pool),
+    )
+
+
+def _llm_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    from marl_agents.llm.rl_module import CausalLMModule
+
+    m = pool.model
+    assert isinstance(m, LLMModel)
+    return RLModuleSpec(
+        module_class=CausalLMModule,
+        model_config={
+            "model": m.path,
+            "tiny_seed": m.tiny_seed,
+            "dtype": m.dtype,
+            "temperature": m.temperature,
+            "top_p": m.top_p,
+            "inference_temperature": m.inference_temperature,
+        },
+        **_spaces(pool),
+    )
+
+
+def _scripted_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    m = pool.model
+    assert isinstance(m, ScriptedModel)
+    return RLModuleSpec(
+        module_class=ScriptedModule,
+        model_config={"policy": m.policy, "agent": pool.agents[0], "env_config": dict(env_config)},
+        **_spaces(pool),
+    )
+
+
+def _spaces(pool: AgentPool) -> dict[str, gym.Space]:
+    return {"observation_space": pool.observation_space, "action_space": pool.action_space}
+
+
+_SPECS: dict[type[ModelConfig], Callable[[AgentPool, Mapping[str, Any]], RLModuleSpec]] = {
+    MLPModel: _mlp_spec,
+    GRUModel: _gru_spec,
+    MPNNModel: _mpnn_spec,
+    LLMModel: _llm_spec,
+    ScriptedModel: _scripted_spec,
+    CheckpointModel: _checkpoint_spec,
+}
+
+
 def module_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
-    """The ``RLModuleSpec`` serving ``pool``.
+    """The ``RLModuleSpec`` serving ``pool`` (one builder per model config class).
 
     Args:
         pool: the resolved pool (its model and spaces).
-        env_config: the environment config (scripted policies build the scenario from it).
+        env_config: the environment config (scripted policies and ``mpnn`` layouts build the
+            scenario from it).
     """
-    m = pool.model
-    spaces = {"observation_space": pool.observation_space, "action_space": pool.action_space}
-    if m.type == "mlp":
-        cfg = DefaultModelConfig(
-            fcnet_hiddens=list(m.hidden),
-            fcnet_activation=m.activation,
-            head_fcnet_hiddens=[],
-            vf_share_layers=False,
-        )
-        return RLModuleSpec(model_config=cfg, **spaces)
-    if m.type == "gru":
-        return RLModuleSpec(
-            module_class=GRUModule,
-            model_config={
-                "hidden": list(m.hidden),
-                "activation": m.activation,
-                "gru_size": m.gru_size,
-                "max_seq_len": m.max_seq_len,
-            },
-            **spaces,
-        )
-    if m.type == "mpnn":
-        return RLModuleSpec(
-            module_class=MessagePassingModule,
-            model_config={
-                "hidden": list(m.hidden),
-                "activation": m.activation,
-                **_mpnn_layout(pool, env_config),
-            },
-            **spaces,
-        )
-    if m.type == "llm":
-        from marl_agents.llm.rl_module import CausalLMModule
-
-        return RLModuleSpec(
-            module_class=CausalLMModule,
-            model_config={
-                "model": m.llm_path,
-                "tiny_seed": m.tiny_seed,
-                "dtype": m.dtype,
-                "temperature": m.temperature,
-                "top_p": m.top_p,
-                "inference_temperature": m.inference_temperature,
-            },
-            **spaces,
-        )
-    if m.type == "scripted":
-        return RLModuleSpec(
-            module_class=ScriptedModule,
-            model_config={
-                "policy": m.policy,
-                "agent": pool.agents[0],
-                "env_config": dict(env_config),
-            },
-            **spaces,
-        )
-    return _checkpoint_spec(pool)
+    return _SPECS[type(pool.model)](pool, env_config)
 
 
 def _mpnn_layout(pool: AgentPool, env_config: Mapping[str, Any]) -> dict[str, int]:
@@ -309,11 +341,8 @@ def _mpnn_layout(pool: AgentPool, env_config: Mapping[str, Any]) -> dict[str, in
 
     env = env_config
     scenario = build(env["scenario"], env.get("topology"), **env.get("kwargs", {}))
-    layout = getattr(scenario, "message_layout", None)
-    if callable(layout):
-        own, slots = layout(pool.agents[0])
-        return {"own": int(own), "slots": int(slots)}
-    own, slots = getattr(scenario, "bits", None), getattr(scenario, "slots", None)
-    if isinstance(own, int) and isinstance(slots, int):  # relay's documented layout
-        return {"own": own, "slots": slots}
-    return {"own": obs_dim(pool.observation_space), "slots": 0}
+    layout = scenario.message_layout(pool.agents[0])
+    if layout is None:
+        return {"own": obs_dim(pool.observation_space), "slots": 0}
+    own, slots = layout
+    return {"own": int(own), "slots": int(slots)}

@@ -14,16 +14,12 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
-ModelType = Literal["mlp", "gru", "mpnn", "llm", "scripted", "checkpoint"]
 Sharing = Literal["role", "agent", "team", "explicit"]
 
-MODEL_TYPES: tuple[str, ...] = ("mlp", "gru", "mpnn", "llm", "scripted", "checkpoint")
-#: model types whose weights never change (never in ``policies_to_train``).
-FROZEN_TYPES: tuple[str, ...] = ("scripted", "checkpoint")
 SHARING: tuple[str, ...] = ("role", "agent", "team", "explicit")
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "silu", "elu", "linear")
 LLM_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -35,74 +31,49 @@ class PoolError(ValueError):
 
 @dataclasses.dataclass
 class ModelConfig:
-    """The model of one pool.
+    """The model of one pool: the base of one config class per model ``type`` (:data:`MODELS`).
+
+    ``type`` is fixed by the class and selects it in YAML (``model: {type: gru, gru_size: 32}``);
+    each class holds only the fields its kind reads. :meth:`check` validates the values and
+    raises :class:`PoolError` naming the pool, the field and the fix.
 
     Attributes:
-        type: ``"mlp"`` (feed-forward actor-critic), ``"gru"`` (recurrent, for partial
-            observability), ``"mpnn"`` (message passing over the topology's channels),
-            ``"llm"`` (a causal language model acting with token ids, for the text agents of
-            a text scenario: :class:`~marl_agents.llm.rl_module.CausalLMModule`, trained
-            with algorithm ``GRPO``), ``"scripted"`` (a registered python policy, frozen by
-            construction) or ``"checkpoint"`` (a module loaded from an earlier run, frozen).
-        hidden: hidden layer sizes (``mlp``: the trunk; ``gru``/``mpnn``: the encoder before
-            the recurrent / message layer).
-        activation: hidden activation: ``tanh``, ``relu``, ``silu``, ``elu`` or ``linear``.
-        gru_size: hidden state size of the ``gru`` model.
-        max_seq_len: sequence length the ``gru`` model trains on.
-        policy: name of the scripted policy (``type="scripted"``), e.g.
-            ``"delegate.scripted_worker"``; see :func:`marl_agents.scripted.list_scripted`.
-        path: ``checkpoint``: the checkpoint directory of an earlier run (a run directory,
-            its ``checkpoint`` folder or any algorithm checkpoint). ``llm``: ``"tiny"`` (the
-            378k-parameter model built in code; the default when ``None``) or a directory
-            saved with ``save_pretrained`` (model and tokenizer).
-        module: the module id inside that checkpoint (default: this pool's id).
-        tiny_seed: ``llm`` with ``path: tiny``: the weight-init seed.
-        dtype: ``llm``: parameter dtype (``float32``, ``bfloat16``, ``float16``).
-        temperature: ``llm``: sampling temperature while exploring (the env runners sample
-            with transformers in process); a trained pool needs ``> 0`` (GRPO compares several
-            samples per task), a frozen one may decode greedily with ``0``.
-        top_p: ``llm``: nucleus sampling while exploring, in ``(0, 1]``; a trained pool needs
-            ``1`` (the learner scores under ``logits / temperature``, without the nucleus).
-        inference_temperature: ``llm``: temperature of ``forward_inference`` (evaluation;
-            ``0``: greedy).
+        type: the kind, set by the class: ``mlp``, ``gru``, ``mpnn``, ``llm``, ``scripted`` or
+            ``checkpoint``.
     """
 
-    type: ModelType = "mlp"
-    hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
-    gru_size: int = 64
-    max_seq_len: int = 16
-    policy: str | None = None
-    path: str | None = None
-    module: str | None = None
-    tiny_seed: int = 0
-    dtype: str = "float32"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    inference_temperature: float = 0.0
-
-    @property
-    def frozen(self) -> bool:
-        """Whether this model can never learn (scripted or loaded from a checkpoint)."""
-        return self.type in FROZEN_TYPES
-
-    @property
-    def llm_path(self) -> str:
-        """``llm``: the model (``"tiny"`` when ``path`` is unset)."""
-        return self.path or "tiny"
+    type: str = dataclasses.field(default="", init=False)
+    #: whether this kind can never learn (never in ``policies_to_train``).
+    frozen: ClassVar[bool] = False
 
     def check(self, where: str, *, trained: bool = False) -> None:
-        """Validate the fields; ``where`` names the pool in error messages.
+        """Validate the fields; ``where`` names the pool (``"pool 'orchestrator'"``).
 
         Args:
-            where: the pool, e.g. ``"pool 'orchestrator'"``.
+            where: the pool, for error messages.
             trained: the pool learns (an ``llm`` pool then needs ``temperature > 0`` and
                 ``top_p = 1``).
         """
-        if self.type not in MODEL_TYPES:
-            raise PoolError(
-                f"{where}: unknown model type {self.type!r}; use one of {', '.join(MODEL_TYPES)}"
-            )
+
+    def describe(self) -> str:
+        """One short line for summaries (``"mlp [64, 64]"``)."""
+        return self.type
+
+
+@dataclasses.dataclass
+class _LayersModel(ModelConfig):
+    """Fields shared by the torch modules built here (``mlp``, ``gru``, ``mpnn``).
+
+    Attributes:
+        hidden: hidden layer sizes (``mlp``: the trunk; ``gru``/``mpnn``: the encoder before
+            the recurrent / message layer).
+        activation: hidden activation: ``tanh``, ``relu``, ``silu``, ``elu`` or ``linear``.
+    """
+
+    hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+
+    def check(self, where: str, *, trained: bool = False) -> None:
         sizes_ok = isinstance(self.hidden, list) and all(
             isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden
         )
@@ -116,26 +87,82 @@ class ModelConfig:
                 f"{where}: unknown activation {self.activation!r}; use one of "
                 f"{', '.join(ACTIVATIONS)}"
             )
-        if self.type == "gru" and (self.gru_size < 1 or self.max_seq_len < 1):
-            raise PoolError(f"{where}: gru_size and max_seq_len must be ≥ 1")
-        if self.type == "scripted" and not self.policy:
-            raise PoolError(
-                f"{where}: a scripted model needs model.policy, e.g. 'delegate.scripted_worker' "
-                "(see marl_agents.scripted.list_scripted())"
-            )
-        if self.type == "checkpoint" and not self.path:
-            raise PoolError(
-                f"{where}: a checkpoint model needs model.path (a run directory or checkpoint)"
-            )
-        if self.type == "llm":
-            self._check_llm(where, trained)
 
-    def _check_llm(self, where: str, trained: bool) -> None:
-        path = self.llm_path
-        if path != "tiny" and not (Path(path).expanduser() / "config.json").exists():
+    def describe(self) -> str:
+        return f"{self.type} {self.hidden}"
+
+
+@dataclasses.dataclass
+class MLPModel(_LayersModel):
+    """``mlp``: a feed-forward actor-critic (RLlib's default module of the algorithm)."""
+
+    type: str = dataclasses.field(default="mlp", init=False)
+
+
+@dataclasses.dataclass
+class GRUModel(_LayersModel):
+    """``gru``: a recurrent actor-critic, for partial observability.
+
+    Attributes:
+        gru_size: hidden state size.
+        max_seq_len: sequence length it trains on.
+    """
+
+    type: str = dataclasses.field(default="gru", init=False)
+    gru_size: int = 64
+    max_seq_len: int = 16
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        super().check(where, trained=trained)
+        if self.gru_size < 1 or self.max_seq_len < 1:
             raise PoolError(
-                f"{where}: model {path!r} is neither 'tiny' nor a directory with a saved Hugging "
-                "Face model (config.json): save one with model.save_pretrained(dir) and "
+                f"{where}: model.gru_size={self.gru_size} and model.max_seq_len="
+                f"{self.max_seq_len} must be ≥ 1"
+            )
+
+    def describe(self) -> str:
+        return f"gru {self.hidden}+{self.gru_size}"
+
+
+@dataclasses.dataclass
+class MPNNModel(_LayersModel):
+    """``mpnn``: one round of message passing over the topology's channels."""
+
+    type: str = dataclasses.field(default="mpnn", init=False)
+
+
+@dataclasses.dataclass
+class LLMModel(ModelConfig):
+    """``llm``: a causal language model acting with token ids, for the text agents of a text
+    scenario (:class:`~marl_agents.llm.rl_module.CausalLMModule`, trained with ``GRPO``).
+
+    Attributes:
+        path: ``"tiny"`` (the 378k-parameter model built in code) or a directory saved with
+            ``save_pretrained`` (model and tokenizer).
+        tiny_seed: ``path: tiny``: the weight-init seed.
+        dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
+        temperature: sampling temperature while exploring (the env runners sample with
+            transformers in process); a trained pool needs ``> 0`` (GRPO compares several
+            samples per task), a frozen one may decode greedily with ``0``.
+        top_p: nucleus sampling while exploring, in ``(0, 1]``; a trained pool needs ``1``
+            (the learner scores under ``logits / temperature``, without the nucleus).
+        inference_temperature: temperature of ``forward_inference`` (evaluation; ``0``:
+            greedy).
+    """
+
+    type: str = dataclasses.field(default="llm", init=False)
+    path: str = "tiny"
+    tiny_seed: int = 0
+    dtype: str = "float32"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    inference_temperature: float = 0.0
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        if self.path != "tiny" and not (Path(self.path).expanduser() / "config.json").exists():
+            raise PoolError(
+                f"{where}: model {self.path!r} is neither 'tiny' nor a directory with a saved "
+                "Hugging Face model (config.json): save one with model.save_pretrained(dir) and "
                 "tokenizer.save_pretrained(dir), or use 'tiny'"
             )
         if self.dtype not in LLM_DTYPES:
@@ -144,22 +171,86 @@ class ModelConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise PoolError(f"{where}: {name}={value} must be ≥ 0 (0: greedy)")
-        if trained and self.temperature == 0:
+        if not 0 < self.top_p <= 1:
+            raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
+        if trained:
+            self._check_trainable(where)
+
+    def _check_trainable(self, where: str) -> None:
+        if self.temperature == 0:
             raise PoolError(
                 f"{where}: temperature={self.temperature} must be > 0 for a trained LLM: GRPO "
                 "compares several sampled answers per task, greedy decoding makes them identical"
             )
-        if not 0 < self.top_p <= 1:
-            raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
-        if trained and self.top_p < 1:
+        if self.top_p < 1:
             raise PoolError(
                 f"{where}: top_p={self.top_p} on a trained LLM: the GRPO learner scores tokens "
                 "under logits / temperature and does not reproduce the top-p nucleus, so the "
                 "ratio would train a different policy from the one that sampled; set top_p: 1 "
                 "(lower the temperature to sharpen sampling) or freeze the pool"
             )
-        if isinstance(self.tiny_seed, bool) or not isinstance(self.tiny_seed, int):
-            raise PoolError(f"{where}: tiny_seed must be an integer, got {self.tiny_seed!r}")
+
+    def describe(self) -> str:
+        seed = f" (seed {self.tiny_seed})" if self.path == "tiny" else ""
+        return f"llm {self.path}{seed}"
+
+
+@dataclasses.dataclass
+class ScriptedModel(ModelConfig):
+    """``scripted``: a named python policy, frozen by construction.
+
+    Attributes:
+        policy: the policy's name: ``"<scenario>.<policy>"`` for one the scenario declares
+            (``Scenario.scripted_policies``, e.g. ``"delegate.scripted_worker"``) or a name
+            registered with :func:`marl_agents.scripted.register_scripted`
+            (``"default"``, ``"random"``); see :func:`marl_agents.scripted.list_scripted`.
+    """
+
+    type: str = dataclasses.field(default="scripted", init=False)
+    policy: str = ""
+    frozen: ClassVar[bool] = True
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        if not self.policy:
+            raise PoolError(
+                f"{where}: a scripted model needs model.policy, e.g. 'delegate.scripted_worker' "
+                "(see marl_agents.scripted.list_scripted())"
+            )
+
+    def describe(self) -> str:
+        return f"scripted {self.policy}"
+
+
+@dataclasses.dataclass
+class CheckpointModel(ModelConfig):
+    """``checkpoint``: a module loaded from an earlier run, frozen.
+
+    Attributes:
+        path: a run directory, its ``checkpoint`` folder or any algorithm checkpoint.
+        module: the module id inside that checkpoint (``None``: this pool's id).
+    """
+
+    type: str = dataclasses.field(default="checkpoint", init=False)
+    path: str = ""
+    module: str | None = None
+    frozen: ClassVar[bool] = True
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        if not self.path:
+            raise PoolError(
+                f"{where}: a checkpoint model needs model.path (a run directory or checkpoint)"
+            )
+
+    def describe(self) -> str:
+        return f"checkpoint {self.path}"
+
+
+#: model ``type`` → its config class (what YAML's ``type:`` selects).
+MODELS: dict[str, type[ModelConfig]] = {
+    cls.type: cls
+    for cls in (MLPModel, GRUModel, MPNNModel, LLMModel, ScriptedModel, CheckpointModel)
+}
+MODEL_TYPES: tuple[str, ...] = tuple(MODELS)
 
 
 @dataclasses.dataclass
@@ -169,11 +260,11 @@ class PoolConfig:
     Attributes:
         agents: agent ids this pool serves; ``None`` keeps the default assignment (the agents
             of the role with the same name under ``sharing="role"``).
-        model: the pool's model.
+        model: the pool's model (one of :data:`MODELS`).
     """
 
     agents: list[str] | None = None
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    model: ModelConfig = dataclasses.field(default_factory=MLPModel)
 
 
 @dataclasses.dataclass
@@ -246,24 +337,7 @@ def resolve_pools(
     """
     known = list(agents)
     assignment = default_assignment(known, roles, topology_pools, sharing)
-    listed: dict[str, str] = {}
-    for pid, pool in pools.items():
-        if not isinstance(pool, PoolConfig):
-            raise PoolError(f"pool {pid!r}: expected a PoolConfig, got {type(pool).__name__}")
-        pool.model.check(f"pool {pid!r}")
-        for agent in pool.agents or []:
-            if agent not in known:
-                raise PoolError(
-                    f"pool {pid!r} lists unknown agent {agent!r}: the agents of this topology "
-                    f"are {known}"
-                )
-            if agent in listed and listed[agent] != pid:
-                raise PoolError(
-                    f"agent {agent!r} is listed in pools {listed[agent]!r} and {pid!r}: list it "
-                    "in exactly one pool"
-                )
-            listed[agent] = pid
-    assignment.update(listed)
+    assignment.update(_listed_agents(known, pools))
     missing = [a for a in known if a not in assignment]
     if missing:
         raise PoolError(
@@ -282,15 +356,7 @@ def resolve_pools(
     trained = _trained_pools(members, pools, train, assignment)
     out: dict[str, AgentPool] = {}
     for pid, ids in members.items():
-        obs, act = spaces[ids[0]]
-        for other in ids[1:]:
-            o2, a2 = spaces[other]
-            if o2 != obs or a2 != act:
-                raise PoolError(
-                    f"pool {pid!r} shares one module between {ids[0]!r} and {other!r}, whose "
-                    f"spaces differ ({obs}, {act} vs {o2}, {a2}): give them separate pools "
-                    "(e.g. sharing='role' or 'agent')"
-                )
+        obs, act = _shared_spaces(pid, ids, spaces)
         role_set = {roles[a] for a in ids}
         role = role_set.pop() if len(role_set) == 1 else None
         if pid in pools:
@@ -298,11 +364,49 @@ def resolve_pools(
         elif pid not in trained and frozen_defaults and role in frozen_defaults:
             model = frozen_defaults[role]
         else:
-            model = ModelConfig()
+            model = MLPModel()
         if pid in trained:
             model.check(f"pool {pid!r}", trained=True)
         out[pid] = AgentPool(pid, ids, model, obs, act, pid in trained, role)
     return out
+
+
+def _listed_agents(known: Sequence[str], pools: Mapping[str, PoolConfig]) -> dict[str, str]:
+    """Agent id → the pool that lists it; checks each pool's model on the way."""
+    listed: dict[str, str] = {}
+    for pid, pool in pools.items():
+        if not isinstance(pool, PoolConfig):
+            raise PoolError(f"pool {pid!r}: expected a PoolConfig, got {type(pool).__name__}")
+        pool.model.check(f"pool {pid!r}")
+        for agent in pool.agents or []:
+            if agent not in known:
+                raise PoolError(
+                    f"pool {pid!r} lists unknown agent {agent!r}: the agents of this topology "
+                    f"are {list(known)}"
+                )
+            if agent in listed and listed[agent] != pid:
+                raise PoolError(
+                    f"agent {agent!r} is listed in pools {listed[agent]!r} and {pid!r}: list it "
+                    "in exactly one pool"
+                )
+            listed[agent] = pid
+    return listed
+
+
+def _shared_spaces(
+    pid: str, ids: Sequence[str], spaces: Mapping[str, tuple[gym.Space, gym.Space]]
+) -> tuple[gym.Space, gym.Space]:
+    """The spaces every agent of pool ``pid`` shares (one module serves them all)."""
+    obs, act = spaces[ids[0]]
+    for other in ids[1:]:
+        o2, a2 = spaces[other]
+        if o2 != obs or a2 != act:
+            raise PoolError(
+                f"pool {pid!r} shares one module between {ids[0]!r} and {other!r}, whose "
+                f"spaces differ ({obs}, {act} vs {o2}, {a2}): give them separate pools "
+                "(e.g. sharing='role' or 'agent')"
+            )
+    return obs, act
 
 
 def _trained_pools(
@@ -354,19 +458,7 @@ def _trained_pools(
 
 def describe(pools: Mapping[str, AgentPool]) -> list[dict[str, Any]]:
     """One row per pool for summaries: id, agents, model, trained."""
-    rows = []
-    for p in pools.values():
-        m = p.model
-        if m.type == "scripted":
-            model = f"scripted {m.policy}"
-        elif m.type == "checkpoint":
-            model = f"checkpoint {m.path}"
-        elif m.type == "gru":
-            model = f"gru {m.hidden}+{m.gru_size}"
-        elif m.type == "llm":
-            seed = f" (seed {m.tiny_seed})" if m.llm_path == "tiny" else ""
-            model = f"llm {m.llm_path}{seed}"
-        else:
-            model = f"{m.type} {m.hidden}"
-        rows.append({"pool": p.id, "agents": p.agents, "model": model, "trained": p.trainable})
-    return rows
+    return [
+        {"pool": p.id, "agents": p.agents, "model": p.model.describe(), "trained": p.trainable}
+        for p in pools.values()
+    ]

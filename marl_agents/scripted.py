@@ -1,11 +1,14 @@
 """Scripted agents: named python policies served as RLlib modules that never learn.
 
 A scripted policy is a function ``(agent, observation) -> action`` (the
-:data:`scenarios.engine.Policy` contract). Scenarios expose theirs as methods (they often need
-the scenario's sizes), so the registry holds *factories* ``scenario -> policy`` under names
-``"<scenario>.<policy>"``. :class:`ScriptedModule` wraps one in a ``TorchRLModule``: it maps a
-batch of observations to actions row by row, reports zero values (``ValueFunctionAPI``) and has
-no trainable parameter, so it is frozen by construction.
+:data:`scenarios.engine.Policy` contract), built per scenario instance by a factory
+``scenario -> policy``. A scenario declares its own in ``Scenario.scripted_policies``
+(:class:`scenarios.base.ScriptedPolicy`), named ``"<scenario name>.<policy>"`` here; policies
+that work on any scenario (``default``, ``random``, or yours) are registered with
+:func:`register_scripted`. :func:`scripted_factory` resolves a name against a scenario class;
+:class:`ScriptedModule` wraps the policy in a ``TorchRLModule`` that maps a batch of
+observations to actions row by row, reports zero values (``ValueFunctionAPI``) and has no
+trainable parameter, so it is frozen by construction.
 
 Example:
     >>> from scenarios.registry import build
@@ -27,13 +30,15 @@ from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from typing_extensions import override
 
+from marl_agents.pools import PoolError
+
 Policy = Callable[[str, Any], Any]
 PolicyFactory = Callable[[Any], Policy]
 
 
 @dataclasses.dataclass(frozen=True)
 class ScriptedEntry:
-    """A registered scripted policy.
+    """A scripted policy, as listed by :func:`list_scripted`.
 
     Attributes:
         name: ``"<scenario>.<policy>"``, or a bare name for scenario-independent policies.
@@ -54,13 +59,15 @@ class ScriptedEntry:
         return self.name.split(".", 1)[0] if "." in self.name else None
 
 
+#: policies registered with :func:`register_scripted` (scenarios declare theirs themselves).
 SCRIPTED: dict[str, ScriptedEntry] = {}
 
 
 def register_scripted(
     name: str, factory: PolicyFactory, *, default_for: tuple[str, ...] = (), summary: str = ""
 ) -> None:
-    """Register a scripted policy factory under ``name`` (``"<scenario>.<policy>"``).
+    """Register a scripted policy factory under ``name`` (a bare name, or
+    ``"<scenario>.<policy>"`` for a scenario you cannot edit).
 
     Raises:
         ValueError: ``name`` is taken by a different factory.
@@ -72,31 +79,77 @@ def register_scripted(
     SCRIPTED[name] = entry
 
 
-def get_scripted(name: str) -> PolicyFactory:
-    """The factory registered as ``name``.
+def declared(scenario_cls: type) -> list[ScriptedEntry]:
+    """The policies ``scenario_cls`` declares, as entries named ``"<name>.<policy>"``, plus
+    those registered under its name."""
+    name = scenario_cls.name
+    own = [
+        ScriptedEntry(f"{name}.{p.name}", p.factory, tuple(p.default_for), p.summary)
+        for p in scenario_cls.scripted_policies
+    ]
+    return own + [e for e in SCRIPTED.values() if e.scenario == name]
+
+
+def scripted_factory(name: str, scenario_cls: type) -> PolicyFactory:
+    """The factory of scripted policy ``name`` for a scenario of class ``scenario_cls``.
 
     Raises:
-        KeyError: an unknown name; the message lists the registered ones.
+        PoolError: an unknown name, or one that belongs to another scenario.
     """
-    if name not in SCRIPTED:
-        raise KeyError(
-            f"unknown scripted policy {name!r}: registered are {', '.join(sorted(SCRIPTED))}"
+    for entry in [*declared(scenario_cls), *SCRIPTED.values()]:
+        if entry.name == name and entry.scenario in (None, scenario_cls.name):
+            return entry.factory
+    owner = name.split(".", 1)[0] if "." in name else None
+    if owner is not None and owner != scenario_cls.name:
+        raise PoolError(
+            f"scripted policy {name!r} belongs to scenario {owner!r}, not "
+            f"{scenario_cls.name!r}: use one of {', '.join(_names(scenario_cls))}"
         )
-    return SCRIPTED[name].factory
+    raise PoolError(
+        f"unknown scripted policy {name!r}; available for {scenario_cls.name!r} are "
+        f"{', '.join(_names(scenario_cls))} (declare yours in Scenario.scripted_policies or "
+        "register it with marl_agents.scripted.register_scripted)"
+    )
+
+
+def _names(scenario_cls: type) -> list[str]:
+    return sorted({e.name for e in declared(scenario_cls)} | {e.name for e in _generic()})
+
+
+def _generic() -> list[ScriptedEntry]:
+    return [e for e in SCRIPTED.values() if e.scenario is None]
+
+
+def get_scripted(name: str) -> PolicyFactory:
+    """The factory of ``name``: a registered policy, or ``"<scenario>.<policy>"`` declared by
+    the registered scenario ``<scenario>``.
+
+    Raises:
+        KeyError: an unknown name; the message lists the known ones.
+    """
+    entries = {e.name: e for e in list_scripted()}
+    if name not in entries:
+        raise KeyError(f"unknown scripted policy {name!r}: known are {', '.join(entries)}")
+    return entries[name].factory
 
 
 def list_scripted() -> list[ScriptedEntry]:
-    """Registered scripted policies, sorted by name."""
-    return [SCRIPTED[k] for k in sorted(SCRIPTED)]
+    """Registered scripted policies and those the registered scenarios declare, by name."""
+    from scenarios.registry import list_scenarios
+
+    entries = {e.name: e for e in SCRIPTED.values()}
+    for cls in list_scenarios():
+        entries.update((e.name, e) for e in declared(cls))
+    return [entries[k] for k in sorted(entries)]
 
 
-def frozen_defaults(scenario: str) -> dict[str, str]:
-    """Role → scripted policy name that serves a frozen pool of that role in ``scenario``."""
+def frozen_defaults(scenario_cls: type) -> dict[str, str]:
+    """Role → scripted policy name that serves a frozen pool of that role in a scenario of
+    class ``scenario_cls``."""
     out: dict[str, str] = {}
-    for entry in list_scripted():
-        if entry.scenario == scenario:
-            for role in entry.default_for:
-                out.setdefault(role, entry.name)
+    for entry in declared(scenario_cls):
+        for role in entry.default_for:
+            out.setdefault(role, entry.name)
     return out
 
 
@@ -119,22 +172,6 @@ register_scripted(
     "default", _default_action, summary="the scenario's default (absent) action, every step"
 )
 register_scripted("random", _random, summary="uniform random actions (seeded)")
-register_scripted(
-    "delegate.scripted_worker",
-    lambda s: s.scripted_worker,
-    default_for=("worker",),
-    summary="delegate worker: the method matching each assigned part's type",
-)
-register_scripted(
-    "delegate.oracle",
-    lambda s: s.oracle_policy,
-    summary="delegate: skill-aware optimal orchestrator (and scripted workers)",
-)
-register_scripted(
-    "relay.optimal",
-    lambda s: s.optimal_policy(),
-    summary="relay: the counting protocol (optimal when the alphabet suffices)",
-)
 
 
 # ----- the RLlib module ---------------------------------------------------------------------
@@ -165,7 +202,7 @@ class ScriptedModule(TorchRLModule, ValueFunctionAPI):
 
             env = self._env_config
             scenario = build(env["scenario"], env.get("topology"), **env.get("kwargs", {}))
-            self._policy = get_scripted(self._policy_name)(scenario)
+            self._policy = scripted_factory(self._policy_name, type(scenario))(scenario)
         return self._policy
 
     def _act(self, batch: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
@@ -23,6 +24,25 @@ AbsentPolicy = Literal["skip", "placeholder", "default"]
 
 class ScenarioError(ValueError):
     """Bad scenario arguments or a topology the scenario cannot run on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptedPolicy:
+    """A scripted policy a scenario declares (``Scenario.scripted_policies``).
+
+    Attributes:
+        name: the policy's name within the scenario (served as ``"<scenario>.<name>"``).
+        factory: ``scenario -> policy``, where a policy maps ``(agent, observation)`` to an
+            action (policies often need the scenario's sizes, so they are built per instance).
+        summary: one line for listings.
+        default_for: roles this policy serves when a pool of that role is frozen and no model
+            is configured for it (e.g. ``("worker",)``).
+    """
+
+    name: str
+    factory: Callable[[Any], Callable[[str, Any], Any]]
+    summary: str = ""
+    default_for: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -53,6 +73,12 @@ class Scenario(ABC):
     methods. ``absent`` declares what an agent outside a counterfactual coalition does:
     ``"skip"`` (its node writes nothing), ``"placeholder"`` (:meth:`placeholder_action`) or
     ``"default"`` (:meth:`default_action`).
+
+    Capabilities are class attributes, read by trainers before (or without) building the
+    scenario: ``has_text_agents`` (then ``text_agents`` lists them), ``has_oracle``
+    (:meth:`oracle_value` is implemented), ``has_local_rewards`` (``Outcome.local`` carries
+    every agent's reward, for credit ``local``) and ``scripted_policies`` (named policies,
+    used by frozen ``scripted`` pools as ``"<name>.<policy>"``).
     """
 
     name: ClassVar[str]
@@ -72,6 +98,23 @@ class Scenario(ABC):
     #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it);
     #: a scenario may set it per instance.
     max_supersteps: int = 64
+
+    # ----- capabilities --------------------------------------------------------------------
+    #: some agents act with token ids (``TextSpaces``); ``text_agents`` names them.
+    has_text_agents: ClassVar[bool] = False
+    #: the agents whose observation is a prompt's token ids and whose action is the ids they
+    #: generated (empty unless ``has_text_agents``).
+    text_agents: tuple[str, ...] = ()
+    #: the tokenizer a text scenario renders prompts with (``"tiny"`` or a directory), if any.
+    tokenizer_name: str | None = None
+    #: :meth:`oracle_value` gives the best policy's expected reward (it may still return
+    #: ``None`` for settings where it is not computable).
+    has_oracle: ClassVar[bool] = False
+    #: the verifier's ``Outcome.local`` has a reward for every agent (credit ``local``).
+    has_local_rewards: ClassVar[bool] = False
+    #: named policies (:class:`ScriptedPolicy`), served as ``"<scenario name>.<policy>"`` by
+    #: ``scripted`` pools (see :mod:`marl_agents.scripted`).
+    scripted_policies: ClassVar[tuple[ScriptedPolicy, ...]] = ()
 
     topology: Topology
 
@@ -115,7 +158,14 @@ class Scenario(ABC):
         return self.default_action(agent)
 
     def oracle_value(self, rng: np.random.Generator) -> float | None:
-        """Expected reward of the best policy on this episode's task, where computable."""
+        """Expected reward of the best policy on this episode's task, where computable
+        (implemented by scenarios with ``has_oracle``)."""
+        return None
+
+    def message_layout(self, agent: str) -> tuple[int, int] | None:
+        """``(own features, neighbour slots)`` of ``agent``'s observation, for ``mpnn``
+        pools: the observation is its own features, then one equal-width slot per in-edge
+        sender. ``None`` (the default): the whole observation is the agent's own."""
         return None
 
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
@@ -165,7 +215,7 @@ def compact(value: Any, width: int = 240) -> str:
 
 def _text_view(scenario: Scenario, agent: str, value: Any, method: str) -> str | None:
     """Decoded text of a text agent's token ids, or None when the scenario has no text view."""
-    if agent not in getattr(scenario, "text_agents", ()):
+    if agent not in scenario.text_agents:
         return None
     spaces, tokenizer = getattr(scenario, "spaces", None), getattr(scenario, "tokenizer", None)
     if tokenizer is None or not hasattr(spaces, method):

@@ -50,7 +50,7 @@ from langgraph.graph import StateGraph
 from typing_extensions import override
 
 from scenarios.args import checked_action, cost_arg, int_arg
-from scenarios.base import Outcome, Scenario
+from scenarios.base import Outcome, Scenario, ScriptedPolicy
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.delegate_args import check_parallel, check_skills, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
@@ -144,6 +144,21 @@ class Delegate(DeclaredSpaces, Scenario):
     topologies = ("single", "star")
     default_topology = "star:3"
     absent = "default"  # absent orchestrator: assigns nothing; absent worker: passes every part
+    has_oracle = True
+    has_local_rewards = True
+    scripted_policies = (
+        ScriptedPolicy(
+            "scripted_worker",
+            lambda s: s.scripted_worker,
+            "delegate worker: the method matching each assigned part's type",
+            default_for=("worker",),
+        ),
+        ScriptedPolicy(
+            "oracle",
+            lambda s: s.oracle_policy,
+            "delegate: skill-aware optimal orchestrator (and scripted workers)",
+        ),
+    )
 
     def __init__(
         self,

@@ -47,7 +47,7 @@ import numpy as np
 from langgraph.graph import StateGraph
 
 from scenarios.args import checked_action, int_arg
-from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.base import Outcome, Scenario, ScenarioError, ScriptedPolicy
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import Policy, decide, zero_action
 from scenarios.registry import register
@@ -97,6 +97,14 @@ class Relay(DeclaredSpaces, Scenario):
     summary = "hidden bits spread over the team; messages along edges; the root reports them"
     topologies = ("single", "chain", "star", "tree")
     default_topology = "star:3"
+    has_oracle = True
+    scripted_policies = (
+        ScriptedPolicy(
+            "optimal",
+            lambda s: s.optimal_policy(),
+            "relay: the counting protocol (optimal when the alphabet suffices)",
+        ),
+    )
 
     def __init__(
         self,
@@ -228,6 +236,10 @@ class Relay(DeclaredSpaces, Scenario):
             "relay/messages": float(len(state.get("messages", []))),
         }
         return Outcome(reward=reward, success=error == 0, metrics=metrics)
+
+    def message_layout(self, agent: str) -> tuple[int, int]:
+        """Own ``bits``, then ``slots`` one-hot message slots (see the module doc)."""
+        return self.bits, self.slots
 
     def oracle_value(self, rng: np.random.Generator) -> float | None:
         """1.0 when the alphabet suffices (the scripted protocol is exact); unknown otherwise."""

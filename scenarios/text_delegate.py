@@ -155,6 +155,9 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
     #: agents acting with text spaces (token ids); fine-tuning jobs look for this marker.
     text_agents: ClassVar[tuple[str, ...]] = ("orchestrator",)
     agents_note: ClassVar[str] = " (the subagents run inside the environment)"
+    has_text_agents = True
+    has_oracle = True
+    has_local_rewards = True
 
     def __init__(
         self, topology: str | Topology = "star:2", *, level: str = "easy", **kwargs: Any

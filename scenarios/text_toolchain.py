@@ -108,6 +108,9 @@ class TextToolchain(DeclaredSpaces, Scenario):
     summary = "toolchain for LLM agents: token-id actions, <tool> text calls, format penalty"
     topologies = Toolchain.topologies
     default_topology = Toolchain.default_topology
+    has_text_agents = True
+    has_oracle = True
+    has_local_rewards = True
 
     def __init__(
         self,

@@ -113,6 +113,8 @@ class Toolchain(DeclaredSpaces, Scenario):
     summary = "look up two values, combine them, answer; per-call checklist plus final check"
     topologies = ("single", "chain")
     default_topology = "single"
+    has_oracle = True
+    has_local_rewards = True
 
     def __init__(
         self,

@@ -57,7 +57,7 @@ def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 
 
 def test_plan_of_the_app_trains_the_supervisor_only(tmp_path):
-    from trainers.algo import resolve
+    from trainers.plan import resolve
 
     plan = resolve(app_cfg(tmp_path))
     assert plan.agents == ["supervisor", "math_expert", "research_expert"]
@@ -128,7 +128,7 @@ def test_each_app_pattern_trains(ray_session, tmp_path, app, sharing, pools, tra
 
 
 def test_a_chat_app_left_at_the_defaults_gets_llm_pools_and_grpo(tmp_path):
-    from trainers.algo import resolve, with_text_defaults
+    from trainers.plan import resolve, with_text_defaults
 
     bare = ExperimentConfig(scenario=APP, train=["supervisor"])
     cfg = with_text_defaults(bare)

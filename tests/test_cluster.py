@@ -190,7 +190,7 @@ def test_sweep_metric_must_be_reported() -> None:
 
 def test_documented_metric_keys_are_accepted() -> None:
     """Every key a run wrote is a metric a sweep accepts (guards CHART_KEYS against drift)."""
-    from trainers.algo import resolve
+    from trainers.plan import resolve
     from trainers.sweep import check_metric
 
     plan = resolve(ExperimentConfig.from_dict({**TINY_BASE, "credit": "loo"}))

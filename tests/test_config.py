@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from marl_agents.pools import ModelConfig, PoolConfig
-from trainers.algo import resolve, to_algorithm_config
+from trainers.algo import to_algorithm_config
 from trainers.config import (
     AlgoConfig,
     BudgetConfig,
@@ -20,6 +20,7 @@ from trainers.config import (
     ExperimentConfig,
     ResourcesConfig,
 )
+from trainers.plan import resolve
 
 SCRIPTED_WORKER = ModelConfig(type="scripted", policy="delegate.scripted_worker")
 

@@ -182,7 +182,7 @@ def test_episode_timeout_setting_is_checked() -> None:
 
 
 def test_journal_keeps_distinct_errors_once() -> None:
-    from trainers.algo import EpisodeJournal
+    from trainers.episode_metrics import EpisodeJournal
 
     journal = EpisodeJournal()
     journal.record_error("error", "node 'tool' raised RuntimeError: tool broke on task 1")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trainers.algo import resolve, to_algorithm_config
+from trainers.algo import to_algorithm_config
 from trainers.config import ConfigError, ExperimentConfig, GRPOSettings
+from trainers.plan import resolve
 
 BUDGET = 0.5  # tokens: every completion (≥ 1 token) is over it, so the dual λ grows
 

@@ -66,7 +66,7 @@ def test_a_reference_names_a_class_an_instance_or_a_factory() -> None:
 
 
 def test_config_takes_a_reference_in_python_and_yaml() -> None:
-    from trainers.algo import resolve
+    from trainers.plan import resolve
     from trainers.run import run_name
 
     plan = resolve(ExperimentConfig(scenario=INSTANCE))
@@ -119,7 +119,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_references_fail_in_resolve_naming_the_fix(case: str) -> None:
-    from trainers.algo import resolve
+    from trainers.plan import resolve
 
     data, match = BAD[case]
     with pytest.raises(ConfigError, match=match) as info:
@@ -164,7 +164,8 @@ def test_workers_must_be_able_to_import_the_module(
     """With Ray already running, a module only on this process's sys.path is refused; giving
     the sys.path to the processes Ray starts (what ``ensure_ray`` does) makes it importable."""
     from scenarios.registry import unreachable_reason
-    from trainers.algo import resolve, share_sys_path
+    from trainers.plan import resolve
+    from trainers.ray_paths import share_sys_path
 
     lib = tmp_path / "lib"
     lib.mkdir()

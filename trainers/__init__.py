@@ -16,18 +16,20 @@ from typing import TYPE_CHECKING
 from topologies.lazy import export_lazily
 
 if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
-    from trainers.algo import Plan as Plan
-    from trainers.algo import resolve as resolve
     from trainers.algo import to_algorithm_config as to_algorithm_config
     from trainers.config import AlgoConfig as AlgoConfig
+    from trainers.config import APPOAlgo as APPOAlgo
     from trainers.config import BudgetConfig as BudgetConfig
     from trainers.config import ConfigError as ConfigError
     from trainers.config import CreditConfig as CreditConfig
     from trainers.config import ExperimentConfig as ExperimentConfig
+    from trainers.config import GRPOAlgo as GRPOAlgo
     from trainers.config import GRPOConfig as GRPOConfig
     from trainers.config import GRPOSettings as GRPOSettings
+    from trainers.config import IMPALAAlgo as IMPALAAlgo
     from trainers.config import LoggingConfig as LoggingConfig
     from trainers.config import OutputConfig as OutputConfig
+    from trainers.config import PPOAlgo as PPOAlgo
     from trainers.config import ResourcesConfig as ResourcesConfig
     from trainers.evaluate import EvalResult as EvalResult
     from trainers.evaluate import evaluate as evaluate
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from trainers.finetune import run_finetune as run_finetune
     from trainers.grpo_learner import GRPO as GRPO
     from trainers.grpo_learner import GRPOLearner as GRPOLearner
+    from trainers.plan import Plan as Plan
+    from trainers.plan import resolve as resolve
     from trainers.run import RunFailed as RunFailed
     from trainers.run import TrainResult as TrainResult
     from trainers.run import train as train

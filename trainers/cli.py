@@ -48,8 +48,8 @@ def _split(text: str | None) -> list[str] | None:
 
 def _experiment(config: Path | None, resume: Path | None, changes: dict[str, Any]) -> Any:
     """The experiment: the YAML's (or the resumed run's, or the defaults), with ``changes``."""
-    from trainers.algo import with_text_defaults
     from trainers.config import ExperimentConfig
+    from trainers.plan import with_text_defaults
 
     cfg = ExperimentConfig.from_yaml(config) if config else ExperimentConfig()
     if resume is not None and config is None:

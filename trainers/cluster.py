@@ -228,7 +228,7 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
     if target is None:
         kwargs["address"] = "local"
         kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
-        from trainers.algo import share_sys_path
+        from trainers.ray_paths import share_sys_path
 
         share_sys_path()  # workers import what this process imports (scenario references)
         ray.init(**kwargs)

@@ -3,9 +3,14 @@
 An experiment is scenario × topology × pools × credit × algorithm × run settings (budget, seed,
 resources, logging, output). Every axis is a small dataclass; :class:`ExperimentConfig` holds
 them and converts to and from plain dicts and YAML exactly
-(``ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg``). Field-level checks live in
-:meth:`ExperimentConfig.check`; checks that need the scenario (agents, pools, credit support)
-happen in :func:`trainers.algo.resolve`, still before Ray starts.
+(``ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg``). Models and algorithms are one class
+per kind, selected by ``type:`` (:data:`marl_agents.pools.MODELS`) and ``name:``
+(:data:`ALGORITHMS`). Field types are checked when an object is built, from YAML or Python,
+and the YAML shorthands work in both (``algorithm="APPO"``, ``credit="shapley"``, a pool
+given as its model type); value checks live in each class's ``check()`` (called by
+:meth:`ExperimentConfig.check`); checks that need the scenario happen in
+:func:`trainers.plan.resolve`, still before Ray starts. Every error is a one-line
+:class:`ConfigError` naming the field, the value and the fix.
 
 Example:
     >>> cfg = ExperimentConfig(scenario="delegate", topology="star:3", train=["orchestrator"])
@@ -24,7 +29,7 @@ from typing import Any, Literal
 
 import yaml
 
-from marl_agents.pools import SHARING, PoolConfig
+from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
 from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
@@ -32,23 +37,26 @@ CreditEstimator = ShapleyMethod
 
 CREDIT_METHODS: tuple[str, ...] = typing.get_args(CreditMethod)
 CREDIT_ESTIMATORS: tuple[str, ...] = typing.get_args(CreditEstimator)
-ALGORITHMS: tuple[str, ...] = ("PPO", "APPO", "IMPALA", "GRPO")
 WANDB_MODES: tuple[str, ...] = ("offline", "online", "disabled")
 
 __all__ = [
     "ALGORITHMS",
     "CREDIT_ESTIMATORS",
     "CREDIT_METHODS",
+    "APPOAlgo",
     "AlgoConfig",
     "BudgetConfig",
     "ConfigError",
     "CreditConfig",
     "EpisodesConfig",
     "ExperimentConfig",
+    "GRPOAlgo",
     "GRPOConfig",
     "GRPOSettings",
+    "IMPALAAlgo",
     "LoggingConfig",
     "OutputConfig",
+    "PPOAlgo",
     "ResourcesConfig",
     "from_plain",
     "to_plain",
@@ -173,19 +181,25 @@ class GRPOConfig:
     loss_agg: LossAgg = "token_mean"
 
     def __post_init__(self) -> None:
+        typed(self, "grpo")
+        GRPOConfig.check(self)  # the learner builds these directly: bad knobs fail at once
+
+    def check(self, where: str = "grpo") -> None:
+        """The loss knobs' ranges."""
         if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ValueError(
-                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            raise ConfigError(
+                f"{where}: need 0 ≤ clip_low < 1 and clip_high ≥ 0, got clip_low={self.clip_low}, "
+                f"clip_high={self.clip_high}"
             )
         if self.length_budget is not None and self.length_budget <= 0:
-            raise ValueError(f"length_budget must be > 0 tokens, got {self.length_budget}")
-        if self.loss_agg not in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"):
-            raise ValueError(f"unknown loss_agg {self.loss_agg!r}")
+            raise ConfigError(
+                f"{where}.length_budget must be > 0 tokens (or null), got {self.length_budget}"
+            )
 
 
 @dataclasses.dataclass
 class GRPOSettings(GRPOConfig):
-    """Algorithm ``GRPO`` in an :class:`ExperimentConfig`: the loss knobs and the group schedule.
+    """The ``grpo`` section of algorithm ``GRPO``: the loss knobs and the group schedule.
 
     Every field of :class:`GRPOConfig` (the loss), plus:
 
@@ -194,9 +208,8 @@ class GRPOSettings(GRPOConfig):
             ``G`` vector sub-envs sharing one task-seed stream (so
             ``resources.num_envs_per_env_runner`` is replaced by ``G``).
         groups_per_iteration: tasks per iteration: ``G · groups`` finished episodes per
-            iteration (``algorithm.train_batch_size`` is not used).
-        minibatch_size: rows per gradient step (``None``: the whole iteration);
-            ``algorithm.minibatch_size`` is not used.
+            iteration.
+        minibatch_size: rows per gradient step (``None``: the whole iteration).
     """
 
     group_size: int = 8
@@ -215,14 +228,17 @@ class GRPOSettings(GRPOConfig):
         return GRPOConfig(**{n: getattr(self, n) for n in names})
 
     def check(self, where: str = "algorithm.grpo") -> None:
-        """The group schedule (the loss knobs are checked when the object is built)."""
-        if isinstance(self.group_size, bool) or self.group_size < 2:
+        """The loss knobs and the group schedule."""
+        super().check(where)
+        if self.group_size < 2:
             raise ConfigError(
                 f"{where}.group_size={self.group_size}: GRPO normalises rewards within a group, "
                 "so it needs ≥ 2 rollouts per task (8 is a good start)"
             )
         if self.groups_per_iteration < 1:
-            raise ConfigError(f"{where}.groups_per_iteration must be ≥ 1")
+            raise ConfigError(
+                f"{where}.groups_per_iteration must be ≥ 1, got {self.groups_per_iteration}"
+            )
         n = self.episodes_per_iteration
         if self.minibatch_size is not None and not 1 <= self.minibatch_size <= n:
             raise ConfigError(
@@ -233,77 +249,172 @@ class GRPOSettings(GRPOConfig):
 
 @dataclasses.dataclass
 class AlgoConfig:
-    """The RL algorithm and its main hyperparameters (RLlib new API stack).
+    """The RL algorithm: the base of one config class per ``name`` (:data:`ALGORITHMS`).
 
-    ``GRPO`` (token-level GRPO, :mod:`trainers.grpo_learner`) is the algorithm of LLM pools
-    (``model.type: llm``); it is chosen explicitly, and ``resolve`` rejects LLM pools with
-    another algorithm and GRPO with trained non-LLM pools. It uses ``lr``, ``num_epochs``,
-    ``grad_clip``, ``extra`` and ``grpo`` (its batch is ``grpo.group_size ·
-    grpo.groups_per_iteration`` finished episodes; no value function, no GAE).
+    ``name`` is fixed by the class and selects it in YAML (``algorithm: {name: APPO, lr: …}``
+    or just ``algorithm: APPO``); each class holds only the fields its algorithm reads.
 
     Attributes:
-        name: ``"PPO"`` (default), ``"APPO"``, ``"IMPALA"`` or ``"GRPO"``.
+        name: ``"PPO"``, ``"APPO"``, ``"IMPALA"`` or ``"GRPO"``, set by the class.
         lr: learning rate.
-        gamma: discount.
-        gae_lambda: GAE λ (PPO, APPO).
-        train_batch_size: env steps per learner update (``train_batch_size_per_learner``).
-        minibatch_size: SGD minibatch size.
         num_epochs: passes over each train batch.
-        entropy_coeff: entropy bonus.
-        clip_param: PPO / APPO surrogate clip.
-        vf_loss_coeff: value loss weight.
         grad_clip: gradient norm clip (``None``: off).
-        extra: more keyword arguments for ``AlgorithmConfig.training`` (named as RLlib names
-            them), e.g. ``{"kl_coeff": 0.0}``.
-        grpo: ``GRPO`` only: the loss knobs and group schedule (``None``: the defaults of
-            :class:`GRPOSettings`).
+        extra: more keyword arguments for RLlib's ``AlgorithmConfig.training`` (named as
+            RLlib names them), e.g. ``{"kl_coeff": 0.0}``; an unknown key is a
+            :class:`ConfigError` in ``resolve``.
     """
 
-    name: str = "PPO"
+    name: str = dataclasses.field(default="", init=False)
     lr: float = 0.001
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    train_batch_size: int = 1000
-    minibatch_size: int = 250
     num_epochs: int = 6
-    entropy_coeff: float = 0.0
-    clip_param: float = 0.2
-    vf_loss_coeff: float = 0.5
     grad_clip: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-    grpo: GRPOSettings | None = None
 
-    @property
-    def grpo_settings(self) -> GRPOSettings:
-        """``grpo``, or the defaults when it is unset."""
-        return self.grpo if self.grpo is not None else GRPOSettings()
+    def __post_init__(self) -> None:
+        typed(self, "algorithm")
 
     def check(self) -> None:
         """Field-level validation."""
-        if self.name not in ALGORITHMS:
-            raise ConfigError(
-                f"algorithm.name={self.name!r} is not supported: use one of {', '.join(ALGORITHMS)}"
-            )
-        if self.grpo is not None and self.name != "GRPO":
-            raise ConfigError(
-                f"algorithm.grpo is set but algorithm.name is {self.name!r}: set algorithm.name "
-                "to GRPO (for LLM pools) or remove algorithm.grpo"
-            )
-        if self.name == "GRPO":
-            self.grpo_settings.check()
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"algorithm.lr must be a positive number, got {self.lr}")
-        if not 0 <= self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
-            raise ConfigError("algorithm.gamma and algorithm.gae_lambda must be in [0, 1]")
-        if self.train_batch_size < 1 or self.minibatch_size < 1 or self.num_epochs < 1:
+        if self.num_epochs < 1:
+            raise ConfigError(f"algorithm.num_epochs must be ≥ 1, got {self.num_epochs}")
+
+    def training_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of RLlib's ``AlgorithmConfig.training`` (``extra`` last)."""
+        return {"lr": self.lr, "num_epochs": self.num_epochs, "grad_clip": self.grad_clip}
+
+
+@dataclasses.dataclass
+class ActorCriticAlgo(AlgoConfig):
+    """Fields of the value-based algorithms (PPO, APPO, IMPALA).
+
+    Attributes:
+        gamma: discount.
+        train_batch_size: env steps per learner update (``train_batch_size_per_learner``).
+        entropy_coeff: entropy bonus.
+        vf_loss_coeff: value loss weight.
+    """
+
+    gamma: float = 0.99
+    train_batch_size: int = 1000
+    entropy_coeff: float = 0.0
+    vf_loss_coeff: float = 0.5
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"algorithm.gamma must be in [0, 1], got {self.gamma}")
+        if self.train_batch_size < 1:
             raise ConfigError(
-                "algorithm.train_batch_size, minibatch_size and num_epochs must be ≥ 1"
+                f"algorithm.train_batch_size must be ≥ 1, got {self.train_batch_size}"
             )
+
+    def training_kwargs(self) -> dict[str, Any]:
+        return {
+            **super().training_kwargs(),
+            "gamma": self.gamma,
+            "train_batch_size_per_learner": self.train_batch_size,
+            "entropy_coeff": self.entropy_coeff,
+            "vf_loss_coeff": self.vf_loss_coeff,
+            # asynchronous learners consume whole rollout fragments: no minibatches
+            "minibatch_size": None,
+        }
+
+
+@dataclasses.dataclass
+class IMPALAAlgo(ActorCriticAlgo):
+    """``IMPALA``: asynchronous actor-critic with V-trace."""
+
+    name: str = dataclasses.field(default="IMPALA", init=False)
+
+
+@dataclasses.dataclass
+class ClippedAlgo(ActorCriticAlgo):
+    """Fields of the clipped-surrogate algorithms (PPO, APPO).
+
+    Attributes:
+        gae_lambda: GAE λ.
+        clip_param: surrogate clip.
+    """
+
+    gae_lambda: float = 0.95
+    clip_param: float = 0.2
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.gae_lambda <= 1:
+            raise ConfigError(f"algorithm.gae_lambda must be in [0, 1], got {self.gae_lambda}")
+
+    def training_kwargs(self) -> dict[str, Any]:
+        kw = super().training_kwargs()
+        return {**kw, "lambda_": self.gae_lambda, "clip_param": self.clip_param}
+
+
+@dataclasses.dataclass
+class APPOAlgo(ClippedAlgo):
+    """``APPO``: asynchronous PPO (needs a target network: ``mlp`` pools only)."""
+
+    name: str = dataclasses.field(default="APPO", init=False)
+
+
+@dataclasses.dataclass
+class PPOAlgo(ClippedAlgo):
+    """``PPO`` (the default).
+
+    Attributes:
+        minibatch_size: SGD minibatch size (≤ ``train_batch_size``).
+    """
+
+    name: str = dataclasses.field(default="PPO", init=False)
+    minibatch_size: int = 250
+
+    def check(self) -> None:
+        super().check()
+        if self.minibatch_size < 1:
+            raise ConfigError(f"algorithm.minibatch_size must be ≥ 1, got {self.minibatch_size}")
         if self.minibatch_size > self.train_batch_size:
             raise ConfigError(
                 f"algorithm.minibatch_size={self.minibatch_size} exceeds train_batch_size="
                 f"{self.train_batch_size}: lower it or raise the batch"
             )
+
+    def training_kwargs(self) -> dict[str, Any]:
+        kw = super().training_kwargs()
+        return {**kw, "minibatch_size": self.minibatch_size, "vf_clip_param": 10.0}
+
+
+@dataclasses.dataclass
+class GRPOAlgo(AlgoConfig):
+    """``GRPO``: token-level GRPO for LLM pools (:mod:`trainers.grpo_learner`), chosen
+    explicitly (``resolve`` rejects LLM pools with another algorithm and GRPO with trained
+    non-LLM pools). No value function, no GAE: an iteration's batch is
+    ``grpo.group_size · grpo.groups_per_iteration`` finished episodes.
+
+    Attributes:
+        grpo: the loss knobs and group schedule.
+    """
+
+    name: str = dataclasses.field(default="GRPO", init=False)
+    grpo: GRPOSettings = dataclasses.field(default_factory=GRPOSettings)
+
+    def check(self) -> None:
+        super().check()
+        self.grpo.check()
+
+    def training_kwargs(self) -> dict[str, Any]:
+        n = self.grpo.episodes_per_iteration
+        return {
+            **super().training_kwargs(),
+            "train_batch_size_per_learner": n,
+            "minibatch_size": self.grpo.minibatch_size or n,
+        }
+
+
+#: algorithm ``name`` → its config class (what YAML's ``name:`` selects).
+ALGORITHMS: dict[str, type[AlgoConfig]] = {
+    cls.name: cls for cls in (PPOAlgo, APPOAlgo, IMPALAAlgo, GRPOAlgo)
+}
 
 
 @dataclasses.dataclass
@@ -319,6 +430,9 @@ class BudgetConfig:
     iterations: int | None = 40
     env_steps: int | None = None
     time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        typed(self, "budget")
 
     def check(self) -> None:
         """At least one limit, every set limit positive."""
@@ -353,6 +467,9 @@ class ResourcesConfig:
     num_gpus_per_learner: float = 0.0
     num_cpus: int | None = None
 
+    def __post_init__(self) -> None:
+        typed(self, "resources")
+
     def check(self) -> None:
         """Non-negative counts."""
         if self.num_env_runners < 0 or self.num_learners < 0 or self.num_gpus_per_learner < 0:
@@ -379,6 +496,9 @@ class LoggingConfig:
     project: str = "marl-orchestra"
     entity: str | None = None
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        typed(self, "logging")
 
     def check(self) -> None:
         """Known wandb mode."""
@@ -411,6 +531,9 @@ class OutputConfig:
     transcripts: int = 2
     export_hf: bool = False
 
+    def __post_init__(self) -> None:
+        typed(self, "output")
+
     def check(self) -> None:
         """Non-negative checkpoint interval and transcript count."""
         if self.checkpoint_every < 0:
@@ -438,6 +561,9 @@ class EpisodesConfig:
 
     timeout_s: float | None = 300.0
     fail_after: int = 1
+
+    def __post_init__(self) -> None:
+        typed(self, "episodes")
 
     def check(self) -> None:
         """A positive timeout (or null) and a non-negative iteration count."""
@@ -476,8 +602,9 @@ class ExperimentConfig:
             ``["orchestrator"]`` trains the orchestrator against frozen subagents: frozen pools
             with no configured model get the scenario's registered scripted policy for their
             role (e.g. ``delegate.scripted_worker``).
-        credit: credit assignment.
-        algorithm: algorithm and hyperparameters.
+        credit: credit assignment (or its method: ``credit="shapley"``).
+        algorithm: algorithm and hyperparameters: one of :data:`ALGORITHMS` (or its name:
+            ``algorithm="APPO"``).
         budget: when to stop.
         seed: experiment seed (also set ``PYTHONHASHSEED`` for bit-identical reruns; the CLI
             does).
@@ -494,13 +621,18 @@ class ExperimentConfig:
     pools: dict[str, PoolConfig] = dataclasses.field(default_factory=dict)
     train: list[str] | None = None
     credit: CreditConfig = dataclasses.field(default_factory=CreditConfig)
-    algorithm: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
+    algorithm: AlgoConfig = dataclasses.field(default_factory=PPOAlgo)
     budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
     seed: int = 0
     resources: ResourcesConfig = dataclasses.field(default_factory=ResourcesConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     episodes: EpisodesConfig = dataclasses.field(default_factory=EpisodesConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scenario, str):
+            _check_scenario_name(self.scenario)  # names the reference to use instead
+        typed(self, "")
 
     # ----- validation ----------------------------------------------------------------------
     def check(self) -> ExperimentConfig:
@@ -544,18 +676,13 @@ class ExperimentConfig:
         """Build from :meth:`to_dict` output or hand-written YAML.
 
         Shorthands: ``algorithm: PPO`` and ``credit: shapley`` set just the name / method;
-        a pool given as a string is its model type (``worker: scripted`` is rejected without a
-        policy, so ``worker: {model: {type: scripted, policy: ...}}``).
+        a pool or a model given as a string is its model type (``worker: scripted`` is
+        rejected without a policy, so ``worker: {model: {type: scripted, policy: ...}}``).
 
         Raises:
             ConfigError: an unknown key (the message lists the valid ones) or a wrong type.
         """
-        data = dict(data or {})
-        if isinstance(data.get("algorithm"), str):
-            data["algorithm"] = {"name": data["algorithm"]}
-        if isinstance(data.get("credit"), str):
-            data["credit"] = {"method": data["credit"]}
-        return from_plain(cls, data, "config")
+        return from_plain(cls, dict(data or {}), "config")
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         """YAML text of :meth:`to_dict` (field order kept); also written to ``path`` if given."""
@@ -568,10 +695,20 @@ class ExperimentConfig:
         return cls.from_dict(data or {})
 
     def replace(self, **changes: Any) -> ExperimentConfig:
-        """A copy with dotted-path changes, e.g. ``replace(**{"algorithm.lr": 1e-3})``."""
+        """A copy with dotted-path changes, e.g. ``replace(**{"algorithm.lr": 1e-3})``.
+
+        Changing a kind (``algorithm.name``, ``pools.<id>.model.type``) keeps the fields the
+        new kind has and drops the old kind's others where they hold their default (or null);
+        one set to anything else is an error naming it.
+        """
         data = self.to_dict()
         for key, value in changes.items():
             set_path(data, key, value)
+        _drop_default_fields(data.get("algorithm"), self.algorithm, "name", ALGORITHMS)
+        for pid, pool in self.pools.items():
+            new = data.get("pools", {}).get(pid)
+            if isinstance(new, dict):
+                _drop_default_fields(new.get("model"), pool.model, "type", MODELS)
         return ExperimentConfig.from_dict(data)
 
     @property
@@ -609,6 +746,21 @@ def _check_scenario_name(value: Any) -> None:
     raise ConfigError(
         f"scenario must be {REF_HELP}, got {type(value).__name__} {value!r:.60}: use {fix}"
     )
+
+
+def _drop_default_fields(data: Any, old: Any, key: str, kinds: dict[str, type]) -> None:
+    """After a change of ``data[key]`` (a kind), drop the fields the new kind lacks that hold
+    the old kind's default or null (the rest stay, so building the new kind names them)."""
+    if not isinstance(data, dict) or data.get(key) == getattr(old, key):
+        return
+    new_cls = kinds.get(data.get(key))  # type: ignore[arg-type]
+    if new_cls is None:
+        return  # an unknown kind: building names it
+    keep = {f.name for f in dataclasses.fields(new_cls)}
+    defaults = to_plain(type(old)())
+    for name in [k for k in data if k not in keep]:
+        if data[name] is None or data[name] == defaults.get(name):
+            del data[name]
 
 
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -689,21 +841,39 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def typed(obj: Any, where: str) -> None:
+    """Check (and normalise) every field of dataclass ``obj`` against its type, in place.
+
+    Called by the configs' ``__post_init__``, so an object built in Python is checked as one
+    read from YAML: ``BudgetConfig(iterations=2.5)`` is a :class:`ConfigError`, booleans are
+    not numbers, and the YAML shorthands apply (``algorithm="APPO"``). ``where`` names the
+    object in errors (``"budget"``; ``""`` for the top level).
+    """
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.init:
+            value = getattr(obj, f.name)
+            new = _coerce(hints[f.name], value, f"{where}.{f.name}" if where else f.name)
+            if new is not value:
+                object.__setattr__(obj, f.name, new)
+
+
 def from_plain(cls: type, data: Any, where: str) -> Any:
     """Build dataclass ``cls`` from plain values (:func:`to_plain` output or hand-written YAML).
 
     Values are checked against the field types (nested dataclasses, lists, dicts, unions,
     ``Literal``); ``where`` names the object in errors (``"config"`` → ``config.algorithm.lr``).
+    An instance of ``cls`` is checked the same way (a copy is returned if values change).
 
     Raises:
         ConfigError: an unknown field (the message lists the valid ones), a wrong type, or a
             value the dataclass itself rejects (a ``ValueError`` from ``__post_init__``).
     """
     if isinstance(data, cls):
-        return data
+        return _checked_instance(data, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must be a mapping, got {data!r}")
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = [k for k in data if k not in names]
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {unknown}; valid fields are {names}")
@@ -717,61 +887,168 @@ def from_plain(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _coerce(tp: Any, value: Any, where: str) -> Any:
+def _checked_instance(obj: Any, where: str) -> Any:
+    hints = _hints(type(obj))
+    changes = {}
+    for f in dataclasses.fields(obj):
+        if f.init:
+            value = getattr(obj, f.name)
+            new = _coerce(hints[f.name], value, f"{where}.{f.name}")
+            if new is not value and (type(new) is not type(value) or new != value):
+                changes[f.name] = new
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+#: base class → (the field that selects the subclass, kind → class, the default kind).
+_KINDS: dict[type, tuple[str, dict[str, type], str]] = {
+    ModelConfig: ("type", MODELS, "mlp"),  # type: ignore[dict-item]
+    AlgoConfig: ("name", ALGORITHMS, "PPO"),  # type: ignore[dict-item]
+}
+#: class → how a string stands for it (the YAML shorthands).
+_SHORTHANDS: dict[type, typing.Callable[[str], dict[str, Any]]] = {
+    ModelConfig: lambda s: {"type": s},
+    AlgoConfig: lambda s: {"name": s},
+    PoolConfig: lambda s: {"model": {"type": s}},
+    CreditConfig: lambda s: {"method": s},
+}
+
+
+#: classes whose own ``check()`` validates every field: an instance is taken as it is.
+_CHECKS_ITSELF: tuple[type, ...] = (CreditConfig,)
+
+
+def _coerce_dataclass(tp: type, value: Any, where: str) -> Any:
+    if isinstance(value, str) and tp in _SHORTHANDS:
+        value = _SHORTHANDS[tp](value)
+    if tp in _CHECKS_ITSELF and isinstance(value, tp):
+        return value
+    if tp not in _KINDS:
+        return from_plain(tp, value, where)
+    key, kinds, default = _KINDS[tp]
+    if isinstance(value, tp):
+        if type(value) not in kinds.values():
+            classes = ", ".join(c.__name__ for c in kinds.values())
+            raise ConfigError(f"{where}: {type(value).__name__} is a base class: use {classes}")
+        return from_plain(type(value), value, where)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    kind = value.get(key, default)
+    if kind not in kinds:
+        raise ConfigError(
+            f"{where}.{key}={kind!r} is not one of {', '.join(map(repr, kinds))}: use one of "
+            f"{', '.join(kinds)}"
+        )
+    cls = kinds[kind]
+    fields = {k: v for k, v in value.items() if k != key}
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [k for k in fields if k not in names]
+    if unknown:
+        raise ConfigError(
+            f"{where}.{unknown[0]} is set but {where}.{key} is {kind!r}, which has no field(s) "
+            f"{unknown}: its fields are {names}"
+        )
+    return from_plain(cls, fields, where)
+
+
+def _coerce_union(tp: Any, value: Any, where: str) -> Any:
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(arg, value, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    kinds = ", ".join(_type_name(a) for a in args)
+    raise ConfigError(f"{where} must be {kinds}, got {value!r}")
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
     origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: bad value {value!r}")
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(origin or tp, str(tp))
+
+
+def _coerce_literal(tp: Any, value: Any, where: str) -> Any:
+    if value not in typing.get_args(tp):
+        choices = ", ".join(map(repr, typing.get_args(tp)))
+        raise ConfigError(f"{where}={value!r} is not one of {choices}")
+    return value
+
+
+def _coerce_list(tp: Any, value: Any, where: str) -> Any:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where} must be a list, got {value!r}")
+    (item,) = typing.get_args(tp)
+    return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _coerce_dict(tp: Any, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    _, item = typing.get_args(tp)
+    return {str(k): _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _coerce_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    return value
+
+
+def _coerce_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    return value
+
+
+def _coerce_float(value: Any, where: str) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _coerce_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    return value
+
+
+_SCALARS: dict[Any, typing.Callable[[Any, str], Any]] = {
+    bool: _coerce_bool,
+    int: _coerce_int,
+    float: _coerce_float,
+    str: _coerce_str,
+}
+_GENERICS: dict[Any, typing.Callable[[Any, Any, str], Any]] = {
+    typing.Union: _coerce_union,
+    types.UnionType: _coerce_union,
+    Literal: _coerce_literal,
+    list: _coerce_list,
+    dict: _coerce_dict,
+}
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """``value`` checked against type ``tp`` (and normalised: ``1`` → ``1.0`` for floats)."""
     if tp is Any:
         return value
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            choices = ", ".join(map(repr, typing.get_args(tp)))
-            raise ConfigError(f"{where}={value!r} is not one of {choices}")
-        return value
+    origin = typing.get_origin(tp)
+    if origin in _GENERICS:
+        return _GENERICS[origin](tp, value, where)
     if dataclasses.is_dataclass(tp):
-        if tp is PoolConfig and isinstance(value, str):
-            value = {"model": {"type": value}}
-        return from_plain(tp, value, where)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        _, item = typing.get_args(tp)
-        return {str(k): _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{where} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
+        return _coerce_dataclass(tp, value, where)  # type: ignore[arg-type]
+    if tp in _SCALARS:
+        return _SCALARS[tp](value, where)
     return value

@@ -97,7 +97,7 @@ def load_team(checkpoint: str | Path) -> tuple[ExperimentConfig, Any, TeamPolicy
     """
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 
-    from trainers.algo import resolve
+    from trainers.plan import resolve
     from trainers.run import find_checkpoint
 
     ckpt, run = find_checkpoint(checkpoint)

@@ -39,12 +39,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from marl_agents.pools import ModelConfig, PoolConfig, PoolError
+from marl_agents.pools import LLMModel, PoolConfig, PoolError
 from trainers.config import (
-    AlgoConfig,
     BudgetConfig,
     ConfigError,
     ExperimentConfig,
+    GRPOAlgo,
     GRPOConfig,
     GRPOSettings,
     LoggingConfig,
@@ -238,11 +238,10 @@ class FinetuneJob:
             "subagents": [s.to_spec() for s in self.subagents],
         }
 
-    def orchestrator_model(self) -> ModelConfig:
-        """The orchestrator as an LLM pool's model (:class:`~marl_agents.pools.ModelConfig`)."""
+    def orchestrator_model(self) -> LLMModel:
+        """The orchestrator as an LLM pool's model (:class:`~marl_agents.pools.LLMModel`)."""
         o = self.orchestrator
-        return ModelConfig(
-            type="llm",
+        return LLMModel(
             path=o.model,
             tiny_seed=o.tiny_seed,
             dtype=o.dtype,
@@ -256,7 +255,7 @@ class FinetuneJob:
         budget, resources, logging and output are the job's own.
 
         The job's own fields are checked here; the experiment's (scenario, subagent specs,
-        budget, resources, …) by :func:`trainers.algo.resolve` (see :meth:`check`).
+        budget, resources, …) by :func:`trainers.plan.resolve` (see :meth:`check`).
 
         Raises:
             ConfigError: a bad orchestrator, subagent list, training or GRPO field.
@@ -283,9 +282,7 @@ class FinetuneJob:
                 ORCHESTRATOR: PoolConfig(agents=[ORCHESTRATOR], model=self.orchestrator_model())
             },
             train=[ORCHESTRATOR],
-            algorithm=AlgoConfig(
-                name="GRPO", lr=t.lr, num_epochs=t.num_epochs, grad_clip=t.grad_clip, grpo=grpo
-            ),
+            algorithm=GRPOAlgo(lr=t.lr, num_epochs=t.num_epochs, grad_clip=t.grad_clip, grpo=grpo),
             budget=dataclasses.replace(self.budget),
             seed=self.seed,
             resources=dataclasses.replace(self.resources),
@@ -304,12 +301,12 @@ class FinetuneJob:
         return self
 
     def plan(self) -> Any:
-        """Check the job (see :meth:`check`) and return its resolved :class:`~trainers.algo.Plan`.
+        """Check the job (see :meth:`check`) and return its resolved :class:`~trainers.plan.Plan`.
 
         Raises:
             ConfigError: the first problem, naming the field and the fix.
         """
-        from trainers.algo import resolve
+        from trainers.plan import resolve
 
         return resolve(self.to_experiment())
 

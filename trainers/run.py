@@ -519,7 +519,8 @@ def train(
     Raises:
         ConfigError: a bad config, before Ray starts.
     """
-    from trainers.algo import resolve, to_algorithm_config, with_text_defaults
+    from trainers.algo import to_algorithm_config
+    from trainers.plan import resolve, with_text_defaults
 
     cfg, ckpt, run_dir = _resume_target(cfg, resume, run_dir)
     quiet_ray_logs()
@@ -702,7 +703,7 @@ class _Session:
 
 class _EpisodeLog:
     """A run's failed episodes and transcripts, drained from the env runners' journals
-    (:class:`trainers.algo.EpisodeJournal`) after every iteration."""
+    (:class:`trainers.episode_metrics.EpisodeJournal`) after every iteration."""
 
     def __init__(self, cfg: ExperimentConfig, plan: Any, run: Path, resumed: bool) -> None:
         self.cfg, self.plan, self.run = cfg, plan, run
@@ -711,14 +712,14 @@ class _EpisodeLog:
         self._env: Any = None  # replays credit for transcripts (built on first use)
         summary = run / "summary.json"
         if resumed and summary.exists():
-            from trainers.algo import error_key
+            from trainers.episode_metrics import error_key
 
             for e in json.loads(summary.read_text()).get("errors") or []:
                 self.errors[(e["kind"], error_key(e["error"]))] = e
 
     def drain(self, algo: Any) -> dict[str, Any]:
         """Every env runner's journal, merged; they keep ``output.transcripts`` from now on."""
-        from trainers.algo import drain_journal, error_key
+        from trainers.episode_metrics import drain_journal, error_key
 
         keep = self.cfg.output.transcripts
         group = getattr(algo, "env_runner_group", None)
@@ -742,7 +743,7 @@ class _EpisodeLog:
 
     def record(self, drained: Mapping[str, Any], iteration: int) -> None:
         """Log each new distinct error once; write the iteration's transcripts."""
-        from trainers.algo import error_key
+        from trainers.episode_metrics import error_key
 
         for e in drained["errors"]:
             key = (e["kind"], error_key(e["error"]))

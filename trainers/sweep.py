@@ -15,7 +15,7 @@ A value is a list (grid under ``search="grid"``, uniform choice under ``"random"
 mapping ``{"grid": [...]}``, ``{"choice": [...]}``, ``{"uniform": [lo, hi]}``,
 ``{"loguniform": [lo, hi]}`` or ``{"randint": [lo, hi]}``. Before Ray starts, every
 categorical combination (and both ends of each range) is resolved
-(:func:`trainers.algo.resolve`), each range is checked (two numbers, ``lo < hi``, ``lo > 0`` for
+(:func:`trainers.plan.resolve`), each range is checked (two numbers, ``lo < hi``, ``lo > 0`` for
 ``loguniform``) and the ranking ``metric`` is checked to be one every trial reports.
 
 Each trial runs :func:`trainers.run.train` in a Tune actor whose placement group holds the
@@ -206,7 +206,7 @@ def validate_space(
         ConfigError: a bad dimension, or a combination that cannot run or does not report
             ``metric``, naming its values.
     """
-    from trainers.algo import resolve
+    from trainers.plan import resolve
 
     if search not in ("grid", "random"):
         raise ConfigError(f"search must be 'grid' or 'random', got {search!r}")
@@ -350,8 +350,8 @@ def sweep(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"{field} must be an integer ≥ 1, got {value!r}")
-    from trainers.algo import with_text_defaults
     from trainers.cluster import concurrent_trials, ensure_ray, use_address
+    from trainers.plan import with_text_defaults
 
     if address is not None:
         use_address(address)  # the checks below then know the workers are the cluster's

@@ -83,6 +83,7 @@ class ChatAppScenario(Scenario):
     absent = "default"
 
     agents_by_id = True  # an agent decides wherever its model is called
+    has_text_agents = True
 
     def __init__(
         self,

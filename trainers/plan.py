@@ -1,0 +1,361 @@
+"""Resolve an experiment against its scenario: every check that needs the scenario, no Ray.
+
+:func:`resolve` imports and builds the scenario (a reference is also checked importable by
+Ray's workers, :mod:`trainers.ray_paths`), resolves the pools
+(:func:`marl_agents.pools.resolve_pools`) and checks models, text agents, the algorithm, credit
+and resources, returning a :class:`Plan`; :func:`with_text_defaults` completes a config for a
+scenario whose agents all act with text. Scenario capabilities are read from the class
+attributes of :class:`scenarios.base.Scenario` (``has_text_agents``, ``has_oracle``,
+``has_local_rewards``, ``scripted_policies``). Every problem is a one-line
+:class:`~trainers.config.ConfigError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from marl_agents.pools import (
+    AgentPool,
+    LLMModel,
+    ModelConfig,
+    PoolError,
+    ScriptedModel,
+    resolve_pools,
+)
+from trainers.cluster import joins_cluster
+from trainers.config import ConfigError, ExperimentConfig
+from trainers.credit_settings import check_credit_for
+from trainers.ray_paths import check_workers_import
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated experiment: what runs where, before any RLlib object exists.
+
+    Attributes:
+        cfg: the experiment config.
+        scenario_id: the versioned id of a registered scenario (``delegate-v0``), or the import
+            reference of a user's scenario as given (``myapp.team:scenario``).
+        env_config: the ``RLlibGraphEnv`` config.
+        agents: agent ids, in the topology's order.
+        roles: agent id → role.
+        pools: pool id → resolved :class:`~marl_agents.pools.AgentPool`.
+        has_oracle: whether the scenario reports ``oracle_value``.
+    """
+
+    cfg: ExperimentConfig
+    scenario_id: str
+    env_config: dict[str, Any]
+    agents: list[str]
+    roles: dict[str, str]
+    pools: dict[str, AgentPool]
+    has_oracle: bool
+
+    @property
+    def agent_to_pool(self) -> dict[str, str]:
+        """Agent id → pool id (the policy mapping)."""
+        return {a: p.id for p in self.pools.values() for a in p.agents}
+
+    @property
+    def trainable(self) -> list[str]:
+        """Pool ids that learn (``policies_to_train``)."""
+        return [p.id for p in self.pools.values() if p.trainable]
+
+    @property
+    def frozen(self) -> list[str]:
+        """Pool ids whose weights never change."""
+        return [p.id for p in self.pools.values() if not p.trainable]
+
+
+def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
+    """Check ``cfg`` against its scenario and resolve pools; nothing of Ray is started.
+
+    ``cfg.scenario`` is a registered name or an import reference ``package.module:attr``
+    (:mod:`scenarios.registry`): a reference is imported and built here and, with
+    ``ray_workers`` (the default; ``False`` for work done in this process only, such as
+    :func:`trainers.evaluate.evaluate`), checked to be importable by Ray's worker processes too
+    (:func:`check_workers_import`), since every env runner, credit worker and Tune trial
+    rebuilds the scenario by importing it.
+
+    Raises:
+        ConfigError: the first problem found, naming the field and the fix: bad fields, an
+            unknown scenario, a scenario reference that cannot be imported here or in Ray's
+            worker processes (``__main__``, a module off their path, a missing attribute, an
+            object that is not a scenario) or that rejects its ``topology`` /
+            ``scenario_kwargs``, an unknown topology, unknown agents or pools, a pool with no
+            agents, an agent in no pool, an unknown scripted policy or missing checkpoint, an
+            LLM pool on agents that do not act with text (or a trained non-LLM pool on agents
+            that do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit
+            the scenario cannot support, GPUs or CPUs the machine does not have.
+
+    For a text scenario (``has_text_agents``) with LLM pools, the scenario's
+    ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
+    """
+    from scenarios.registry import is_reference
+
+    cfg.check()
+    scenario, topology, kwargs = _build_scenario(cfg)
+    if ray_workers and is_reference(cfg.scenario):
+        check_workers_import(cfg.scenario)
+    topo = scenario.topology
+    agents = list(scenario.possible_agents)
+    roles = dict(topo.roles)
+    spaces = {a: (scenario.observation_space(a), scenario.action_space(a)) for a in agents}
+    try:
+        pools = resolve_pools(
+            agents,
+            roles,
+            topo.pools,
+            spaces,
+            cfg.pools,
+            sharing=cfg.sharing,
+            train=cfg.train,
+            frozen_defaults=_frozen_defaults(type(scenario)),
+        )
+    except PoolError as exc:
+        raise ConfigError(str(exc)) from None
+    if topology is None and not is_reference(cfg.scenario):
+        topology = topo.spec or topo  # a reference keeps None: its own default, as built here
+    env_config = {
+        "scenario": cfg.scenario,
+        "topology": topology,
+        "kwargs": kwargs,
+        "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
+    }
+    _check_models(cfg, pools, type(scenario))
+    _check_text(cfg, scenario, pools)
+    _check_algorithm(cfg, pools)
+    if cfg.algorithm.extra:
+        from trainers.algo import check_extra_keys
+
+        check_extra_keys(cfg)
+    check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
+    _check_resources(cfg)
+    has_oracle = type(scenario).has_oracle
+    if has_oracle:
+        has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
+    scenario_id = cfg.scenario if is_reference(cfg.scenario) else scenario.id()
+    return Plan(cfg, scenario_id, env_config, agents, roles, pools, has_oracle)
+
+
+def _build_scenario(cfg: ExperimentConfig) -> tuple[Any, Any, dict[str, Any]]:
+    """The scenario, the topology as given (a mapping becomes a ``Topology``) and the kwargs
+    it was built with (a text scenario's tokenizer added)."""
+    from scenarios.base import ScenarioError
+    from scenarios.registry import build, scenario_class
+    from topologies import Topology, TopologyError
+
+    topology: Any = cfg.topology
+    try:
+        if isinstance(topology, dict):
+            topology = Topology.from_dict(topology)
+        kwargs = _text_kwargs(
+            cfg, lambda: scenario_class(cfg.scenario, topology, **cfg.scenario_kwargs)
+        )
+        scenario = build(cfg.scenario, topology, **kwargs)
+    except (ScenarioError, TopologyError, TypeError) as exc:
+        raise ConfigError(f"scenario={cfg.scenario!r}: {exc}") from None
+    return scenario, topology, kwargs
+
+
+def _frozen_defaults(scenario_cls: type) -> dict[str, ModelConfig]:
+    """Role → the scripted model a frozen, unconfigured pool of that role gets (the policies
+    the scenario declares with ``default_for``)."""
+    from marl_agents.scripted import frozen_defaults
+
+    return {
+        role: ScriptedModel(policy=name) for role, name in frozen_defaults(scenario_cls).items()
+    }
+
+
+def _check_models(
+    cfg: ExperimentConfig, pools: Mapping[str, AgentPool], scenario_cls: type
+) -> None:
+    """Scripted policies exist for this scenario, checkpoints exist, APPO has no recurrent or
+    message-passing pool."""
+    from marl_agents.modules import checkpoint_module_dir
+    from marl_agents.pools import CheckpointModel, GRUModel, MPNNModel
+    from marl_agents.scripted import scripted_factory
+
+    for pool in pools.values():
+        m = pool.model
+        try:
+            if isinstance(m, ScriptedModel):
+                scripted_factory(m.policy, scenario_cls)
+            if isinstance(m, CheckpointModel):
+                checkpoint_module_dir(m.path, m.module or pool.id)
+        except PoolError as exc:
+            raise ConfigError(f"pool {pool.id!r}: {exc}") from None
+        if isinstance(m, (GRUModel, MPNNModel)) and cfg.algorithm.name == "APPO":
+            raise ConfigError(
+                f"pool {pool.id!r}: {m.type} modules run with PPO or IMPALA; APPO needs a "
+                "target network (use model.type 'mlp' or algorithm PPO)"
+            )
+
+
+def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` completed for a scenario whose agents all act with text, when it leaves the
+    algorithm at its defaults: the algorithm becomes GRPO and every pool without a configured
+    model an LLM pool of the scenario's tokenizer (``"tiny"`` unless it names a directory), so
+    ``marl run pkg.app:scenario --train supervisor`` trains a chat app as it is. Any other
+    config is returned unchanged (and ``resolve`` names what to set).
+    """
+    from marl_agents.pools import PoolConfig, default_assignment
+    from scenarios.base import ScenarioError
+    from scenarios.registry import build
+    from trainers.config import GRPOAlgo, PPOAlgo
+
+    if cfg.algorithm != PPOAlgo():
+        return cfg
+    try:
+        scenario = build(cfg.scenario, cfg.topology, **cfg.scenario_kwargs)
+    except (ScenarioError, TypeError, ValueError):
+        return cfg  # resolve() reports it
+    agents = list(scenario.possible_agents)
+    if not agents or set(scenario.text_agents) != set(agents):
+        return cfg
+    topo = scenario.topology
+    pools = default_assignment(agents, topo.roles, topo.pools, cfg.sharing).values()
+    path = scenario.tokenizer_name or "tiny"
+    missing = {pid: PoolConfig(model=LLMModel(path=path)) for pid in pools}
+    return dataclasses.replace(cfg, algorithm=GRPOAlgo(), pools={**missing, **cfg.pools})
+
+
+def _text_kwargs(cfg: ExperimentConfig, scenario_cls: Callable[[], type]) -> dict[str, Any]:
+    """The scenario kwargs; a text scenario gets its LLM pools' tokenizer unless one is given.
+
+    ``scenario_cls`` returns the scenario's class (asked only when there are LLM pools).
+
+    Raises:
+        ConfigError: LLM pools on a scenario without text agents, or LLM pools of different
+            models and no ``scenario_kwargs.tokenizer``.
+    """
+    kwargs = dict(cfg.scenario_kwargs)
+    llm = {pid: p.model for pid, p in cfg.pools.items() if isinstance(p.model, LLMModel)}
+    if not llm:
+        return kwargs
+    if not scenario_cls().has_text_agents:
+        pid = next(iter(llm))
+        raise ConfigError(
+            f"pools.{pid}.model.type is 'llm' but scenario {cfg.scenario!r} has no text agents "
+            "(token-id observations and actions): use a text scenario (text-delegate, "
+            "text-toolchain) or a non-LLM model type (mlp, gru, mpnn)"
+        )
+    models = sorted({m.path for m in llm.values()})
+    if "tokenizer" not in kwargs and models != ["tiny"]:
+        if len(models) > 1:
+            raise ConfigError(
+                f"LLM pools use different models {models} and the scenario renders one prompt "
+                "format: set scenario_kwargs.tokenizer to the tokenizer they share"
+            )
+        kwargs["tokenizer"] = models[0]  # prompts in the model's own tokens
+    return kwargs
+
+
+def _check_text(cfg: ExperimentConfig, scenario: Any, pools: Mapping[str, AgentPool]) -> None:
+    """LLM pools serve exactly text agents (text spaces); trained text agents are LLMs."""
+    text = set(scenario.text_agents)
+    for pool in pools.values():
+        m, where = pool.model, f"pool {pool.id!r}"
+        if not isinstance(m, LLMModel):
+            served = [a for a in pool.agents if a in text]
+            if served and pool.trainable:
+                raise ConfigError(
+                    f"{where} trains a {m.type} model for {served}, which act with token ids in "
+                    f"{scenario.id()}: set pools.{pool.id}.model.type: llm (and algorithm.name: "
+                    "GRPO), or freeze it (leave it out of train)"
+                )
+            continue
+        other = [a for a in pool.agents if a not in text]
+        if other:
+            raise ConfigError(
+                f"{where} is an LLM (model.type 'llm') but serves {other}, which do not act "
+                f"with text in {scenario.id()}: give them a pool of their own with another model"
+            )
+        from marl_agents.llm.rl_module import spaces_from
+
+        try:
+            spaces = spaces_from(pool.observation_space, pool.action_space)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        vocab = _model_vocab(m.path)
+        if vocab is not None and vocab > spaces.vocab_size:
+            raise ConfigError(
+                f"{where}: model {m.path!r} has {vocab} token ids but {scenario.id()}'s text "
+                f"spaces allow {spaces.vocab_size}: set scenario_kwargs.tokenizer to the "
+                "model's directory (or scenario_kwargs.vocab_size)"
+            )
+
+
+def _model_vocab(path: str) -> int | None:
+    """``vocab_size`` in a saved model's ``config.json`` (``None`` for ``tiny``)."""
+    if path == "tiny":
+        return None
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    return int(config["vocab_size"]) if "vocab_size" in config else None
+
+
+def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:
+    """LLM pools run with GRPO, and GRPO trains nothing but LLM pools."""
+    name = cfg.algorithm.name
+    llm = [p.id for p in pools.values() if isinstance(p.model, LLMModel)]
+    if llm and name != "GRPO":
+        raise ConfigError(
+            f"pool(s) {llm} are LLMs (model.type 'llm'): they run with token-level GRPO; set "
+            f"algorithm.name: GRPO ({name} needs a value function, which a causal LM has not)"
+        )
+    if name == "GRPO":
+        other = [f"{p.id} ({p.model.type})" for p in pools.values()
+                 if p.trainable and not isinstance(p.model, LLMModel)]  # fmt: skip
+        if other:
+            raise ConfigError(
+                f"algorithm GRPO trains LLM pools only (token-level loss, no value function), "
+                f"but {', '.join(other)} would train: give them model.type 'llm', leave them "
+                "out of train (frozen), or use algorithm PPO"
+            )
+
+
+def _check_resources(cfg: ExperimentConfig) -> None:
+    res = cfg.resources
+    on_cluster = joins_cluster()
+    if res.num_gpus_per_learner > 0 and res.num_learners < 1:
+        raise ConfigError(
+            "resources.num_gpus_per_learner > 0 needs resources.num_learners ≥ 1 (RLlib puts GPU "
+            "learners in their own processes; with 0 it fails an assertion): set "
+            "resources.num_learners=1"
+        )
+    if res.num_gpus_per_learner > 0 and not on_cluster:
+        import torch
+
+        if torch.cuda.device_count() == 0:
+            raise ConfigError(
+                f"resources.num_gpus_per_learner={res.num_gpus_per_learner} but this machine "
+                "has no GPU (RLlib would wait for one forever): set "
+                "resources.num_gpus_per_learner=0, or set RAY_ADDRESS to a cluster with GPUs"
+            )
+    if on_cluster:
+        return
+    machine = os.cpu_count() or 1
+    if res.num_cpus is not None and res.num_cpus > machine:
+        raise ConfigError(
+            f"resources.num_cpus={res.num_cpus} but this machine has {machine} CPUs: set "
+            f"resources.num_cpus ≤ {machine} (or null)"
+        )
+    available = res.num_cpus or machine
+    learner_cpus = res.num_learners if res.num_gpus_per_learner == 0 else 0
+    needed = 1 + res.num_env_runners + learner_cpus
+    if needed > available:
+        raise ConfigError(
+            f"resources need {needed} CPUs (1 driver + {res.num_env_runners} env runners + "
+            f"{learner_cpus} learners) but {available} are available: lower "
+            "resources.num_env_runners / num_learners (0 runs them in the driver; "
+            "raise num_envs_per_env_runner for throughput instead)"
+        )
