@@ -10,19 +10,33 @@ import textwrap
 
 import pytest
 
-from marl_agents.pools import ModelConfig, PoolConfig
+from marl_agents.pools import (
+    CheckpointModel,
+    GRUModel,
+    LLMModel,
+    MLPModel,
+    ModelConfig,
+    PoolConfig,
+    ScriptedModel,
+)
+from scenarios.base import ScriptedPolicy
+from scenarios.relay import Relay
 from trainers.algo import to_algorithm_config
 from trainers.config import (
     AlgoConfig,
+    APPOAlgo,
     BudgetConfig,
     ConfigError,
     CreditConfig,
     ExperimentConfig,
+    GRPOAlgo,
+    IMPALAAlgo,
+    PPOAlgo,
     ResourcesConfig,
 )
 from trainers.plan import resolve
 
-SCRIPTED_WORKER = ModelConfig(type="scripted", policy="delegate.scripted_worker")
+SCRIPTED_WORKER = ScriptedModel(policy="delegate.scripted_worker")
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +56,12 @@ def rich_config() -> ExperimentConfig:
         topology="star:2",
         sharing="agent",
         pools={
-            "orchestrator": PoolConfig(model=ModelConfig(hidden=[32], activation="relu")),
+            "orchestrator": PoolConfig(model=MLPModel(hidden=[32], activation="relu")),
             "workers": PoolConfig(agents=["worker_0", "worker_1"], model=SCRIPTED_WORKER),
         },
         train=["orchestrator"],
         credit=CreditConfig(method="shapley", estimator="kernel", budget=12, normalize=True),
-        algorithm=AlgoConfig(
+        algorithm=PPOAlgo(
             lr=3e-5, train_batch_size=400, minibatch_size=100, extra={"kl_coeff": 0.0}
         ),
         budget=BudgetConfig(iterations=None, env_steps=5000, time_s=60.5),
@@ -146,8 +160,8 @@ def test_heterogeneous_pools_resolve() -> None:
         topology="star:2",
         sharing="agent",
         pools={
-            "worker_0": PoolConfig(model=ModelConfig(type="gru", hidden=[16], gru_size=8)),
-            "worker_1": PoolConfig(model=ModelConfig(hidden=[128, 128])),
+            "worker_0": PoolConfig(model=GRUModel(hidden=[16], gru_size=8)),
+            "worker_1": PoolConfig(model=MLPModel(hidden=[128, 128])),
         },
     )
     specs = to_algorithm_config(cfg).rl_module_spec.rl_module_specs
@@ -197,34 +211,30 @@ CASES = {
     "nothing to train": (
         dict(
             topology="single",
-            pools={"agent": PoolConfig(model=ModelConfig(type="scripted", policy="default"))},
+            pools={"agent": PoolConfig(model=ScriptedModel(policy="default"))},
         ),
         "nothing to train",
     ),
     "unknown scripted policy": (
-        dict(pools={"worker": PoolConfig(model=ModelConfig(type="scripted", policy="nope"))}),
+        dict(pools={"worker": PoolConfig(model=ScriptedModel(policy="nope"))}),
         "unknown scripted policy 'nope'",
     ),
     "scripted policy of another scenario": (
-        dict(
-            pools={"worker": PoolConfig(model=ModelConfig(type="scripted", policy="relay.optimal"))}
-        ),
+        dict(pools={"worker": PoolConfig(model=ScriptedModel(policy="relay.optimal"))}),
         "belongs to scenario 'relay'",
     ),
     "missing checkpoint": (
-        dict(
-            pools={"worker": PoolConfig(model=ModelConfig(type="checkpoint", path="/nonexistent"))}
-        ),
+        dict(pools={"worker": PoolConfig(model=CheckpointModel(path="/nonexistent"))}),
         "no algorithm checkpoint at /nonexistent",
     ),
     "bad model sizes": (
-        dict(pools={"worker": PoolConfig(model=ModelConfig(hidden=[0]))}),
+        dict(pools={"worker": PoolConfig(model=MLPModel(hidden=[0]))}),
         "model.hidden must be a list of positive layer sizes",
     ),
     "gru with APPO": (
         dict(
-            algorithm=AlgoConfig(name="APPO"),
-            pools={"worker": PoolConfig(model=ModelConfig(type="gru"))},
+            algorithm=APPOAlgo(),
+            pools={"worker": PoolConfig(model=GRUModel())},
         ),
         "APPO needs a target network",
     ),
@@ -237,18 +247,16 @@ CASES = {
         r"set credit.budget ≥ 10",
     ),
     "normalized credit without PPO": (
-        dict(
-            algorithm=AlgoConfig(name="IMPALA"), credit=CreditConfig(method="loo", normalize=True)
-        ),
+        dict(algorithm=IMPALAAlgo(), credit=CreditConfig(method="loo", normalize=True)),
         "credit.normalize needs the PPO credit learner",
     ),
     "unknown credit method": (
         dict(credit=CreditConfig(method="banzhaf")),
         "credit.method='banzhaf'",
     ),
-    "unknown algorithm": (dict(algorithm=AlgoConfig(name="DQN")), "use one of PPO, APPO, IMPALA"),
+    "unknown algorithm": (dict(algorithm="DQN"), "use one of PPO, APPO, IMPALA"),
     "minibatch above batch": (
-        dict(algorithm=AlgoConfig(train_batch_size=100, minibatch_size=200)),
+        dict(algorithm=PPOAlgo(train_batch_size=100, minibatch_size=200)),
         "minibatch_size=200 exceeds",
     ),
     "no budget": (
@@ -277,10 +285,10 @@ CASES = {
 def test_config_error_names_the_fix(case: str) -> None:
     fields, match = CASES[case]
     data = {k: v for k, v in fields.items() if k != "logging"}
-    cfg = ExperimentConfig(**data)
-    if "logging" in fields:
-        cfg.logging.wandb = fields["logging"]["wandb"]
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):  # when built (types) or resolved (values)
+        cfg = ExperimentConfig(**data)
+        if "logging" in fields:
+            cfg.logging.wandb = fields["logging"]["wandb"]
         to_algorithm_config(cfg)
 
 
@@ -334,3 +342,129 @@ def test_credit_methods_build_the_credit_learner() -> None:
     algo_config = to_algorithm_config(cfg)
     assert algo_config.batch_mode == "complete_episodes"
     assert algo_config.learner_class.__name__ == "CreditPPOTorchLearner"
+
+
+# ----- typed configs per kind ---------------------------------------------------------------
+def test_model_type_selects_its_config_class() -> None:
+    cfg = ExperimentConfig.from_yaml(
+        textwrap.dedent("""
+        pools:
+          orchestrator: {model: {type: gru, gru_size: 8}}
+          worker: {model: {type: checkpoint, path: /some/run, module: w}}
+        """)
+    )
+    assert cfg.pools["orchestrator"].model == GRUModel(gru_size=8)
+    assert cfg.pools["worker"].model == CheckpointModel(path="/some/run", module="w")
+    assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
+    # each kind has only its own fields: path means one thing per class
+    with pytest.raises(ConfigError, match=r"model.gru_size is set but .*model.type is 'mlp'"):
+        ExperimentConfig.from_yaml("pools: {worker: {model: {gru_size: 8}}}")
+    with pytest.raises(ConfigError, match=r"\['hidden'\]"):
+        ExperimentConfig.from_yaml("pools: {worker: {model: {type: llm, hidden: [8]}}}")
+
+
+def test_algorithm_name_selects_its_config_class() -> None:
+    assert ExperimentConfig.from_yaml("algorithm: APPO").algorithm == APPOAlgo()
+    assert ExperimentConfig.from_yaml("algorithm: {name: GRPO}").algorithm == GRPOAlgo()
+    assert ExperimentConfig().algorithm == PPOAlgo()
+    with pytest.raises(ConfigError, match=r"algorithm.gamma is set but .*name is 'GRPO'"):
+        ExperimentConfig.from_yaml("algorithm: {name: GRPO, gamma: 0.9}")
+    with pytest.raises(ConfigError, match=r"algorithm.minibatch_size is set but .*'IMPALA'"):
+        ExperimentConfig.from_yaml("algorithm: {name: IMPALA, minibatch_size: 10}")
+    with pytest.raises(ConfigError, match="AlgoConfig is a base class: use PPOAlgo"):
+        ExperimentConfig(algorithm=AlgoConfig())
+    with pytest.raises(ConfigError, match="ModelConfig is a base class: use MLPModel"):
+        ExperimentConfig(pools={"worker": PoolConfig(model=ModelConfig())})
+
+
+def test_switching_kinds_keeps_shared_fields_and_names_leftovers() -> None:
+    cfg = ExperimentConfig().replace(**{"algorithm.lr": 0.01})
+    appo = cfg.replace(**{"algorithm.name": "APPO"})  # PPO's default minibatch_size is dropped
+    assert appo.algorithm == APPOAlgo(lr=0.01)
+    tuned = ExperimentConfig(algorithm=PPOAlgo(train_batch_size=128, minibatch_size=64))
+    with pytest.raises(ConfigError, match=r"algorithm\.minibatch_size is set but"):
+        tuned.replace(**{"algorithm.name": "IMPALA"})  # a tuned PPO-only field is not dropped
+    gru = ExperimentConfig(pools={"worker": "mlp"}).replace(**{"pools.worker.model.type": "gru"})
+    assert gru.pools["worker"].model == GRUModel()
+
+
+# ----- Python-API configs: the YAML shorthands and type checks --------------------------------
+def test_python_api_accepts_the_yaml_shorthands() -> None:
+    cfg = ExperimentConfig(
+        credit="shapley",  # type: ignore[arg-type]
+        algorithm="APPO",  # type: ignore[arg-type]
+        topology="star:3",
+        pools={"worker": "mlp", "orchestrator": {"model": {"type": "gru"}}},  # type: ignore[dict-item]
+    )
+    assert cfg.credit == CreditConfig(method="shapley") and cfg.algorithm == APPOAlgo()
+    assert cfg.pools["worker"] == PoolConfig(model=MLPModel())
+    assert cfg.pools["orchestrator"].model == GRUModel()
+    text = "credit: shapley\nalgorithm: APPO\ntopology: star:3\n"
+    text += "pools: {worker: mlp, orchestrator: {model: {type: gru}}}"
+    assert ExperimentConfig.from_yaml(text) == cfg
+    assert PoolConfig(model=LLMModel()).model.path == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: ExperimentConfig(topology=3), r"topology must be .*got 3"),
+        (lambda: BudgetConfig(iterations=2.5), "budget.iterations must be an integer, got 2.5"),
+        (lambda: ResourcesConfig(num_env_runners=True), "must be an integer, got True"),
+        (lambda: ExperimentConfig(seed=True), "seed must be an integer, got True"),
+        (lambda: PPOAlgo(lr="fast"), "algorithm.lr must be a number, got 'fast'"),
+        (lambda: ExperimentConfig(credit="banzhaf"), "credit.method='banzhaf'"),
+        (lambda: ExperimentConfig(pools={"w": "transformer"}), "type='transformer' is not one"),
+        (lambda: ExperimentConfig(pools={"w": PoolConfig(model=MLPModel(hidden=4))}), "a list"),
+    ],
+)
+def test_python_api_types_are_checked_when_built(build, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        build()
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_rllib_key_in_extra_fails_before_ray() -> None:
+    cfg = ExperimentConfig(algorithm=PPOAlgo(extra={"kl_coef": 0.1}))
+    with pytest.raises(ConfigError, match=r"algorithm.extra has 'kl_coef'.*did you mean kl_coeff"):
+        resolve(cfg)
+    assert to_algorithm_config(ExperimentConfig(algorithm=PPOAlgo(extra={"kl_coeff": 0.1})))
+
+
+# ----- scenario capabilities ------------------------------------------------------------------
+def test_scenario_capabilities_are_class_attributes() -> None:
+    from scenarios.delegate import Delegate
+    from scenarios.relay import Relay
+    from scenarios.spread import Spread
+
+    assert Delegate.has_oracle and Delegate.has_local_rewards and not Delegate.has_text_agents
+    assert Relay.has_oracle and not Relay.has_local_rewards
+    assert not Spread.has_oracle
+    assert {p.name for p in Delegate.scripted_policies} == {"scripted_worker", "oracle"}
+    assert resolve(ExperimentConfig(scenario="spread", topology="mesh:2")).has_oracle is False
+
+
+class DeclaringRelay(Relay):
+    """A user's scenario declaring its own scripted policy as the frozen workers' default."""
+
+    name = "declaring-relay"
+    scripted_policies = (
+        ScriptedPolicy("optimal", lambda s: s.optimal_policy(), default_for=("worker",)),
+    )
+
+
+def test_scripted_policies_come_from_the_scenario_class() -> None:
+    plan = resolve(
+        ExperimentConfig(
+            scenario="tests.test_config:DeclaringRelay", topology="star:2", train=["orchestrator"]
+        )
+    )
+    assert plan.pools["worker"].model == ScriptedModel(policy="declaring-relay.optimal")
+    with pytest.raises(ConfigError, match="belongs to scenario 'relay', not 'declaring-relay'"):
+        resolve(
+            ExperimentConfig(
+                scenario="tests.test_config:DeclaringRelay",
+                topology="star:2",
+                pools={"worker": PoolConfig(model=ScriptedModel(policy="relay.optimal"))},
+            )
+        )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainers.algo import to_algorithm_config
+from marl_agents.pools import LLMModel
 from trainers.config import ConfigError, ExperimentConfig, GRPOSettings
 from trainers.plan import resolve
 
@@ -91,7 +92,7 @@ def test_hand_written_llm_yaml_shorthands_and_sweep_dimensions():
         "algorithm: {name: GRPO, grpo: {group_size: 4, loss_agg: seq_mean_token_sum}}\n"
     )
     model = cfg.pools["orchestrator"].model
-    assert model.type == "llm" and model.path is None and model.llm_path == "tiny"
+    assert model.type == "llm" and model == LLMModel() and model.path == "tiny"
     assert cfg.algorithm.grpo.group_size == 4 and cfg.algorithm.grpo.clip_low == 0.2
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
     changed = cfg.replace(
@@ -115,7 +116,7 @@ def test_a_finetune_job_is_an_experiment():
     exp = job.to_experiment()
     assert ExperimentConfig.from_yaml(exp.to_yaml()) == exp
     assert exp.algorithm.name == "GRPO" and exp.algorithm.grpo.group_size == job.training.group_size
-    assert exp.pools["orchestrator"].model.llm_path == job.orchestrator.model
+    assert exp.pools["orchestrator"].model.path == job.orchestrator.model
     plan = resolve(exp)
     assert plan.trainable == ["orchestrator"]
 
