@@ -4,8 +4,8 @@ Names load on first use (:mod:`topologies.lazy`): ``import marl_agents`` loads n
 nor Ray.
 
 Example:
-    >>> from marl_agents import ModelConfig
-    >>> ModelConfig(type="scripted", policy="delegate.scripted_worker").frozen
+    >>> from marl_agents.pools import ScriptedModel
+    >>> ScriptedModel(policy="delegate.scripted_worker").frozen
     True
 """
 

@@ -262,21 +262,20 @@ def _mlp_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
 def _gru_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
     m = pool.model
     assert isinstance(m, GRUModel)
-    layers = {"hidden": list(m.hidden), "activation": m.activation}
-    return RLModuleSpec(
-        module_class=GRUModule,
-        model_config={**layers, "gru_size": m.gru_size, "max_seq_len": m.max_seq_len},
-        **_spaces(pool),
-    )
+    return _layers_spec(pool, GRUModule, gru_size=m.gru_size, max_seq_len=m.max_seq_len)
 
 
 def _mpnn_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+    return _layers_spec(pool, MessagePassingModule, **_mpnn_layout(pool, env_config))
+
+
+def _layers_spec(pool: AgentPool, module_class: type, **extra: Any) -> RLModuleSpec:
+    """A module built here (``gru``, ``mpnn``): its layers, plus ``extra`` model config."""
     m = pool.model
-    assert isinstance(m, MPNNModel)
-    layers = {"hidden": list(m.hidden), "activation": m.activation}
+    assert isinstance(m, (GRUModel, MPNNModel))
     return RLModuleSpec(
-        module_class=MessagePassingModule,
-        model_config={**layers, **_mpnn_layout(pool, env_config)},
+        module_class=module_class,
+        model_config={"hidden": list(m.hidden), "activation": m.activation, **extra},
         **_spaces(pool),
     )
 
