@@ -6,6 +6,10 @@ every agent its own module, ``sharing="team"`` one module for everyone and
 ``sharing="explicit"`` only what the pools list. :func:`resolve_pools` turns a pool
 specification into concrete :class:`AgentPool` objects and rejects every inconsistency with an
 error that names the pool or agent and the fix.
+
+A pool's model is one config class per kind (:data:`MODELS`, selected by ``type`` in YAML):
+each holds only the fields its kind reads and checks them in ``check()``
+(:class:`PoolError`). Pure python: no torch, no Ray.
 """
 
 from __future__ import annotations

@@ -118,6 +118,14 @@ class Scenario(ABC):
 
     topology: Topology
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "oracle_value" in vars(cls) and not cls.has_oracle:
+            raise TypeError(
+                f"{cls.__qualname__} implements oracle_value but does not declare "
+                "has_oracle = True: declare it (trainers read the class attribute)"
+            )
+
     @classmethod
     def id(cls) -> str:
         return f"{cls.name}-v{cls.version}"

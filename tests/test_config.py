@@ -444,6 +444,18 @@ def test_scenario_capabilities_are_class_attributes() -> None:
     assert resolve(ExperimentConfig(scenario="spread", topology="mesh:2")).has_oracle is False
 
 
+def test_an_oracle_must_be_declared() -> None:
+    from scenarios.base import Scenario
+
+    with pytest.raises(TypeError, match="does not declare has_oracle = True"):
+
+        class Undeclared(Scenario):  # an oracle the trainers would never read
+            name = "undeclared"
+
+            def oracle_value(self, rng: object) -> float:
+                return 1.0
+
+
 class DeclaringRelay(Relay):
     """A user's scenario declaring its own scripted policy as the frozen workers' default."""
 

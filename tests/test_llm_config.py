@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.algo import to_algorithm_config
 from marl_agents.pools import LLMModel
+from trainers.algo import to_algorithm_config
 from trainers.config import ConfigError, ExperimentConfig, GRPOSettings
 from trainers.plan import resolve
 

@@ -945,7 +945,7 @@ def _coerce_dataclass(tp: type, value: Any, where: str) -> Any:
     if unknown:
         raise ConfigError(
             f"{where}.{unknown[0]} is set but {where}.{key} is {kind!r}, which has no field(s) "
-            f"{unknown}: its fields are {names}"
+            f"{unknown}: remove them (its fields are {names})"
         )
     return from_plain(cls, fields, where)
 

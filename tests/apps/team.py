@@ -37,6 +37,7 @@ class Echo(Scenario):
     name = "echo-team"
     summary = "tests: the orchestrator relays a hidden bit, workers echo it"
     topologies = ("star",)
+    has_oracle = True
 
     def __init__(self, topology: Any = "star:2", noise: float = 0.0) -> None:
         self.topology = topology if isinstance(topology, Topology) else Topology.from_spec(topology)
