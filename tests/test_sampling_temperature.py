@@ -184,14 +184,14 @@ def test_learner_refuses_a_trained_nucleus_sampler(spaces):
 
 # ----- config validation ---------------------------------------------------------------------
 def test_config_rejects_top_p_on_a_trained_llm_pool_only():
-    from marl_agents.pools import ModelConfig, PoolError
+    from marl_agents.pools import LLMModel, PoolError
     from trainers.config import ConfigError
     from trainers.finetune import FinetuneJob
 
     with pytest.raises(ConfigError, match=r"top_p=0\.9 on a trained LLM.*set top_p: 1"):
         FinetuneJob.from_yaml("orchestrator:\n  top_p: 0.9\n").check()
-    model = ModelConfig(type="llm", temperature=TEMPERATURE, top_p=0.9)
+    model = LLMModel(temperature=TEMPERATURE, top_p=0.9)
     model.check("pool 'frozen'")  # a frozen pool may sample from a nucleus
     with pytest.raises(PoolError, match=r"pool 'p': top_p=0\.9"):
         model.check("pool 'p'", trained=True)
-    ModelConfig(type="llm", temperature=TEMPERATURE).check("pool 'p'", trained=True)
+    LLMModel(temperature=TEMPERATURE).check("pool 'p'", trained=True)
