@@ -20,9 +20,15 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from marl_agents.modules import MessagePassingModule as MessagePassingModule
     from marl_agents.modules import module_spec as module_spec
     from marl_agents.pools import AgentPool as AgentPool
+    from marl_agents.pools import CheckpointModel as CheckpointModel
+    from marl_agents.pools import GRUModel as GRUModel
+    from marl_agents.pools import LLMModel as LLMModel
+    from marl_agents.pools import MLPModel as MLPModel
     from marl_agents.pools import ModelConfig as ModelConfig
+    from marl_agents.pools import MPNNModel as MPNNModel
     from marl_agents.pools import PoolConfig as PoolConfig
     from marl_agents.pools import PoolError as PoolError
+    from marl_agents.pools import ScriptedModel as ScriptedModel
     from marl_agents.pools import resolve_pools as resolve_pools
     from marl_agents.scripted import ScriptedModule as ScriptedModule
     from marl_agents.scripted import get_scripted as get_scripted
