@@ -46,13 +46,11 @@ def check_credit_for(
         )
     n = len(agents)
     if credit.method == "local":
-        outcome = _random_episode(scenario)
-        missing = [a for a in agents if a not in (outcome.local or {})]
-        if missing:
+        if not type(scenario).has_local_rewards:  # a capability the scenario class declares
             raise ConfigError(
                 f"credit 'local' needs Outcome.local for every agent, but scenario "
-                f"{scenario.id()} gives none for {missing}: use credit 'loo' or 'shapley' "
-                "(counterfactual replays), or 'team'"
+                f"{scenario.id()} does not declare has_local_rewards: use credit 'loo' or "
+                "'shapley' (counterfactual replays), or 'team'"
             )
     elif credit.method == "shapley" and credit.estimator == "exact" and n > EXACT_MAX_AGENTS:
         raise ConfigError(
@@ -87,21 +85,3 @@ def shapley_credit(
         budget = max(budget, n + 1 if method == "auto" else min_budget(method, n))
     rng = np.random.default_rng([seed, SHAPLEY_SEED_SALT])
     return shapley(players, v, method, budget=budget, rng=rng, exact_max=credit.exact_max)
-
-
-def _random_episode(scenario: Any, seed: int = 0) -> Any:
-    """The outcome of one episode of seeded random (valid) actions."""
-    from scenarios.engine import GraphEnv
-
-    env = GraphEnv(scenario)
-    _, infos = env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    while env.agents:
-        actions = {}
-        for agent in env.agents:
-            if infos[agent]["acting"]:
-                space = env.action_space(agent)
-                space.seed(int(rng.integers(2**31)))
-                actions[agent] = space.sample()
-        _, _, _, _, infos = env.step(actions)
-    return env.outcome
