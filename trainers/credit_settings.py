@@ -1,7 +1,7 @@
 """What a :class:`~trainers.config.CreditConfig` means for a team: its checks and its estimator.
 
 ``CreditConfig.check`` holds every field-level rule. :func:`check_credit_for` holds the rules
-that need the scenario and its agents (called once, from ``trainers.algo.resolve``, before
+that need the scenario and its agents (called once, from ``trainers.plan.resolve``, before
 Ray starts). :func:`shapley_credit` is the one estimator call for one episode's players, used
 by the credit connector and by transcripts/evaluation, so both report the same credit.
 """

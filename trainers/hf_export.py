@@ -23,7 +23,7 @@ def export_pools(cfg: ExperimentConfig, plan: Any) -> list[str]:
 
     Args:
         cfg: the experiment.
-        plan: its resolved :class:`~trainers.algo.Plan`.
+        plan: its resolved :class:`~trainers.plan.Plan`.
 
     Raises:
         ConfigError: ``export_hf`` is on and no trained pool is an LLM.
