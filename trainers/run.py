@@ -719,7 +719,7 @@ class _EpisodeLog:
 
     def drain(self, algo: Any) -> dict[str, Any]:
         """Every env runner's journal, merged; they keep ``output.transcripts`` from now on."""
-        from trainers.episode_metrics import drain_journal, error_key
+        from trainers.episode_metrics import drain_journal, error_key, raise_callback_errors
 
         keep = self.cfg.output.transcripts
         group = getattr(algo, "env_runner_group", None)
@@ -729,6 +729,7 @@ class _EpisodeLog:
             parts = group.foreach_env_runner(
                 functools.partial(drain_journal, keep=keep), local_env_runner=True
             )
+        raise_callback_errors(parts)
         merged: dict[tuple[str, str], dict[str, Any]] = {}
         transcripts: list[dict[str, Any]] = []
         for part in parts:
