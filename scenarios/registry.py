@@ -59,13 +59,22 @@ REF_HELP = (
 def register(cls: type[Scenario]) -> type[Scenario]:
     """Class decorator: register a scenario under ``<name>-v<version>`` (and its bare name)."""
     sid = cls.id()
-    if sid in REGISTRY and REGISTRY[sid] is not cls:
+    if sid in REGISTRY and not _same_class(REGISTRY[sid], cls):
         raise ScenarioError(f"scenario id {sid!r} is taken: bump {cls.__name__}.version")
     REGISTRY[sid] = cls
     latest = REGISTRY.get(cls.name)
     if latest is None or latest.version <= cls.version:
         REGISTRY[cls.name] = cls
     return cls
+
+
+def _same_class(a: type, b: type) -> bool:
+    """``a`` is ``b``, or the same class of the same file imported under another module name
+    (``tests.toys`` and ``toys`` when a folder is on ``sys.path`` too)."""
+    if a is b:
+        return True
+    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in (a, b)]
+    return a.__qualname__ == b.__qualname__ and files[0] is not None and files[0] == files[1]
 
 
 def _load_builtins() -> None:

@@ -320,3 +320,15 @@ def test_marl_run_and_eval_a_module_next_to_the_user(
             del sys.modules[name]
     assert res.exit_code == 0, res.output
     assert "evaluation · refs_userpkg.app:scenario" in res.output and "success" in res.output
+
+
+def test_a_registered_module_imported_under_two_names_registers_once() -> None:
+    """``tests/`` on ``sys.path`` too: ``failing_toys`` and ``tests.failing_toys`` are one file."""
+    import importlib
+
+    from scenarios.registry import get
+
+    first = importlib.import_module("failing_toys").FlakyTool
+    second = importlib.import_module("tests.failing_toys").FlakyTool
+    assert first is not second  # two module objects of one file, as Python imports them
+    assert get("flaky-tool") in (first, second)

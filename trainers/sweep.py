@@ -265,12 +265,15 @@ def check_metric(plan: Any, metric: str) -> None:
 
 def _outcome_metrics(plan: Any) -> list[str]:
     """The scenario's outcome metric names (one episode of random actions)."""
+    from scenarios.engine import GraphEnv
     from scenarios.registry import build
-    from trainers.credit_settings import _random_episode
+    from scenarios.testing import random_episode
 
     env = plan.env_config
     try:
-        outcome = _random_episode(build(env["scenario"], env["topology"], **env["kwargs"]))
+        graph_env = GraphEnv(build(env["scenario"], env["topology"], **env["kwargs"]))
+        random_episode(graph_env, seed=0)
+        outcome = graph_env.outcome
     except Exception as exc:  # the user's scenario: say what went wrong, do not guess
         raise ConfigError(
             f"could not run one episode to learn the scenario's metrics ({exc}): rank by a "
