@@ -27,7 +27,7 @@ RUN = [
     (["--time-s", "-1"], "budget.time_s must be positive"),
     (["--time-s", "nan"], "budget.time_s must be positive (or null to disable it), got nan"),
     (["--seed", "-3"], "seed must be an integer ≥ 0, got -3"),
-    (["--algo", "XYZ"], "algorithm.name='XYZ' is not supported: use one of PPO"),
+    (["--algo", "XYZ"], "algorithm.name='XYZ' is not one of 'PPO'"),
     (["--credit", "shaply"], "credit.method='shaply' is not one of 'team', 'local'"),
     (["--sharing", "bogus"], "sharing='bogus' is unknown: use one of role"),
     (["--wandb", "bogus"], "logging.wandb='bogus' is unknown: use one of offline"),

@@ -30,7 +30,7 @@ from trainers.cli_common import (
     cwd_on_path,
     fail,
     fixed_hash_seed,
-    training_errors,
+    launch,
 )
 from trainers.cluster import use_address
 from trainers.finetune_cli import register as register_finetune
@@ -114,18 +114,13 @@ def run_command(
             changes["budget.iterations"] = None
     with config_errors():
         cfg = _experiment(config, resume, changes)
-        if dump:
-            typer.echo(cfg.to_yaml(), nl=False)
-            return
-        cfg.check()
-        use_address(address)
-    fixed_hash_seed()
-    from trainers.run import train as run_train
 
-    with training_errors():
-        result = run_train(cfg, resume=resume)
-    if result.status != "completed":
-        raise typer.Exit(code=1)
+    def start(cfg: Any) -> Any:
+        from trainers.run import train
+
+        return train(cfg, resume=resume)
+
+    launch(cfg, start, dump=dump, address=address)
 
 
 def sweep_command(

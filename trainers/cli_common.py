@@ -8,9 +8,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -93,3 +93,21 @@ def training_errors() -> Iterator[None]:
             notes = " ".join(getattr(exc, "__notes__", []))
             typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
             raise typer.Exit(code=130) from None
+
+
+def launch(spec: Any, run: Callable[[Any], Any], *, dump: bool, address: str | None) -> None:
+    """``--dump``: print ``spec`` as YAML. Else check it, join ``address`` and ``run(spec)``
+    (errors as :func:`training_errors` says); a run that did not complete exits 1."""
+    from trainers.cluster import use_address
+
+    with config_errors():
+        if dump:
+            typer.echo(spec.to_yaml(), nl=False)
+            return
+        spec.check()
+        use_address(address)
+    fixed_hash_seed()
+    with training_errors():
+        result = run(spec)
+    if result.status != "completed":
+        raise typer.Exit(code=1)

@@ -22,10 +22,8 @@ from trainers.cli_common import (
     WandbOption,
     config_errors,
     cwd_on_path,
-    fixed_hash_seed,
-    training_errors,
+    launch,
 )
-from trainers.cluster import use_address
 
 
 def finetune_command(
@@ -60,18 +58,13 @@ def finetune_command(
             spec.seed = seed
         if wandb is not None:
             spec.logging.wandb = wandb
-        if dump:
-            typer.echo(spec.to_yaml(), nl=False)
-            return
-        spec.check()
-        use_address(address)
-    fixed_hash_seed()
-    from trainers.finetune import run_finetune
 
-    with training_errors():
-        result = run_finetune(spec, resume=resume)
-    if result.status != "completed":
-        raise typer.Exit(code=1)
+    def start(job: Any) -> Any:
+        from trainers.finetune import run_finetune
+
+        return run_finetune(job, resume=resume)
+
+    launch(spec, start, dump=dump, address=address)
 
 
 def _load_job(job: Path | None, resume: Path | None) -> Any:
