@@ -104,6 +104,13 @@ class MLPModel(_LayersModel):
 
 
 @dataclasses.dataclass
+class MPNNModel(_LayersModel):
+    """``mpnn``: one round of message passing over the topology's channels."""
+
+    type: str = dataclasses.field(default="mpnn", init=False)
+
+
+@dataclasses.dataclass
 class GRUModel(_LayersModel):
     """``gru``: a recurrent actor-critic, for partial observability.
 
@@ -116,6 +123,9 @@ class GRUModel(_LayersModel):
     gru_size: int = 64
     max_seq_len: int = 16
 
+    def describe(self) -> str:
+        return f"gru {self.hidden}+{self.gru_size}"
+
     def check(self, where: str, *, trained: bool = False) -> None:
         super().check(where, trained=trained)
         if self.gru_size < 1 or self.max_seq_len < 1:
@@ -123,16 +133,6 @@ class GRUModel(_LayersModel):
                 f"{where}: model.gru_size={self.gru_size} and model.max_seq_len="
                 f"{self.max_seq_len} must be ≥ 1"
             )
-
-    def describe(self) -> str:
-        return f"gru {self.hidden}+{self.gru_size}"
-
-
-@dataclasses.dataclass
-class MPNNModel(_LayersModel):
-    """``mpnn``: one round of message passing over the topology's channels."""
-
-    type: str = dataclasses.field(default="mpnn", init=False)
 
 
 @dataclasses.dataclass

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from tests.test_cluster import no_ray  # noqa: F401 (the fixture: Ray must not start)
 from topologies.cli import app as topology_app
 from trainers.cli import app
-from trainers.finetune_cli import app as finetune_app
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = str(ROOT / "examples" / "finetune_tiny.yaml")
@@ -59,8 +58,8 @@ CASES = (
     + [(app, ["eval", "/nonexistent-run"], "no algorithm checkpoint at /nonexistent-run")]
     + [(app, ["sweep", "/nonexistent.yaml"], "sweep file /nonexistent.yaml does not exist")]
     + [(app, ["sweep", "/nonexistent.yaml", "--address", "x"], "does not exist")]
-    + [(finetune_app, [JOB, *args], text) for args, text in FINETUNE]
-    + [(finetune_app, ["/nonexistent.yaml"], "job file /nonexistent.yaml does not exist")]
+    + [(app, ["finetune", JOB, *args], text) for args, text in FINETUNE]
+    + [(app, ["finetune", "/nonexistent.yaml"], "job file /nonexistent.yaml does not exist")]
     + [
         (topology_app, ["show", spec], "above the limit of 256")
         for spec in ("star:1000000", "mesh:1000000", "chain:100000", "tree:1000x1000")
@@ -83,7 +82,7 @@ def test_bad_flag_is_one_line_exit_2(command: Any, args: list[str], text: str) -
     [
         (app, ["run", "delegate", "--iterations", "abc"]),
         (app, ["eval", "x", "--seed", "1.5"]),
-        (finetune_app, [JOB, "--iterations", "two"]),
+        (app, ["finetune", JOB, "--iterations", "two"]),
     ],
 )
 def test_values_of_the_wrong_type_name_the_flag(command: Any, args: list[str]) -> None:

@@ -88,10 +88,8 @@ def test_dead_address_is_a_named_error_before_ray(
 
 
 def test_finetune_takes_address(no_ray: None) -> None:
-    from trainers.finetune_cli import app as finetune_app
-
     job = ROOT / "examples" / "finetune_tiny.yaml"
-    res = runner.invoke(finetune_app, [str(job), "--address", "127.0.0.1:1"])
+    res = runner.invoke(app, ["finetune", str(job), "--address", "127.0.0.1:1"])
     assert res.exit_code == 2 and "no Ray cluster answered" in res.output, res.output
 
 

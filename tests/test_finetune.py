@@ -124,11 +124,11 @@ def test_export_hf_needs_a_trained_llm_pool():
 def test_cli_needs_a_job_or_a_run_to_resume(tmp_path):
     from typer.testing import CliRunner
 
-    from trainers.finetune_cli import app
+    from trainers.cli import app
 
-    out = CliRunner().invoke(app, [])
+    out = CliRunner().invoke(app, ["finetune"])
     assert out.exit_code == 2 and "--resume RUN_DIR" in out.output
-    out = CliRunner().invoke(app, ["--resume", str(tmp_path)])
+    out = CliRunner().invoke(app, ["finetune", "--resume", str(tmp_path)])
     assert out.exit_code == 2 and "no algorithm checkpoint" in out.output
 
 
@@ -274,14 +274,10 @@ def test_smoke_run_checkpoint_restores_the_same_weights(smoke_run):
 
 # ----- the CLI -------------------------------------------------------------------------------
 def test_cli_dump_and_errors(tmp_path):
-    import typer
     from typer.testing import CliRunner
 
-    from trainers.finetune_cli import register
+    from trainers.cli import app
 
-    app = typer.Typer()
-    register(app)
-    app.command("noop")(lambda: None)  # a second command keeps `finetune` a subcommand
     runner = CliRunner()
     out = runner.invoke(app, ["finetune", str(EXAMPLE), "--dump", "--iterations", "3"])
     assert out.exit_code == 0, out.output
@@ -293,10 +289,10 @@ def test_cli_dump_and_errors(tmp_path):
 
 
 def finetune_cli(*args: str) -> subprocess.CompletedProcess:
-    """``python -m trainers.finetune_cli ARGS`` with wandb off and a fixed hash seed."""
+    """``python -m trainers.cli finetune ARGS`` with wandb off and a fixed hash seed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "WANDB_MODE": "disabled"}
     return subprocess.run(
-        [sys.executable, "-m", "trainers.finetune_cli", *args],
+        [sys.executable, "-m", "trainers.cli", "finetune", *args],
         capture_output=True,
         text=True,
         env=env,

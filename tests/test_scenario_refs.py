@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import tiny_config
 from typer.testing import CliRunner
 
 from scenarios.registry import build, is_reference, label, scenario_class
@@ -34,16 +35,7 @@ MARL = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", 
 
 def tiny(tmp_path: Path, scenario: str, **changes: Any) -> ExperimentConfig:
     """Two small iterations (an Echo episode is 4 decisions)."""
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": scenario,
-            "algorithm": {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1},
-            "budget": {"iterations": 2},
-            "resources": {"num_envs_per_env_runner": 2},
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0},
-        }
-    )
+    cfg = tiny_config(tmp_path, batch=64, checkpoint_every=0, scenario=scenario)
     return cfg.replace(**changes) if changes else cfg
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from configs import tiny_config
 
 from trainers.config import ExperimentConfig
 
@@ -20,16 +21,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def tiny(tmp_path: Path, **changes: Any) -> ExperimentConfig:
     """A config that trains an iteration in about a second."""
-    cfg = ExperimentConfig.from_dict(
-        {
-            "topology": "star:2",
-            "algorithm": {"train_batch_size": 128, "minibatch_size": 64, "num_epochs": 1},
-            "budget": {"iterations": 2},
-            "resources": {"num_envs_per_env_runner": 2},
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 1},
-        }
-    )
+    cfg = tiny_config(tmp_path, topology="star:2")
     return cfg.replace(**changes) if changes else cfg
 
 

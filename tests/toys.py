@@ -12,6 +12,7 @@ from langgraph.types import Command, Send
 
 from scenarios import Outcome, Scenario, decide
 from scenarios.custom import GraphScenario
+from scenarios.declared import DeclaredSpaces
 from topologies import Topology
 from topologies.generators import merge_routes
 
@@ -29,7 +30,7 @@ class StarState(TypedDict, total=False):
     rounds: int
 
 
-class ToyStar(Scenario):
+class ToyStar(DeclaredSpaces, Scenario):
     """Orchestrator fans out to every worker for ``rounds`` rounds; reward = sum of actions."""
 
     name = "toy-star"
@@ -39,16 +40,7 @@ class ToyStar(Scenario):
         self.topology = Topology.from_spec(topology)
         self.rounds = rounds
         self.fail_on = fail_on
-
-    @property
-    def possible_agents(self) -> list[str]:
-        return self.topology.agent_ids
-
-    def observation_space(self, agent: str) -> gym.Space:
-        return OBS
-
-    def action_space(self, agent: str) -> gym.Space:
-        return gym.spaces.Discrete(3)
+        self.agent_spaces = {a: (OBS, gym.spaces.Discrete(3)) for a in self.topology.agent_ids}
 
     def build_graph(self) -> StateGraph:
         def node_fn(node: str) -> Any:

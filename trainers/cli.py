@@ -1,7 +1,7 @@
 """The ``marl`` command line, assembled in the top layer from the commands of every package.
 
 ``marl topology`` (:mod:`topologies.cli`), ``marl scenarios`` (:mod:`scenarios.cli`),
-``marl run | sweep | eval`` (here) and ``marl finetune`` (:mod:`trainers.finetune_cli`).
+``marl run | sweep | eval | finetune`` (here).
 Ray and torch are imported inside the commands only, so ``marl --help`` stays fast.
 ``python -m trainers.cli`` is the same app (the ``marl`` console script points here).
 
@@ -33,7 +33,6 @@ from trainers.cli_common import (
     launch,
 )
 from trainers.cluster import use_address
-from trainers.finetune_cli import register as register_finetune
 
 SCENARIO_HELP = "Scenario: a registered name (marl scenarios) or package.module:attr naming your own Scenario subclass, instance or a function returning one (default: the config's, or delegate); an experiment YAML path works as --config."  # noqa: E501
 TRAIN_HELP = "Agent or pool ids that learn, comma-separated (default: all). 'orchestrator' trains the orchestrator against frozen subagents."  # noqa: E501
@@ -181,6 +180,65 @@ def eval_command(
         )
 
 
+def finetune_command(
+    job: Annotated[
+        Path | None,
+        typer.Argument(help="Job YAML (see examples/finetune_tiny.yaml); --resume: the run's."),
+    ] = None,
+    iterations: Annotated[
+        int | None, typer.Option(help="Override budget.iterations (and drop the other limits).")
+    ] = None,
+    output: OutputOption = None,
+    seed: SeedOption = None,
+    wandb: WandbOption = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue a fine-tuning run directory (or a checkpoint in one)."),
+    ] = None,
+    dump: DumpOption = False,
+    address: AddressOption = None,
+) -> None:
+    """Fine-tune an LLM orchestrator with token-level GRPO against frozen subagents."""
+    from trainers.config import BudgetConfig
+
+    cwd_on_path()
+    with config_errors():
+        spec = _load_job(job, resume)
+        if iterations is not None:
+            spec.budget = BudgetConfig(iterations=iterations)
+        if output is not None:
+            spec.output.dir = str(output)
+        if seed is not None:
+            spec.seed = seed
+        if wandb is not None:
+            spec.logging.wandb = wandb
+
+    def start(job: Any) -> Any:
+        from trainers.finetune import run_finetune
+
+        return run_finetune(job, resume=resume)
+
+    launch(spec, start, dump=dump, address=address)
+
+
+def _load_job(job: Path | None, resume: Path | None) -> Any:
+    """The job YAML given, else the job of the run being resumed.
+
+    Raises:
+        ConfigError: neither given, or a bad file.
+    """
+    from trainers.config import ConfigError
+    from trainers.finetune import FinetuneJob
+
+    if job is not None:
+        return FinetuneJob.from_yaml(job)
+    if resume is None:
+        raise ConfigError("no job: give a job YAML (marl finetune JOB.yaml) or --resume RUN_DIR")
+    from trainers.run import find_checkpoint
+
+    return FinetuneJob.from_yaml(find_checkpoint(resume)[1] / "job.yaml")
+
+
 app = typer.Typer(
     name="marl",
     help="Train teams of agents (LangGraph graphs) as Dec-POMDPs with Ray RLlib.",
@@ -193,7 +251,7 @@ app.add_typer(topology_app, name="topology")
 app.command("run")(run_command)
 app.command("sweep")(sweep_command)
 app.command("eval")(eval_command)
-register_finetune(app)
+app.command("finetune")(finetune_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,25 @@
+"""Experiment configs small enough to train an iteration in about a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.config import ExperimentConfig
+
+
+def tiny_config(
+    tmp_path: Path, batch: int = 128, checkpoint_every: int = 1, **sections: Any
+) -> ExperimentConfig:
+    """Two PPO iterations of ``batch`` env steps (minibatches of half), 2 envs, no wandb or
+    progress bar, run directories under ``tmp_path/runs``; ``sections`` override the rest."""
+    return ExperimentConfig.from_dict(
+        {
+            "algorithm": {"train_batch_size": batch, "minibatch_size": batch // 2, "num_epochs": 1},
+            "budget": {"iterations": 2},
+            "resources": {"num_envs_per_env_runner": 2},
+            "logging": {"wandb": "disabled", "progress": False},
+            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": checkpoint_every},
+            **sections,
+        }
+    )
