@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
@@ -142,9 +141,12 @@ class LLMModel(ModelConfig):
 
     Attributes:
         path: ``"tiny"`` (the 378k-parameter model built in code) or a directory saved with
-            ``save_pretrained`` (model and tokenizer).
+            ``save_pretrained`` (model and tokenizer) of a Qwen2/Qwen3, Llama or Mistral
+            model (:data:`marl_agents.llm.checkpoints.FAMILIES`).
         tiny_seed: ``path: tiny``: the weight-init seed.
-        dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
+        dtype: parameter dtype on load (``float32``, ``bfloat16``, ``float16``); with the
+            parameter count it gives the memory estimate checked before Ray starts
+            (:func:`marl_agents.llm.checkpoints.check_memory`).
         temperature: sampling temperature while exploring (the env runners sample with
             transformers in process); a trained pool needs ``> 0`` (GRPO compares several
             samples per task), a frozen one may decode greedily with ``0``.
@@ -163,12 +165,12 @@ class LLMModel(ModelConfig):
     inference_temperature: float = 0.0
 
     def check(self, where: str, *, trained: bool = False) -> None:
-        if self.path != "tiny" and not (Path(self.path).expanduser() / "config.json").exists():
-            raise PoolError(
-                f"{where}: model {self.path!r} is neither 'tiny' nor a directory with a saved "
-                "Hugging Face model (config.json): save one with model.save_pretrained(dir) and "
-                "tokenizer.save_pretrained(dir), or use 'tiny'"
-            )
+        from marl_agents.llm.checkpoints import inspect_checkpoint
+
+        try:
+            inspect_checkpoint(self.path)  # reads config.json only: family and tokenizer
+        except PoolError as exc:
+            raise PoolError(f"{where}: {exc}") from None
         if self.dtype not in LLM_DTYPES:
             raise PoolError(f"{where}: dtype={self.dtype!r}: use float32, bfloat16 or float16")
         for name in ("temperature", "inference_temperature"):

@@ -16,6 +16,7 @@ import numpy as np
 
 from scenarios.delegate import SOLVED
 from scenarios.text_delegate_parse import ASSIGN
+from scenarios.text_space import chat_text
 from scenarios.toolcalls import render_tool_call
 
 TYPE_NAMES = ("math", "code", "text", "data", "plan", "web", "sql", "art")
@@ -69,9 +70,7 @@ class DelegatePrompts:
 
     def prompt_ids(self, state: Mapping[str, Any]) -> list[int]:
         """The orchestrator's prompt token ids (chat template, generation header, prefill)."""
-        text = self.tokenizer.apply_chat_template(
-            self.orchestrator_messages(state), tokenize=False, add_generation_prompt=True
-        )
+        text = chat_text(self.tokenizer, self.orchestrator_messages(state))
         first = self.first_unsolved(state)
         if self.prefill and first is not None:
             text += self.prefill_text(first, state)

@@ -316,11 +316,26 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     if all(isinstance(x, int) for x in items):
         return [int(x) for x in items]
     if all(isinstance(x, Mapping) for x in items):
-        text = tokenizer.apply_chat_template(
-            [dict(m) for m in items], tokenize=False, add_generation_prompt=True
-        )
+        text = chat_text(tokenizer, items)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     raise TypeError(
         "a prompt is a list of token ids, a string, or a list of chat message dicts; "
         f"got a list of {sorted({type(x).__name__ for x in items})}"
     )
+
+
+def chat_text(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``messages`` as prompt text ending with the assistant's turn opened.
+
+    The tokenizer's own chat template when it has one (``apply_chat_template`` with the
+    generation prompt); otherwise plain ``role: content`` lines and ``assistant:`` (a base
+    model's checkpoint often has no template).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return str(
+            tokenizer.apply_chat_template(
+                [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+            )
+        )
+    lines = [f"{m['role']}: {m.get('content') or ''}" for m in messages]
+    return "\n".join([*lines, "assistant:"])

@@ -138,7 +138,9 @@ def test_module_rejects_non_text_spaces_and_small_vocab(spaces):
     small = TextSpaces(vocab_size=100, max_prompt_tokens=8, max_new_tokens=2)
     with pytest.raises(ValueError, match="for_tokenizer"):
         module_spec(small).build()
-    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+    from marl_agents.llm.checkpoints import CheckpointError
+
+    with pytest.raises(CheckpointError, match="save_pretrained"):
         module_spec(spaces, model="/nonexistent").build()
 
 

@@ -91,7 +91,8 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
             agents, an agent in no pool, an unknown scripted policy or missing checkpoint, an
             LLM pool on agents that do not act with text (or a trained non-LLM pool on agents
             that do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit
-            the scenario cannot support, GPUs or CPUs the machine does not have.
+            the scenario cannot support, GPUs or CPUs the machine does not have, LLM pools whose
+            memory estimate exceeds the configured devices.
 
     For a text scenario (``has_text_agents``) with LLM pools, the scenario's
     ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
@@ -136,6 +137,7 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
         check_extra_keys(cfg)
     check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
     _check_resources(cfg)
+    _check_memory(cfg, pools)
     has_oracle = type(scenario).has_oracle
     if has_oracle:
         has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
@@ -321,6 +323,27 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
                 f"but {', '.join(other)} would train: give them model.type 'llm', leave them "
                 "out of train (frozen), or use algorithm PPO"
             )
+
+
+def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:
+    """The LLM pools' memory estimates fit the configured devices (before Ray starts)."""
+    from marl_agents.llm.checkpoints import LLMPoolNeed, check_memory
+
+    needs = [
+        LLMPoolNeed(p.id, p.model.path, p.model.dtype, p.trainable)
+        for p in pools.values()
+        if isinstance(p.model, LLMModel)
+    ]
+    res = cfg.resources
+    try:
+        check_memory(
+            needs,
+            num_learners=res.num_learners,
+            num_gpus_per_learner=res.num_gpus_per_learner,
+            num_env_runners=res.num_env_runners,
+        )
+    except PoolError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_resources(cfg: ExperimentConfig) -> None:

@@ -30,7 +30,8 @@ trained distribution is the one that sampled the tokens.
 ``model_config`` keys:
 
 * ``model``: ``"tiny"`` (:func:`~marl_agents.llm.tiny.make_tiny_model`, built from
-  ``tiny_seed``) or a directory with a saved HF model and tokenizer.
+  ``tiny_seed``) or a directory with a saved HF model and tokenizer of a supported family
+  (Qwen2/Qwen3, Llama, Mistral: :mod:`marl_agents.llm.checkpoints`).
 * ``tiny_seed`` (default 0), ``dtype`` (``"float32"``, ``"bfloat16"``, …).
 * ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling. Training needs
   ``temperature > 0`` and ``top_p = 1`` (:meth:`CausalLMModule.check_trainable`).
@@ -54,6 +55,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -86,26 +88,24 @@ class SamplingConfigError(ValueError):
 def load_causal_lm(
     model: str, *, tiny_seed: int = 0, dtype: str | torch.dtype = "float32"
 ) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` for ``"tiny"`` or a saved HF directory; eval mode, CPU.
+    """``(tokenizer, model)`` for ``"tiny"`` or a saved HF directory, loaded in ``dtype``; eval
+    mode, CPU.
 
     Raises:
-        FileNotFoundError: ``model`` is neither ``"tiny"`` nor a directory with a ``config.json``.
+        CheckpointError: ``model`` is neither ``"tiny"`` nor a directory holding a model of a
+            supported family (:data:`~marl_agents.llm.checkpoints.FAMILIES`) and its tokenizer.
     """
-    from pathlib import Path
+    from marl_agents.llm.checkpoints import inspect_checkpoint
 
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if model == "tiny":
         from marl_agents.llm.tiny import make_tiny_model
 
         return make_tiny_model(seed=int(tiny_seed), dtype=torch_dtype)
-    path = Path(model).expanduser()
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"no Hugging Face model at {model!r} (no config.json): give a directory saved with "
-            "save_pretrained (model + tokenizer), or 'tiny'"
-        )
+    inspect_checkpoint(model)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = str(Path(model).expanduser())
     tok = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     return tok, lm.eval()

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from marl_agents.llm.checkpoints import TINY_FIELDS
+
 # the tokenizer lives with the text spaces in ``scenarios`` (environments render prompts with it)
 from scenarios.text_space import (
     make_tiny_tokenizer,
@@ -42,16 +44,9 @@ def tiny_config(tokenizer: Any, **overrides: Any) -> Any:
     """
     from transformers import Qwen2Config
 
-    fields: dict[str, Any] = dict(
+    fields: dict[str, Any] = {k: v for k, v in TINY_FIELDS.items() if k != "model_type"}
+    fields.update(
         vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.pad_token_id,
