@@ -15,6 +15,7 @@ import torch
 from llm_modules import module_spec
 
 from marl_agents.llm.checkpoints import (
+    TINY_FIELDS,
     CheckpointError,
     LLMPoolNeed,
     MemoryBudgetError,
@@ -32,16 +33,12 @@ INST_TEMPLATE = (
     "{% else %}[INST] {{ m['role'] }}: {{ m['content'] }} [/INST]{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}[ANSWER]{% endif %}"
 )
-SIZES = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=64,
-    max_position_embeddings=1024,
-    initializer_range=0.1,
-)
+#: the tiny model's sizes, with grouped-query attention and an untied output head
+SIZES = {k: v for k, v in TINY_FIELDS.items() if k not in ("model_type", "vocab_size")} | {
+    "num_key_value_heads": 1,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.1,
+}
 
 
 def save_family(path: Path, family: str, *, template: str | None = "keep", seed: int = 0) -> str:
