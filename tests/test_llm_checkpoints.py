@@ -43,15 +43,14 @@ SIZES = {k: v for k, v in TINY_FIELDS.items() if k not in ("model_type", "vocab_
 
 def save_family(path: Path, family: str, *, template: str | None = "keep", seed: int = 0) -> str:
     """A random-weight ``family`` model with the tiny tokenizer, saved to ``path``."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
     tok = make_tiny_tokenizer()
     if template != "keep":
         tok.chat_template = template
-    config_cls, model_cls = {
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-        "llama": (LlamaConfig, LlamaForCausalLM),
-    }[family]
+    prefix = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama", "mistral": "Mistral"}[family]
+    config_cls = getattr(transformers, f"{prefix}Config")
+    model_cls = getattr(transformers, f"{prefix}ForCausalLM")
     ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     config = config_cls(vocab_size=len(tok), bos_token_id=tok.pad_token_id, **ids, **SIZES)
     with torch.random.fork_rng(devices=[]):
@@ -103,6 +102,7 @@ def test_family_loads_samples_and_scores(dirs, spaces, family, cls):
 
 
 def test_parameter_count_read_without_loading_matches_the_model(dirs):
+    from marl_agents.llm.checkpoints import config_parameters
     from marl_agents.llm.rl_module import load_causal_lm
 
     for path in (*dirs.values(), "tiny"):
@@ -110,6 +110,23 @@ def test_parameter_count_read_without_loading_matches_the_model(dirs):
         _, model = load_causal_lm(path)
         assert info.parameters == sum(p.numel() for p in model.parameters()), path
         assert info.family == model.config.model_type and info.vocab_size == 384
+        config = json.loads(Path(path, "config.json").read_text()) if path != "tiny" else None
+        assert config is None or config_parameters(config) == info.parameters
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mistral"])
+def test_other_families_load_in_their_dtype(tmp_path, family):
+    from marl_agents.llm.checkpoints import config_parameters
+    from marl_agents.llm.rl_module import load_causal_lm
+
+    path = save_family(tmp_path / family, family)
+    info = inspect_checkpoint(path)
+    _, model = load_causal_lm(path, dtype="bfloat16")
+    assert model.config.model_type == info.family == family
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert info.parameters == sum(p.numel() for p in model.parameters())
+    config = json.loads(Path(path, "config.json").read_text())
+    assert config_parameters(config) == info.parameters  # the estimate without safetensors
 
 
 # ----- chat templates -------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
             ``model_type`` outside :data:`FAMILIES`, or no tokenizer files.
     """
     if path == "tiny":
-        return CheckpointInfo("tiny", "qwen2", _config_parameters(TINY_FIELDS), 384)
+        return CheckpointInfo("tiny", "qwen2", config_parameters(TINY_FIELDS), 384)
     root = Path(path).expanduser()
     fix = (
         "save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir), or use 'tiny'"
@@ -106,7 +106,7 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
             f"model {path!r} ({family}) has no tokenizer files ({', '.join(_TOKENIZER_FILES)}): "
             "save the tokenizer next to the model with tokenizer.save_pretrained(dir)"
         )
-    params = _safetensors_parameters(root) or _config_parameters(config)
+    params = _safetensors_parameters(root) or config_parameters(config)
     return CheckpointInfo(str(path), family, params, int(config.get("vocab_size", 0)))
 
 
@@ -234,7 +234,7 @@ def _safetensors_parameters(root: Path) -> int:
     return total
 
 
-def _config_parameters(config: Mapping[str, Any]) -> int:
+def config_parameters(config: Mapping[str, Any]) -> int:
     """Parameters of a Llama-style decoder from its config (embeddings, attention, MLP, norms)."""
     h = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
@@ -243,6 +243,7 @@ def _config_parameters(config: Mapping[str, Any]) -> int:
     vocab, layers = int(config["vocab_size"]), int(config["num_hidden_layers"])
     bias = heads * hd + 2 * kv * hd if config.get("model_type") == "qwen2" else 0
     attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + bias
+    attn += 2 * hd if config.get("model_type") == "qwen3" else 0  # q_norm, k_norm
     mlp = 3 * h * int(config["intermediate_size"])
     head = 0 if config.get("tie_word_embeddings", False) else vocab * h
     return vocab * h + head + layers * (attn + mlp + 2 * h) + h
