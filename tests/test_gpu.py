@@ -1,4 +1,5 @@
-"""The GPU learner path: PPO (with Shapley credit in the learner) and GRPO on the tiny LLM.
+"""The GPU learner path: PPO (with Shapley credit in the learner), GRPO on the tiny LLM and on
+a Qwen2 checkpoint.
 
 Opt-in (``--gpu``; needs CUDA): CI has no GPU. Each test builds the algorithm from the same
 config ``train()`` uses, asks the remote learner where its module lives, trains two
@@ -71,6 +72,20 @@ def test_grpo_on_the_tiny_llm_learns_on_the_gpu(ray_session: Any, tmp_path: Path
     from trainers.finetune import FinetuneJob
 
     job = FinetuneJob.from_yaml(Path(__file__).parents[1] / "examples" / "finetune_tiny.yaml")
+    cfg = job.to_experiment()
+    cfg = cfg.replace(output=dataclasses.replace(cfg.output, dir=str(tmp_path)))
+    trains_on_gpu(cfg, "orchestrator")
+
+
+def test_grpo_on_a_qwen2_checkpoint_learns_on_the_gpu(ray_session: Any, tmp_path: Path) -> None:
+    """A real decoder family from a ``save_pretrained`` directory (random weights, built in
+    code), memory-checked against the GPU in ``resolve``, trained on the GPU learner."""
+    from test_llm_checkpoints import save_family
+
+    from trainers.finetune import FinetuneJob
+
+    job = FinetuneJob.from_yaml(Path(__file__).parents[1] / "examples" / "finetune_tiny.yaml")
+    job.orchestrator.model = save_family(tmp_path / "qwen2", "qwen2")
     cfg = job.to_experiment()
     cfg = cfg.replace(output=dataclasses.replace(cfg.output, dir=str(tmp_path)))
     trains_on_gpu(cfg, "orchestrator")
