@@ -79,6 +79,8 @@ def test_supervisor_learns_and_frozen_workers_stay_bit_identical(ray_session, tm
         frozen, trained = weights(algo, "worker"), weights(algo, "orchestrator")
         for _ in range(2):
             result = algo.train()
+            marl = result["env_runners"].get("marl", {})
+            assert not marl.get("error") and not marl.get("timeout"), marl  # real episodes
         assert same(weights(algo, "worker"), frozen)
         assert not same(weights(algo, "orchestrator"), trained)
         episodes = result["env_runners"]["num_episodes_lifetime"]
