@@ -80,7 +80,7 @@ def config_errors() -> Iterator[None]:
 @contextlib.contextmanager
 def training_errors() -> Iterator[None]:
     """A training run's errors as one line and an exit code: a ``ConfigError`` 2, a
-    ``RunFailed`` (every episode failed) 1, Ctrl-C 130 (metrics and a checkpoint are saved)."""
+    ``RunFailed`` (every episode failed) 1, Ctrl-C 130 (saying what was saved)."""
     from trainers.run import RunFailed
 
     with config_errors():
@@ -90,8 +90,8 @@ def training_errors() -> Iterator[None]:
             where = f" (run directory: {exc.result.run_dir})" if exc.result is not None else ""
             fail(f"{exc}{where}", code=1)
         except KeyboardInterrupt as exc:
-            notes = " ".join(getattr(exc, "__notes__", []))
-            typer.echo(f"interrupted; metrics and a checkpoint were saved. {notes}", err=True)
+            notes = "; ".join(getattr(exc, "__notes__", []))  # what train() saved, and where
+            typer.echo(f"interrupted; {notes}" if notes else "interrupted", err=True)
             raise typer.Exit(code=130) from None
 
 

@@ -670,6 +670,7 @@ class _Session:
         elif self.algo is not None:
             with contextlib.suppress(Exception):
                 self.final_ckpt = self.tracker.final(self.algo, self.history)
+                exc.add_note("metrics and a checkpoint of the last iteration were saved")
 
     def close(self, status: str, failure: BaseException | None) -> TrainResult:
         """Curve, summary, wandb and the algorithm's processes; the run's :class:`TrainResult`."""
