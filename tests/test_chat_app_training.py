@@ -18,6 +18,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("langgraph_supervisor")
 
+from test_train import learner_weights
+
 from trainers.config import ExperimentConfig
 
 APP = "tests.apps.chat_team:supervisor"
@@ -48,10 +50,6 @@ def app_cfg(tmp_path: Path, **changes: Any) -> ExperimentConfig:
     return cfg.replace(**changes) if changes else cfg
 
 
-def weights(algo: Any, module: str) -> dict[str, np.ndarray]:
-    return {k: np.array(v) for k, v in algo.learner_group.get_weights([module])[module].items()}
-
-
 def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -76,13 +74,13 @@ def test_supervisor_learns_and_frozen_workers_stay_bit_identical(ray_session, tm
     cfg = app_cfg(tmp_path, **{"resources.num_env_runners": runners})
     algo = to_algorithm_config(cfg).build_algo()
     try:
-        frozen, trained = weights(algo, "worker"), weights(algo, "orchestrator")
+        frozen, trained = learner_weights(algo, "worker"), learner_weights(algo, "orchestrator")
         for _ in range(2):
             result = algo.train()
             marl = result["env_runners"].get("marl", {})
             assert not marl.get("error") and not marl.get("timeout"), marl  # real episodes
-        assert same(weights(algo, "worker"), frozen)
-        assert not same(weights(algo, "orchestrator"), trained)
+        assert same(learner_weights(algo, "worker"), frozen)
+        assert not same(learner_weights(algo, "orchestrator"), trained)
         episodes = result["env_runners"]["num_episodes_lifetime"]
         assert episodes >= 8  # 2 iterations × 2 groups × 2 rollouts
     finally:

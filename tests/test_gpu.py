@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_train import learner_weights
 
 from trainers.config import ExperimentConfig
 
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.gpu
 def on_gpu(cfg: ExperimentConfig) -> ExperimentConfig:
     res = dataclasses.replace(cfg.resources, num_learners=1, num_gpus_per_learner=1)
     return cfg.replace(resources=res)
-
-
-def weights(algo: Any, module: str) -> dict[str, np.ndarray]:
-    state = algo.learner_group.get_weights([module])[module]
-    return {k: np.array(v) for k, v in state.items()}
 
 
 def learner_devices(algo: Any) -> set[str]:
@@ -43,10 +39,10 @@ def trains_on_gpu(cfg: ExperimentConfig, module: str) -> None:
     algo = to_algorithm_config(on_gpu(cfg)).build_algo()
     try:
         assert learner_devices(algo) == {"cuda:0"}
-        before = weights(algo, module)
+        before = learner_weights(algo, module)
         for _ in range(2):
             result = algo.train()
-        after = weights(algo, module)
+        after = learner_weights(algo, module)
     finally:
         algo.stop()
     assert "learners" in result
