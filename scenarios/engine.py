@@ -295,6 +295,9 @@ class GraphEnv(ParallelEnv):
         self._step_rewards: list[dict[str, float]] = []
         self._graph_s = 0.0  # seconds the graph has run in this episode
         self._timeout: EpisodeTimeout | None = None
+        #: composed reward sources (:mod:`scenarios.reward_sources`); ``None``: the verifier's
+        #: reward as it is
+        self.rewards: Any = None
 
     # ----- PettingZoo API ------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
@@ -319,6 +322,8 @@ class GraphEnv(ParallelEnv):
         self._acted: list[str] = []
         self._paid = {"team": 0.0}
         self._acc = dict.fromkeys(self.possible_agents, 0.0)
+        if self.rewards is not None:
+            self.rewards.start()
         pending = self._advance(self._run.start, first=True)
         if self._run.finished:
             self._cannot_run()
@@ -352,6 +357,12 @@ class GraphEnv(ParallelEnv):
         self._steps += 1
         pending = self._advance(lambda: run.resume(chosen))
         self._absorb(pending)
+        if self.rewards is not None:  # per-turn sources pay the agents that acted, now
+            turns = self.trace[len(self.trace) - len(chosen) :]
+            for agent, r in self.rewards.on_turns(
+                self.scenario, run.inputs, turns, self.seed_used
+            ).items():
+                self._acc[agent] += r
         if run.finished:
             self._finish()
         elif self._steps >= self.max_steps:
@@ -522,6 +533,16 @@ class GraphEnv(ParallelEnv):
             self.outcome = self.scenario.score(run.result)
             self.truncated = self.outcome.truncated
         self.outcome.reward += run.team_reward
+        if self.rewards is not None:
+            self.outcome = self.rewards.on_end(
+                self.scenario,
+                self.final_state,
+                self.outcome,
+                self.trace,
+                self._acted,
+                failed=self.failure is not None,
+                seed=self.seed_used,
+            )
 
     def _observe(self, agents: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         run = self._run
@@ -540,6 +561,8 @@ class GraphEnv(ParallelEnv):
                 infos[a].update(
                     outcome=self.outcome, error=self.error, failure=self.failure, actions=actions
                 )
+                if self.rewards is not None:
+                    infos[a].update(self.rewards.infos(a))
         return obs, infos
 
     def _close(self) -> tuple[dict[str, Any], ...]:

@@ -55,6 +55,7 @@ from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
+from scenarios.reward_sources import Checklist
 from topologies import Topology
 
 TOOLS = ("lookup", "calc", "answer", "done")
@@ -242,53 +243,52 @@ class Toolchain(DeclaredSpaces, Scenario):
         task, table = state["task"], state["table"]
         return OPS[task["op"]][1](table[task["k1"]], table[task["k2"]]) % MODULUS
 
+    def reward_checklist(self) -> Checklist:
+        """The per-call checklist (a reward source, :mod:`scenarios.reward_sources`): each call
+        ``(index, call)`` of the log judged by ``right_tool``, ``valid_args`` and
+        ``result_used``, weighted by ``checklist_weights``."""
+        return Checklist(
+            {"right_tool": _right_tool, "valid_args": _valid_args, "result_used": _result_used},
+            dict(self.weights),
+            messages=lambda state, turns: list(enumerate(state.get("calls", []))),
+        )
+
     def judge(self, task: dict[str, int], calls: list[dict[str, Any]]) -> list[dict[str, bool]]:
         """The checklist of every call, in order: criterion → passed."""
-        k1, k2, (op, _) = f"L{task['k1']}", f"L{task['k2']}", OPS[task["op"]]
-        combos = {f"{op}({k1},{k2})"} | ({f"{op}({k2},{k1})"} if op in COMMUTATIVE else set())
-        have: set[str] = set()
-        marks = []
-        for i, call in enumerate(calls):
-            needed = "lookup" if not {k1, k2} <= have else "answer" if combos & have else "calc"
-            later = calls[i + 1 :]
-            used = call["tool"] == "answer" or any(
-                c["ok"] and i in ((c["x"], c["y"]) if c["tool"] == "calc" else (c["x"],))
-                for c in later
-                if c["tool"] != "lookup"
-            )
-            marks.append(
-                {
-                    "right_tool": call["tool"] == needed,
-                    "valid_args": call["ok"],
-                    "result_used": call["ok"] and used,
-                }
-            )
-            if call["ok"]:
-                have.add(call["src"])
-        return marks
+        state = {"task": task, "calls": calls}
+        return self.reward_checklist().marks(state, list(enumerate(calls)))
 
     def checklist(self, marks: list[dict[str, bool]]) -> dict[str, float]:
         """Fraction of calls meeting each criterion (0 when there were no calls)."""
         return {c: sum(m[c] for m in marks) / len(marks) if marks else 0.0 for c in CRITERIA}
 
+    def tool_calls(self, agent: str, action: Any) -> int:
+        """Tool calls in one decision (1 unless it is ``done``): the ``tool_calls`` shaping
+        term of :mod:`scenarios.reward_sources`."""
+        return int(np.asarray(action)[0] != DONE)
+
     def score(self, state: dict[str, Any]) -> Outcome:
         """Weighted checklist fractions plus ``final_weight`` × ``answer_correct``."""
         calls = state.get("calls", [])
-        marks = self.judge(state["task"], calls)
+        checklist = self.reward_checklist()
         answer = state.get("answer")
         correct = answer is not None and answer == self.target(state)
         final = self.final_weight * correct
 
-        def reward(ms: list[dict[str, bool]]) -> float:
-            return sum(self.weights[c] * f for c, f in self.checklist(ms).items()) + final
+        def reward(indices: list[int]) -> float:
+            fractions = checklist.fractions(state, [(i, calls[i]) for i in indices])
+            return checklist.value(fractions) + final
 
         local = {
-            a: reward([m for m, c in zip(marks, calls, strict=True) if c["agent"] == a])
+            a: reward([i for i, c in enumerate(calls) if c["agent"] == a])
             for a in self.possible_agents
         }
-        metrics = {f"checklist/{c}": f for c, f in self.checklist(marks).items()}
+        everything = list(enumerate(calls))
+        metrics = {f"checklist/{c}": f for c, f in checklist.fractions(state, everything).items()}
         metrics.update(answer_correct=float(correct), calls=float(len(calls)))
-        return Outcome(reward=reward(marks), success=correct, local=local, metrics=metrics)
+        return Outcome(
+            reward=reward(list(range(len(calls)))), success=correct, local=local, metrics=metrics
+        )
 
     def oracle_value(self, rng: np.random.Generator) -> float:
         """The four-call solution meets every criterion and answers correctly."""
@@ -327,6 +327,39 @@ class Toolchain(DeclaredSpaces, Scenario):
             return np.array([DONE, 0, 0, 0])
 
         return policy
+
+
+def _combos(task: dict[str, int]) -> set[str]:
+    """The sources of a correct combination (both orders for a commutative op)."""
+    k1, k2, (op, _) = f"L{task['k1']}", f"L{task['k2']}", OPS[task["op"]]
+    return {f"{op}({k1},{k2})"} | ({f"{op}({k2},{k1})"} if op in COMMUTATIVE else set())
+
+
+def _right_tool(state: dict[str, Any], message: tuple[int, dict[str, Any]]) -> bool:
+    """The call is the tool the task needs next given the calls before it: lookup until both
+    keys were fetched, then calc until the target was combined, then answer."""
+    i, call = message
+    task = state["task"]
+    have = {c["src"] for c in state["calls"][:i] if c["ok"]}
+    keys = {f"L{task['k1']}", f"L{task['k2']}"}
+    needed = "lookup" if not keys <= have else "answer" if _combos(task) & have else "calc"
+    return call["tool"] == needed
+
+
+def _valid_args(state: dict[str, Any], message: tuple[int, dict[str, Any]]) -> bool:
+    """The call's arguments were in range and its registers filled."""
+    return message[1]["ok"]
+
+
+def _result_used(state: dict[str, Any], message: tuple[int, dict[str, Any]]) -> bool:
+    """A later valid call consumes the call's result (an answer counts when it is valid)."""
+    i, call = message
+    used = call["tool"] == "answer" or any(
+        c["ok"] and i in ((c["x"], c["y"]) if c["tool"] == "calc" else (c["x"],))
+        for c in state["calls"][i + 1 :]
+        if c["tool"] != "lookup"
+    )
+    return call["ok"] and used
 
 
 def _weights(given: Mapping[str, float] | None) -> dict[str, float]:
