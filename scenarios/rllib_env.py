@@ -29,7 +29,8 @@ class RLlibGraphEnv(MultiAgentEnv):
             ``"seed_once": True`` a repeated ``reset(seed=s)`` continues the episode stream
             instead of replaying task ``s`` (what RLlib's env runners need);
             ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
-            ``None`` for none; absent: the env's own).
+            ``None`` for none; absent: the env's own); ``"rewards"``: a reward-sources spec
+            (:mod:`scenarios.reward_sources`; absent: the verifier's reward).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -50,6 +51,10 @@ class RLlibGraphEnv(MultiAgentEnv):
             )
         if "episode_timeout_s" in config:
             env.episode_timeout_s = config["episode_timeout_s"]
+        if config.get("rewards"):
+            from scenarios.reward_sources import RewardSources
+
+            env.rewards = RewardSources.from_spec(config["rewards"], env.scenario)
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []

@@ -31,6 +31,7 @@ import yaml
 
 from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
 from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
+from trainers.reward_config import RewardsConfig
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
 CreditEstimator = ShapleyMethod
@@ -612,6 +613,8 @@ class ExperimentConfig:
         logging: wandb and progress display.
         output: run directory, checkpoints, plots, transcripts.
         episodes: the wall-clock limit per episode, and when failing episodes stop the run.
+        rewards: reward sources composing the reward (:mod:`trainers.reward_config`; empty:
+            the scenario's verifier reward as it is).
     """
 
     scenario: str = "delegate"
@@ -628,6 +631,7 @@ class ExperimentConfig:
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     episodes: EpisodesConfig = dataclasses.field(default_factory=EpisodesConfig)
+    rewards: RewardsConfig = dataclasses.field(default_factory=RewardsConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.scenario, str):
@@ -662,6 +666,7 @@ class ExperimentConfig:
             self.logging,
             self.output,
             self.episodes,
+            self.rewards,
         ):
             part.check()
         return self
@@ -718,6 +723,7 @@ class ExperimentConfig:
             "scenario": self.scenario,
             "topology": self.topology,
             "kwargs": dict(self.scenario_kwargs),
+            **({"rewards": self.rewards.to_spec()} if self.rewards.sources else {}),
         }
 
 

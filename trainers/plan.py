@@ -127,6 +127,7 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
         "topology": topology,
         "kwargs": kwargs,
         "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
+        **({"rewards": cfg.rewards.to_spec()} if cfg.rewards.sources else {}),
     }
     _check_models(cfg, pools, type(scenario))
     _check_text(cfg, scenario, pools)
