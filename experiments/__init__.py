@@ -11,7 +11,9 @@ One module per claim, each runnable as ``python -m experiments.<claim>`` with ``
 * :mod:`experiments.heterogeneous` — heterogeneous pools vs one homogeneous pool of the same size;
 * :mod:`experiments.single_vs_team` — the degenerate one-agent topology vs a team;
 * :mod:`experiments.spread_benchmark` — IPPO-style training on ``spread`` next to published
-  numbers.
+  numbers;
+* :mod:`experiments.judge_voting` — a majority of noisy judges vs the exact verifier as reward
+  (scripted judges: :mod:`experiments.judges`).
 
 :mod:`experiments.harness` runs one config per seed and writes one JSON per (condition, seed)
 under ``experiments/results/<claim>/<budget>/``; :mod:`experiments.report` rebuilds the report
@@ -28,4 +30,5 @@ CLAIMS: tuple[str, ...] = (
     "heterogeneous",
     "single_vs_team",
     "spread_benchmark",
+    "judge_voting",
 )

@@ -229,6 +229,21 @@ def synthetic(claim: str) -> list[dict[str, Any]]:
                 )
                 for s in seeds
             ]
+    elif claim == "judge_voting":
+        for name, end in (("exact", 0.6), ("noisy-1", 0.3), ("majority-5", 0.58)):
+            out += [
+                run_record(
+                    claim,
+                    name,
+                    s,
+                    {"judges": 1},
+                    team_return=(0.1, end),
+                    success=(0.1, end),
+                    solved_fraction=(0.5, 0.9),
+                    **{"reward/judge_disagreement": (0.2, 0.1)},
+                )
+                for s in seeds
+            ]
     elif claim == "spread_benchmark":
         out += [
             run_record(

@@ -422,3 +422,30 @@ def test_reward_sources_on_a_chat_app_pay_the_tool_call_to_the_agent_that_made_i
     assert env.outcome.metrics["reward/rubric"] == 0.5
     assert env.outcome.metrics["reward/tools"] == 0.25
     assert returns == pytest.approx({"researcher": 1.75, "writer": 1.5})
+
+
+def test_rllib_env_builds_the_sources_from_its_config_and_final_infos_carry_the_parts():
+    pytest.importorskip("ray")
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    rewards = RewardsConfig(
+        sources=[
+            {"name": "exact", "kind": "verifier", "weight": 2.0},
+            {"name": "calls", "kind": "shaping", "when": "turn", "weight": 0.5},
+        ],
+        normalize="per_source",
+    ).to_spec()
+    env = RLlibGraphEnv({"scenario": "toolchain", "topology": "chain:3", "rewards": rewards})
+    policy = env.env.scenario.optimal_policy()
+    obs, _ = env.reset(seed=0)
+    returns: dict[str, float] = {}
+    while True:
+        obs, rew, terms, truncs, infos = env.step({a: policy(a, o) for a, o in obs.items()})
+        for a, r in rew.items():
+            returns[a] = returns.get(a, 0.0) + r
+        if terms["__all__"] or truncs["__all__"]:
+            break
+    # verifier 2 × 1.3 = 2.6 to everyone; 0.5 per call to whoever made it (1, 1 and 2 calls)
+    assert returns == pytest.approx({"agent_0": 3.1, "agent_1": 3.1, "agent_2": 3.6})
+    assert infos["agent_2"]["reward_parts"] == pytest.approx({"exact": 2.6, "calls": 1.0})
+    assert infos["agent_2"]["reward_normalize"] == "per_source"
