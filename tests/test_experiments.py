@@ -142,9 +142,31 @@ def run_record(
     }
 
 
+def judge_voting_records() -> list[dict[str, Any]]:
+    """Synthetic records of the judge-voting claim."""
+    return [
+        run_record(
+            "judge_voting",
+            name,
+            s,
+            {"judges": 1},
+            team_return=(0.1, end),
+            success=(0.1, end),
+            solved_fraction=(0.5, 0.9),
+            **{"reward/judge_disagreement": (0.2, 0.1)},
+        )
+        for name, end in (("exact", 0.6), ("noisy-1", 0.3), ("majority-5", 0.58))
+        for s in range(3)
+    ]
+
+
+#: claims whose synthetic records come from their own function
+SYNTHETIC = {"judge_voting": judge_voting_records}
+
+
 def synthetic(claim: str) -> list[dict[str, Any]]:
     """Records for every arm of ``claim`` over 3 seeds (and its extra records)."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = list(SYNTHETIC.get(claim, list)())
     seeds = range(3)
     if claim == "orchestrator_only":
         for name, end in (("orchestrator-star3", 0.95), ("joint-star3", 0.7)):
@@ -229,21 +251,6 @@ def synthetic(claim: str) -> list[dict[str, Any]]:
                 )
                 for s in seeds
             ]
-    elif claim == "judge_voting":
-        for name, end in (("exact", 0.6), ("noisy-1", 0.3), ("majority-5", 0.58)):
-            out += [
-                run_record(
-                    claim,
-                    name,
-                    s,
-                    {"judges": 1},
-                    team_return=(0.1, end),
-                    success=(0.1, end),
-                    solved_fraction=(0.5, 0.9),
-                    **{"reward/judge_disagreement": (0.2, 0.1)},
-                )
-                for s in seeds
-            ]
     elif claim == "spread_benchmark":
         out += [
             run_record(
@@ -296,6 +303,7 @@ def test_report_covers_every_claim_on_synthetic_results(tmp_path: Path) -> None:
     assert "| homogeneous | orchestrator: 10, worker: 10 | 10 | 20 |" in text
     assert "team is higher than single on every seed" in text
     assert "-133.54 ± 3.08" in text
+    assert "majority-5 is higher than noisy-1 on every seed" in text
 
 
 # ----- the numbers behind the tables ---------------------------------------------------------

@@ -449,3 +449,31 @@ def test_rllib_env_builds_the_sources_from_its_config_and_final_infos_carry_the_
     assert returns == pytest.approx({"agent_0": 3.1, "agent_1": 3.1, "agent_2": 3.6})
     assert infos["agent_2"]["reward_parts"] == pytest.approx({"exact": 2.6, "calls": 1.0})
     assert infos["agent_2"]["reward_normalize"] == "per_source"
+
+
+def test_a_frozen_llm_judge_scores_from_its_reply_or_fails_by_name():
+    pytest.importorskip("transformers")
+    from marl_agents.llm.judges import parse_score
+
+    assert parse_score("Score: 0.75.") == 0.75 and parse_score("-3", 0, 1) == 0.0
+    with pytest.raises(ValueError, match="holds no score"):
+        parse_score("excellent work")
+    tc = Toolchain("single")
+    spec = judge_spec(
+        [
+            {"ref": "marl_agents.llm.judges:llm_judge", "kwargs": {"path": "tiny"}, "name": "tiny"},
+            "experiments.judges:exact_verdict",
+        ],
+        rubric="Did the agent answer correctly?",
+        on_failure="skip",
+        vote="mean",
+    )
+    env = with_sources(tc, spec)
+    play(env, tc.optimal_policy(), seed=0)
+    m = env.outcome.metrics
+    # the random tiny model either writes a number (a score in [0, 1]) or not (a failure
+    # counted under its name): never a silent 0
+    if m["reward/judge_failures"]:
+        assert m["reward/judge_failures/tiny"] == 1.0 and env.outcome.reward == 1.0
+    else:
+        assert 0.5 <= env.outcome.reward <= 1.0
