@@ -34,7 +34,7 @@ PUBLISHED = (
     "vote to train like the exact reward it approximates, while a single noisy judge trains "
     "worse."
 )
-BUDGETS = harness.iteration_budgets(default=25)
+BUDGETS = harness.iteration_budgets(default=12, full=40)
 FLIP = 0.2
 ARMS = (("exact", 1, 0.0), ("noisy-1", 1, FLIP), ("majority-5", 5, FLIP))
 LABELS = {

@@ -477,3 +477,25 @@ def test_a_frozen_llm_judge_scores_from_its_reply_or_fails_by_name():
         assert m["reward/judge_failures/tiny"] == 1.0 and env.outcome.reward == 1.0
     else:
         assert 0.5 <= env.outcome.reward <= 1.0
+
+
+def test_grpo_reads_per_source_parts_from_the_episodes_final_infos():
+    pytest.importorskip("ray")
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from trainers.reward_config import per_source_from_episodes
+
+    def episode(parts, total, normalize="per_source"):
+        info = {"reward_parts": parts, "reward_weights": {"a": 1.0, "b": 0.1}}
+        info["reward_normalize"] = normalize
+        e = SingleAgentEpisode(observations=[0], infos=[{}])
+        e.add_env_step(1, 0, total, infos=info, terminated=True)
+        return e
+
+    eps = [episode({"a": 1.0, "b": 0.0}, 1.0), episode({"a": 0.0, "b": 0.1}, 0.1)]
+    rewards, groups = np.array([1.0, 0.1], np.float32), np.array([0, 0])
+    out = per_source_from_episodes(eps, rewards, groups)
+    # z-scores of a: (+1, −1); of b: (−1, +1) → 1·z_a + 0.1·z_b
+    np.testing.assert_allclose(out, [0.9, -0.9], rtol=1e-5)
+    summed = [episode({"a": 1.0}, 1.0, "sum"), episode({"a": 0.0}, 0.0, "sum")]
+    assert per_source_from_episodes(summed, rewards, groups) is rewards

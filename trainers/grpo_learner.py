@@ -16,8 +16,8 @@ The pieces, each an RLlib seam:
   return in the episode — the team reward, or the per-agent credit when a credit connector
   (``trainers.credit_connector``) rewrote the rewards earlier in the pipeline. Samples are
   grouped by (task seed, agent) (with ``rewards.normalize: per_source``, each reward source
-  is first normalised within its group and the sources summed: :func:`per_source`) and
-  turned into advantages by
+  is first normalised within its group and the sources summed:
+  :func:`trainers.reward_config.per_source_from_episodes`) and turned into advantages by
   :func:`trainers.grpo.compute_advantages` (format penalty, length dual, dynamic sampling,
   std scaling), then broadcast to every step of the episode. Modules that do not learn
   (``policies_to_train``) are skipped.
@@ -81,7 +81,7 @@ from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
 from trainers.config import GRPOConfig
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
-from trainers.reward_config import per_source_rewards
+from trainers.reward_config import per_source_from_episodes
 
 #: batch column: the GRPO advantage of the row's episode (one value per row).
 ADVANTAGES = "advantages"
@@ -237,7 +237,7 @@ class GRPOAdvantages(ConnectorV2):
             seed = episode_seed(e)
             key = (seed, e.agent_id) if seed is not None else ("batch", e.agent_id)
             groups[i] = keys.setdefault(key, len(keys))
-        rewards = per_source(sa_episodes, rewards, groups)
+        rewards = per_source_from_episodes(sa_episodes, rewards, groups)
         pad = getattr(module, "pad_id", None)
         lengths = np.zeros(n, dtype=np.float32)
         for i, e in enumerate(sa_episodes):
@@ -266,19 +266,6 @@ class GRPOAdvantages(ConnectorV2):
         if dual is not None:
             stats["length_dual"] = dual.update(torch.as_tensor(lengths))
         return adv.numpy().astype(np.float32), keep.numpy(), stats
-
-
-def per_source(sa_episodes: list[Any], rewards: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """``rewards`` with each reward source normalised within its group before the weighted sum,
-    where the episodes' final infos ask for it (``reward_normalize: per_source``, written by
-    :mod:`scenarios.reward_sources`); otherwise ``rewards`` unchanged."""
-    infos = [e.get_infos() for e in sa_episodes]
-    last = [i[-1] if len(i) and isinstance(i[-1], Mapping) else {} for i in infos]
-    if not last or any(x.get("reward_normalize") != "per_source" for x in last):
-        return rewards
-    parts = [x.get("reward_parts", {}) for x in last]
-    out = per_source_rewards(parts, rewards, last[0].get("reward_weights", {}), groups)
-    return out.astype(np.float32)
 
 
 # ----- the learner ---------------------------------------------------------------------------
