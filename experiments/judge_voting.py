@@ -132,14 +132,8 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
     for a, b in (("majority-5", "exact"), ("majority-5", "noisy-1"), ("noisy-1", "exact")):
         if a in groups and b in groups:
             out += an.findings(groups[a], groups[b], (a, b), checks)
-    plt = an.pyplot()
-    f, axes = plt.subplots(1, 2, figsize=(11, 4))
-    an.curves(axes[0], groups, "success", labels)
-    axes[0].set_ylabel("success (training episodes)")
-    an.curves(axes[1], groups, "team_return", labels)
-    axes[1].set_ylabel("judged reward (what each arm trained on)")
-    axes[0].legend(loc="lower right", fontsize=8)
-    out += ["", fig.save(f, "curves", "true success and judged reward vs env steps")]
+    caption = "true success of training episodes vs env steps"
+    out += ["", an.curve_figure(fig, groups, "success", labels, "success (training)", caption)]
     return "\n".join(out)
 
 
