@@ -499,3 +499,32 @@ def test_grpo_reads_per_source_parts_from_the_episodes_final_infos():
     np.testing.assert_allclose(out, [0.9, -0.9], rtol=1e-5)
     summed = [episode({"a": 1.0}, 1.0, "sum"), episode({"a": 0.0}, 0.0, "sum")]
     assert per_source_from_episodes(summed, rewards, groups) is rewards
+
+
+def test_train_reports_each_source_and_the_judges(ray_session, tmp_path):
+    from configs import tiny_config
+
+    from trainers.run import train
+
+    rewards = {
+        "sources": [
+            {"name": "exact", "kind": "verifier", "weight": 0.5},
+            {
+                "name": "panel",
+                "kind": "judge",
+                "judges": [
+                    {"ref": "experiments.judges:noisy_verifier", "kwargs": {"seed": i}}
+                    for i in range(3)
+                ],
+            },
+        ]
+    }
+    cfg = tiny_config(tmp_path, scenario="delegate", topology="star:2", rewards=rewards)
+    result = train(cfg.replace(**{"budget.iterations": 1}))
+    row = result.history[-1]
+    assert {"charts/reward/exact", "charts/reward/panel"} <= row.keys()
+    assert row["charts/reward/judge_failures"] == 0.0
+    assert 0.0 <= row["charts/reward/judge_disagreement"] <= 1 / 3
+    assert row["charts/team_return"] == pytest.approx(
+        row["charts/reward/exact"] + row["charts/reward/panel"]
+    )
