@@ -534,6 +534,20 @@ def load_ref(ref: Any, what: str) -> Any:
     return obj
 
 
+def check_references(spec: Mapping[str, Any]) -> None:
+    """Import every ``package.module:attr`` of a spec (judges, checklists, shaping terms)
+    without building anything (no judge factory is called: an LLM judge loads no model)."""
+    for source in spec.get("sources", []):
+        where = f"rewards.sources[{source.get('name', '')!r}]"
+        for i, j in enumerate(source.get("judges") or []):
+            load_ref(j.get("ref") if isinstance(j, Mapping) else j, f"{where}.judges[{i}].ref")
+        if source.get("kind") == "checklist":
+            load_ref(source.get("checklist"), f"{where}.checklist")
+        term = source.get("term", "tool_calls") if source.get("kind") == "shaping" else None
+        if term not in (None, "tool_calls") and not callable(load_ref(term, f"{where}.term")):
+            raise ScenarioError(f"{where}.term={term!r} is not callable")
+
+
 def _source(spec: Mapping[str, Any]) -> Source:
     """One source from its plain spec (the fields of ``RewardSourceConfig``)."""
     name, kind = str(spec.get("name", "")), spec.get("kind", "verifier")

@@ -160,10 +160,10 @@ class RewardsConfig:
             s.check(f"rewards.sources[{i}]")
         if self.sources:
             from scenarios.base import ScenarioError
-            from scenarios.reward_sources import RewardSources
+            from scenarios.reward_sources import check_references
 
             try:
-                RewardSources.from_spec(self.to_spec())  # imports every reference
+                check_references(self.to_spec())
             except ScenarioError as exc:
                 raise error(str(exc)) from None
 
