@@ -176,6 +176,13 @@ class Scenario(ABC):
         sender. ``None`` (the default): the whole observation is the agent's own."""
         return None
 
+    def anchor_key(self, agent: str, observation: Any) -> Any:
+        """The anchor state ``agent``'s turn starts from, for GRPO step groups
+        (``turn_credit: step_groups``): turns of one agent in one GRPO group with equal keys are
+        compared with each other. A hashable, picklable value (it travels in the step's infos),
+        or ``None`` (the default): turns from identical observations share an anchor."""
+        return None
+
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
         """Outcome of an episode that failed (a node raised): zero reward by default."""
         return Outcome(reward=0.0, success=False)

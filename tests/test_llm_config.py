@@ -191,7 +191,10 @@ ERRORS = [
     ({"pools": {}, "algorithm.name": "PPO", "algorithm.grpo": None}, "model.type: llm"),
     ({"algorithm.name": "PPO", "algorithm.grpo": None}, "set algorithm.name: GRPO"),
     ({"algorithm.name": "PPO"}, "algorithm.grpo is set"),
-    ({"pools": {}, "scenario": "delegate", "scenario_kwargs": {}}, "GRPO trains LLM pools only"),
+    (
+        {"pools": {}, "scenario": "delegate", "scenario_kwargs": {}, "algorithm.grpo.kl_coef": 0.1},
+        "kl_coef: 0",
+    ),
     ({"pools.orchestrator.model.path": "/nonexistent/model"}, "save_pretrained"),
     ({"pools.orchestrator.model.temperature": 0.0}, "greedy decoding"),
     ({"pools.orchestrator.model.top_p": 0.0}, "top_p"),

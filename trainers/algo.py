@@ -124,12 +124,18 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     if isinstance(algo, GRPOAlgo):
         from trainers.grpo_learner import GroupedEnv
 
-        config.environment(GroupedEnv, env_config={**grpo_env_config(cfg, plan), **timeout})
+        # RLlib's env checker steps the first sub-env once; a one-step episode would finish
+        # there and shift that env's task-seed schedule, splitting its groups
+        config.environment(
+            GroupedEnv,
+            env_config={**grpo_env_config(cfg, plan), **timeout},
+            disable_env_checking=True,
+        )
     else:
         config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
     config.framework("torch")
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
-    config.env_runners(**_env_runner_kwargs(cfg, specs))
+    config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(plan)))
     learners: dict[str, Any] = {
         "num_learners": cfg.resources.num_learners,
         "num_gpus_per_learner": cfg.resources.num_gpus_per_learner,
@@ -164,7 +170,9 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     return config
 
 
-def _env_runner_kwargs(cfg: ExperimentConfig, specs: Mapping[str, Any]) -> dict[str, Any]:
+def _env_runner_kwargs(
+    cfg: ExperimentConfig, specs: Mapping[str, Any], side_by_side: bool = True
+) -> dict[str, Any]:
     """Sampling: whole episodes for credit (replays), recurrent pools (RLlib 2.60 fails to
     recover the state of an agent that skips env steps at the start of a cut continuation
     chunk) and GRPO (a group is ``G`` sub-envs side by side, scored as whole episodes)."""
@@ -178,7 +186,9 @@ def _env_runner_kwargs(cfg: ExperimentConfig, specs: Mapping[str, Any]) -> dict[
     return {
         "num_env_runners": cfg.resources.num_env_runners,
         "num_envs_per_env_runner": (
-            algo.grpo.group_size if grpo else cfg.resources.num_envs_per_env_runner
+            (algo.grpo.group_size if side_by_side else 1)
+            if grpo
+            else cfg.resources.num_envs_per_env_runner
         ),
         "batch_mode": "complete_episodes" if whole else "truncate_episodes",
         "num_cpus_per_env_runner": 1,
@@ -190,7 +200,19 @@ def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
     experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream
     (the ``G`` rollouts of a group run side by side)."""
     env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
-    return {**env_config, "seed": cfg.seed, "repeat": 1, "shared_seeds": True}
+    assert isinstance(cfg.algorithm, GRPOAlgo)
+    repeat = 1 if grpo_side_by_side(plan) else cfg.algorithm.grpo.group_size
+    return {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": True}
+
+
+def grpo_side_by_side(plan: Plan) -> bool:
+    """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs, one batched
+    generation per step: teams with an LLM pool) or one after another in one env (``repeat =
+    G``: small-network teams), which keeps every group whole when episode lengths vary (side by
+    side, a sub-env that finishes early starts the next task before the others finish)."""
+    from marl_agents.pools import LLMModel
+
+    return any(isinstance(p.model, LLMModel) for p in plan.pools.values())
 
 
 def credit_workers(cfg: ExperimentConfig) -> int:

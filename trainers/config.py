@@ -138,6 +138,7 @@ def _int_at_least(value: Any, low: int) -> bool:
 
 
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+TurnCredit = Literal["episode", "reward_to_go", "step_groups"]
 
 
 @dataclasses.dataclass
@@ -163,6 +164,12 @@ class GRPOConfig:
         loss_agg: ``"token_mean"`` (every unmasked token in the batch weighs the same,
             DAPO), ``"seq_mean_token_mean"`` (mean over tokens, then over sequences,
             GRPO), or ``"seq_mean_token_sum"`` (sum over tokens, mean over sequences).
+        turn_credit: how an agent's advantage is spread over its turns
+            (:mod:`trainers.turn_credit`): ``"episode"`` (every turn gets the episode
+            advantage), ``"reward_to_go"`` (a turn is not credited with rewards paid before
+            it) or ``"step_groups"`` (GiGPO: the episode advantage plus ``step_weight`` × the
+            turn's reward-to-go normalised among the group's turns from the same anchor state).
+        step_weight: weight of the step-group advantage (``turn_credit: step_groups``).
     """
 
     clip_low: float = 0.2
@@ -180,6 +187,8 @@ class GRPOConfig:
     kl_coef: float = 0.0
     format_penalty: float = 0.0
     loss_agg: LossAgg = "token_mean"
+    turn_credit: TurnCredit = "episode"
+    step_weight: float = 1.0
 
     def __post_init__(self) -> None:
         typed(self, "grpo")
@@ -195,6 +204,11 @@ class GRPOConfig:
         if self.length_budget is not None and self.length_budget <= 0:
             raise ConfigError(
                 f"{where}.length_budget must be > 0 tokens (or null), got {self.length_budget}"
+            )
+        if not (self.step_weight >= 0 and math.isfinite(self.step_weight)):
+            raise ConfigError(
+                f"{where}.step_weight={self.step_weight} must be a finite number ≥ 0 (1.0 adds "
+                "the step-group advantage to the episode advantage at equal weight)"
             )
 
 
@@ -388,8 +402,9 @@ class PPOAlgo(ClippedAlgo):
 @dataclasses.dataclass
 class GRPOAlgo(AlgoConfig):
     """``GRPO``: token-level GRPO for LLM pools (:mod:`trainers.grpo_learner`), chosen
-    explicitly (``resolve`` rejects LLM pools with another algorithm and GRPO with trained
-    non-LLM pools). No value function, no GAE: an iteration's batch is
+    explicitly (``resolve`` rejects LLM pools with another algorithm); small-network pools
+    (``mlp``, ``gru``, ...) train with the same loss on their action logprobs (no ``kl_coef``).
+    No value function, no GAE: an iteration's batch is
     ``grpo.group_size · grpo.groups_per_iteration`` finished episodes.
 
     Attributes:

@@ -53,6 +53,7 @@ __all__ = [
     "compute_advantages",
     "dynamic_sampling_mask",
     "group_advantages",
+    "group_moments",
     "grpo_loss",
     "kl_k3",
     "pack_segments",
@@ -79,16 +80,22 @@ def group_advantages(
     Returns:
         ``[N]`` advantages; a group of one, or of equal rewards, gets 0 (also with ``eps=0``).
     """
+    centred, std = group_moments(rewards, groups)
+    if not scale_std:
+        return centred
+    denom = std + eps
+    return torch.where(denom > 0, centred / denom.clamp(min=1e-30), torch.zeros_like(centred))
+
+
+def group_moments(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(r − mean_g, std_g)`` per sample: group-centred rewards and the group's population std."""
     rewards = rewards.float()
     ids, inv = torch.unique(groups, return_inverse=True)
     count = torch.zeros(len(ids), dtype=rewards.dtype).index_add_(0, inv, torch.ones_like(rewards))
     mean = torch.zeros(len(ids), dtype=rewards.dtype).index_add_(0, inv, rewards) / count
     centred = rewards - mean[inv]
-    if not scale_std:
-        return centred
     var = torch.zeros(len(ids), dtype=rewards.dtype).index_add_(0, inv, centred**2) / count
-    denom = var.sqrt()[inv] + eps
-    return torch.where(denom > 0, centred / denom.clamp(min=1e-30), torch.zeros_like(centred))
+    return centred, var.sqrt()[inv]
 
 
 def dynamic_sampling_mask(

@@ -82,6 +82,7 @@ from scenarios.rllib_env import RLlibGraphEnv
 from trainers.config import GRPOConfig
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
 from trainers.reward_config import per_source_from_episodes
+from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
 
 #: batch column: the GRPO advantage of the row's episode (one value per row).
 ADVANTAGES = "advantages"
@@ -128,17 +129,28 @@ class GroupedEnv(RLlibGraphEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        return super().reset(seed=self._task_seed, options=options)
+        obs, infos = super().reset(seed=self._task_seed, options=options)
+        return obs, self._anchors(obs, infos)
 
     @override
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
-        out = super().step(action_dict)
-        if out[2].get("__all__") or out[3].get("__all__"):
+        obs, rewards, terms, truncs, infos = super().step(action_dict)
+        if terms.get("__all__") or truncs.get("__all__"):
             self._finished += 1
             if self._finished >= self.repeat:
                 self._finished = 0
                 self._task_seed = int(self._seeds.integers(2**31))
-        return out
+        return obs, rewards, terms, truncs, self._anchors(obs, infos)
+
+    def _anchors(self, obs: Mapping[str, Any], infos: dict[str, Any]) -> dict[str, Any]:
+        """``infos`` with the scenario's anchor key of each observation (``Scenario.anchor_key``;
+        nothing added where it returns ``None``: the observation itself is the anchor)."""
+        scenario = self.env.scenario
+        for agent, ob in obs.items():
+            key = scenario.anchor_key(agent, ob)
+            if key is not None:
+                infos[agent] = {**infos.get(agent, {}), ANCHOR_INFO: key}
+        return infos
 
 
 # ----- advantages (learner connector) -------------------------------------------------------
@@ -208,22 +220,51 @@ class GRPOAdvantages(ConnectorV2):
             module = rl_module[module_id].unwrapped()
             mine = [e for e in sa_episodes if e.module_id in (None, module_id)]
             lens = [len(e) for e in mine]
-            rows = len(module_batch[Columns.ACTIONS])
+            stateful = module.is_stateful()
+            if stateful:  # rows are zero-padded sequences; the loss mask marks real steps
+                rows = int(module_batch[Columns.LOSS_MASK].sum())
+            else:
+                rows = len(module_batch[Columns.ACTIONS])
             if sum(lens) != rows:
                 raise RuntimeError(
                     f"GRPO: module {module_id!r} has {rows} rows but its episodes have "
-                    f"{sum(lens)} steps; GRPO needs complete, unpadded episodes (no recurrent "
-                    "modules, batch_mode='complete_episodes')"
+                    f"{sum(lens)} steps; GRPO needs complete episodes "
+                    "(batch_mode='complete_episodes')"
                 )
             adv, keep, stats = self.advantages(module_id, module, mine)
+            adv, keep, turn_stats = self.per_turn(mine, adv, keep)
+            if stateful:
+                adv, keep = (pad_episodes(x, lens, module) for x in (adv, keep))
             device = module_batch[Columns.ACTIONS].device
-            module_batch[ADVANTAGES] = torch.as_tensor(np.repeat(adv, lens), device=device)
-            module_batch[GRPO_KEEP] = torch.as_tensor(np.repeat(keep, lens), device=device)
+            module_batch[ADVANTAGES] = torch.as_tensor(adv, device=device)
+            module_batch[GRPO_KEEP] = torch.as_tensor(keep, device=device)
+            stats.update(turn_stats)
             if metrics is not None:
                 metrics.log_dict(
                     {f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1
                 )
         return batch
+
+    def per_turn(
+        self, sa_episodes: list[Any], adv: np.ndarray, keep: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """Episode ``(advantage, keep)`` → one per step, by ``grpo.turn_credit``
+        (:func:`trainers.turn_credit.turn_advantages`)."""
+        rewards = [np.asarray(e.get_rewards(), dtype=np.float64) for e in sa_episodes]
+        anchors = None
+        if self.grpo.turn_credit == "step_groups":
+            anchors = [episode_anchors(e) for e in sa_episodes]
+        groups = [self._group_key(e) for e in sa_episodes]
+        ids = {k: i for i, k in enumerate(dict.fromkeys(groups))}
+        return turn_advantages(
+            rewards, [ids[k] for k in groups], adv, keep, self.grpo, anchors=anchors
+        )
+
+    @staticmethod
+    def _group_key(sa_episode: Any) -> tuple[Any, ...]:
+        """An agent episode's GRPO group: its task seed and agent."""
+        seed = episode_seed(sa_episode)
+        return (seed, sa_episode.agent_id) if seed is not None else ("batch", sa_episode.agent_id)
 
     def advantages(
         self, module_id: str, module: Any, sa_episodes: list[Any]
@@ -234,9 +275,7 @@ class GRPOAdvantages(ConnectorV2):
         keys: dict[tuple[Any, ...], int] = {}
         groups = np.empty(n, dtype=np.int64)
         for i, e in enumerate(sa_episodes):
-            seed = episode_seed(e)
-            key = (seed, e.agent_id) if seed is not None else ("batch", e.agent_id)
-            groups[i] = keys.setdefault(key, len(keys))
+            groups[i] = keys.setdefault(self._group_key(e), len(keys))
         rewards = per_source_from_episodes(sa_episodes, rewards, groups)
         pad = getattr(module, "pad_id", None)
         lengths = np.zeros(n, dtype=np.float32)
@@ -266,6 +305,14 @@ class GRPOAdvantages(ConnectorV2):
         if dual is not None:
             stats["length_dual"] = dual.update(torch.as_tensor(lengths))
         return adv.numpy().astype(np.float32), keep.numpy(), stats
+
+
+def pad_episodes(values: np.ndarray, lens: list[int], module: Any) -> np.ndarray:
+    """Per-step values laid out like a recurrent module's zero-padded ``[B, T]`` batch."""
+    from ray.rllib.utils.postprocessing.zero_padding import split_and_zero_pad_n_episodes
+
+    seq = module.model_config["max_seq_len"]
+    return np.stack(split_and_zero_pad_n_episodes(values, episode_lens=lens, max_seq_len=seq))
 
 
 # ----- the learner ---------------------------------------------------------------------------
@@ -299,6 +346,11 @@ class GRPOLearner(TorchLearner):
         if self.grpo.kl_coef:
             for mid in self.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
                 if self.should_module_be_updated(mid):
+                    if not isinstance(self.module[mid].unwrapped(), CausalLMModule):
+                        raise ValueError(
+                            f"GRPO kl_coef > 0 needs LLM modules (a reference model); module "
+                            f"{mid!r} is {type(self.module[mid].unwrapped()).__name__}"
+                        )
                     ref = copy.deepcopy(self.module[mid].unwrapped().model)
                     for p in ref.parameters():
                         p.requires_grad_(False)
@@ -320,10 +372,7 @@ class GRPOLearner(TorchLearner):
     ) -> torch.Tensor:
         module = self.module[module_id].unwrapped()
         if not isinstance(module, CausalLMModule):
-            raise TypeError(
-                f"GRPOLearner trains CausalLMModule policies; module {module_id!r} is "
-                f"{type(module).__name__}: freeze it (leave it out of policies_to_train)"
-            )
+            return self._action_loss(module_id, module, batch, fwd_out)
         lp = fwd_out[TOKEN_LOGP]
         entropy = fwd_out.get(TOKEN_ENTROPY)
         old = batch[TOKEN_LOGP].float()
@@ -360,6 +409,40 @@ class GRPOLearner(TorchLearner):
             self.metrics.log_value(
                 (module_id, "grpo/sampler_kl_fresh"), stats["sampler_kl"], window=1
             )
+        return loss
+
+    def _action_loss(
+        self, module_id: str, module: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> torch.Tensor:
+        """GRPO for a plain RLlib torch module (MLP, GRU, ...): the clipped surrogate of
+        :func:`~trainers.grpo.grpo_loss` on each step's action logprob (one "token" per step)
+        with the group advantages; no value function. Recurrent batches are ``[B, T]`` with
+        RLlib's loss mask; flat batches become ``[N, 1]``."""
+        dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+        lp = dist.logp(batch[Columns.ACTIONS])
+        old = batch[Columns.ACTION_LOGP].float()
+        adv = batch[ADVANTAGES].float()
+        mask = batch[Columns.LOSS_MASK].bool() if Columns.LOSS_MASK in batch else None
+        if mask is None:
+            mask = torch.ones_like(adv, dtype=torch.bool)
+        if GRPO_KEEP in batch:
+            mask = mask & batch[GRPO_KEEP].bool()
+        entropy = dist.entropy() if self.grpo.spurious_mask else None
+        if lp.dim() == 1:  # one row per step: a sequence of one "token"
+            lp, old, adv, mask = lp[:, None], old[:, None], adv[:, None], mask[:, None]
+            entropy = entropy[:, None] if entropy is not None else None
+        loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, entropy=entropy)
+        with torch.no_grad():
+            stats["entropy"] = (
+                float(dist.entropy().reshape(mask.shape)[mask].mean()) if mask.any() else 0.0
+            )
+            stats["advantage_abs_mean"] = float(adv[mask].abs().mean()) if mask.any() else 0.0
+        self.metrics.log_dict({f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1)
+        self.metrics.log_dict(
+            {LEARNER_RESULTS_KL_KEY: stats["kl"], ENTROPY_KEY: stats["entropy"]},
+            key=module_id,
+            window=1,
+        )
         return loss
 
     @override

@@ -90,7 +90,8 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
             ``scenario_kwargs``, an unknown topology, unknown agents or pools, a pool with no
             agents, an agent in no pool, an unknown scripted policy or missing checkpoint, an
             LLM pool on agents that do not act with text (or a trained non-LLM pool on agents
-            that do), an LLM pool without algorithm GRPO or GRPO training a non-LLM pool, credit
+            that do), an LLM pool without algorithm GRPO or GRPO's ``kl_coef`` on a trained
+            non-LLM pool, credit
             the scenario cannot support, GPUs or CPUs the machine does not have, LLM pools whose
             memory estimate exceeds the configured devices.
 
@@ -307,7 +308,9 @@ def _model_vocab(path: str) -> int | None:
 
 
 def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:
-    """LLM pools run with GRPO, and GRPO trains nothing but LLM pools."""
+    """LLM pools run with GRPO; GRPO trains small-network pools without a KL reference."""
+    from trainers.config import GRPOAlgo
+
     name = cfg.algorithm.name
     llm = [p.id for p in pools.values() if isinstance(p.model, LLMModel)]
     if llm and name != "GRPO":
@@ -315,14 +318,14 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
             f"pool(s) {llm} are LLMs (model.type 'llm'): they run with token-level GRPO; set "
             f"algorithm.name: GRPO ({name} needs a value function, which a causal LM has not)"
         )
-    if name == "GRPO":
+    if isinstance(cfg.algorithm, GRPOAlgo) and cfg.algorithm.grpo.kl_coef:
         other = [f"{p.id} ({p.model.type})" for p in pools.values()
                  if p.trainable and not isinstance(p.model, LLMModel)]  # fmt: skip
         if other:
             raise ConfigError(
-                f"algorithm GRPO trains LLM pools only (token-level loss, no value function), "
-                f"but {', '.join(other)} would train: give them model.type 'llm', leave them "
-                "out of train (frozen), or use algorithm PPO"
+                f"algorithm.grpo.kl_coef={cfg.algorithm.grpo.kl_coef} keeps a reference copy of "
+                f"LLM pools only, but {', '.join(other)} would train: set "
+                "algorithm.grpo.kl_coef: 0, or freeze them (leave them out of train)"
             )
 
 
