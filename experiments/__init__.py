@@ -31,4 +31,5 @@ CLAIMS: tuple[str, ...] = (
     "single_vs_team",
     "spread_benchmark",
     "judge_voting",
+    "turn_credit",
 )

@@ -147,7 +147,8 @@ def make_config(ctx: Context, cond: Condition, seed: int) -> Any:
     """The :class:`ExperimentConfig` of ``cond`` for ``seed``: quiet, no plots, one checkpoint."""
     from trainers.config import ExperimentConfig
 
-    base = SMOKE_CONFIG if ctx.budget == "smoke" else {}
+    grpo = cond.config.get("algorithm", {}).get("name") == "GRPO"  # no batch-size fields
+    base = SMOKE_CONFIG if ctx.budget == "smoke" and not grpo else {}
     fixed = {
         "seed": seed,
         "logging": {"wandb": "disabled", "progress": False},
