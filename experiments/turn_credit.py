@@ -1,7 +1,7 @@
 """Claim 8 — turn credit (reward to go, GiGPO step groups) vs episode credit for GRPO.
 
 On a multi-turn tool-use task, :class:`StepToolchain` (``toolchain`` ``single`` — one agent
-looks up two keys, combines them with ``calc`` and answers; 2 keys, 1 op, at most 6 calls —
+looks up two keys, combines them with ``calc`` and answers; 2 keys, 1 op, at most 4 calls: the shortest solution —
 that pays ``call_reward`` 0.1 after every call that fetches or computes a value the solution
 needs for the first time, and ``1`` for a correct answer at the end), one MLP agent trained by
 GRPO (8 rollouts per task, 4 tasks an iteration) under three ``algorithm.grpo.turn_credit``
@@ -45,7 +45,7 @@ PUBLISHED = (
 TARGET = 0.3
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"iterations": 2},
-    "default": {"iterations": 40},
+    "default": {"iterations": 60},
     "full": {"iterations": 150},
 }
 MODES = ("episode", "reward_to_go", "step_groups")
@@ -101,7 +101,7 @@ def conditions(budget: str) -> list[Condition]:
     base = {
         "scenario": "experiments.turn_credit:StepToolchain",
         "topology": "single",
-        "scenario_kwargs": {"n_keys": 2, "n_ops": 1, "max_calls": 6, "call_reward": 0.1},
+        "scenario_kwargs": {"n_keys": 2, "n_ops": 1, "max_calls": 4, "call_reward": 0.1},
         "pools": {"agent": {"model": {"type": "mlp", "hidden": [64, 64]}}},
         "budget": {"iterations": b["iterations"]},
     }
