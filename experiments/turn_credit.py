@@ -1,11 +1,11 @@
 """Claim 8 — turn credit (reward to go, GiGPO step groups) vs episode credit for GRPO.
 
 On a multi-turn tool-use task, :class:`StepToolchain` (``toolchain`` ``single`` — one agent
-looks up two keys, combines them with ``calc`` and answers; 2 keys, 1 op, at most 4 calls: the shortest solution —
-that pays ``call_reward`` 0.1 after every call that fetches or computes a value the solution
-needs for the first time, and ``1`` for a correct answer at the end), one MLP agent trained by
-GRPO (8 rollouts per task, 4 tasks an iteration) under three ``algorithm.grpo.turn_credit``
-settings:
+looks up two keys, combines them with ``calc`` and answers; 2 keys, 1 op, at most 4 calls, the
+shortest solution — that pays ``call_reward`` 0.1 after every call that fetches or computes a
+value the solution needs for the first time, and ``1`` for a correct answer at the end), one MLP
+agent trained by GRPO (8 rollouts per task, 4 tasks an iteration) under three
+``algorithm.grpo.turn_credit`` settings:
 
 * ``episode``: every turn gets the episode advantage (today's GRPO);
 * ``reward_to_go``: a turn is not credited with the rewards paid before it;

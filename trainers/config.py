@@ -220,8 +220,9 @@ class GRPOSettings(GRPOConfig):
 
     Attributes:
         group_size: ``G`` rollouts per task (the GRPO group; ≥ 2), sampled side by side as
-            ``G`` vector sub-envs sharing one task-seed stream (so
-            ``resources.num_envs_per_env_runner`` is replaced by ``G``).
+            ``G`` vector sub-envs sharing one task-seed stream when the team has LLM pools,
+            else one after another in one env (``resources.num_envs_per_env_runner`` is
+            replaced by ``G`` or 1).
         groups_per_iteration: tasks per iteration: ``G · groups`` finished episodes per
             iteration.
         minibatch_size: rows per gradient step (``None``: the whole iteration).

@@ -1,4 +1,5 @@
-"""Token-level GRPO through RLlib's Learner API (new API stack), for LLM policies.
+"""Token-level GRPO through RLlib's Learner API (new API stack), for LLM policies (and, one
+"token" per step, for small-network policies).
 
 The pieces, each an RLlib seam:
 
@@ -19,7 +20,10 @@ The pieces, each an RLlib seam:
   is first normalised within its group and the sources summed:
   :func:`trainers.reward_config.per_source_from_episodes`) and turned into advantages by
   :func:`trainers.grpo.compute_advantages` (format penalty, length dual, dynamic sampling,
-  std scaling), then broadcast to every step of the episode. Modules that do not learn
+  std scaling), then spread over the episode's steps by ``turn_credit``
+  (:mod:`trainers.turn_credit`: the same value on every step by default, or reward to go, or
+  GiGPO step groups keyed by the anchors ``GroupedEnv`` records from ``Scenario.anchor_key``).
+  Recurrent modules get them zero-padded like their batch. Modules that do not learn
   (``policies_to_train``) are skipped.
 * :class:`GRPOLearner` (a ``TorchLearner``): ``compute_loss_for_module`` calls
   :func:`trainers.grpo.grpo_loss` with every knob of :class:`~trainers.grpo.GRPOConfig` on the
@@ -36,7 +40,8 @@ The pieces, each an RLlib seam:
   update (weights still equal to the samplers': the agreement check, ≈ 0 unless sampler and
   learner score different distributions), ``sampling_temperature`` (mean ``T`` of the rows),
   a frozen KL reference (scored at the same ``T``) when ``kl_coef > 0``, and the length
-  dual's ``λ``.
+  dual's ``λ``. A module that is not a ``CausalLMModule`` (MLP, GRU, ...) gets the same
+  clipped surrogate on its actions' logprobs (``_action_loss``; no value function, no KL).
 * :class:`GRPO` (a ``PPO`` subclass) samples exactly ``episodes_per_iteration`` finished
   episodes per iteration (so groups are whole) and updates the learners like PPO;
   :class:`GRPOAlgorithmConfig` carries the knobs (``config.grpo(...)``).
@@ -177,7 +182,7 @@ def episode_format_ok(sa_episode: Any) -> bool | None:
 
 
 class GRPOAdvantages(ConnectorV2):
-    """Group-normalised advantages per (episode, agent), broadcast to the episode's rows.
+    """Group-normalised advantages per (episode, agent), spread over the episode's rows.
 
     Args:
         grpo: the knobs.
@@ -317,7 +322,8 @@ def pad_episodes(values: np.ndarray, lens: list[int], module: Any) -> np.ndarray
 
 # ----- the learner ---------------------------------------------------------------------------
 class GRPOLearner(TorchLearner):
-    """Token-level GRPO for :class:`~marl_agents.llm.rl_module.CausalLMModule` modules.
+    """Token-level GRPO for :class:`~marl_agents.llm.rl_module.CausalLMModule` modules, and
+    step-level GRPO for other RLlib torch modules.
 
     Reads its knobs from ``config.learner_config_dict["grpo"]`` (the fields of
     :class:`~trainers.grpo.GRPOConfig`). See the module doc for what each part does.
