@@ -12,11 +12,11 @@ agent trained by GRPO (8 rollouts per task, 4 tasks an iteration) under three
 * ``step_groups``: the episode advantage plus the reward to go normalised among the group's
   turns from the same observation (GiGPO, ``step_weight`` 1).
 
-Measured: env steps until the 3-iteration moving success rate (correct answers) reaches
-:data:`TARGET`, the final success rate and, for step groups, ``grpo/anchor_hit_rate`` (share of
-turns whose anchor recurs in the group). The rollouts of a task start from the same observation
-and diverge after the first different call, so anchors recur early in an episode and rarely
-late.
+Measured: env steps until the 3-iteration moving return reaches :data:`TARGET` (0.3: both
+lookups and the combination made), the final return and success rate (correct answers) and, for
+step groups, ``grpo/anchor_hit_rate`` (share of turns whose anchor recurs in the group). The
+rollouts of a task start from the same observation and diverge after the first different call,
+so anchors recur early in an episode and rarely late.
 
 Run: ``python -m experiments.turn_credit`` (``--smoke``, ``--full``, ``--seeds N``).
 """
@@ -41,7 +41,8 @@ PUBLISHED = (
     "state, compared by their return — give multi-turn agents finer credit than one advantage "
     "per episode, at no extra rollouts, where states recur across a group's rollouts."
 )
-#: the success rate (3-iteration moving average) whose env steps are reported.
+#: the return (3-iteration moving average) whose env steps are reported: 0.3 = the three
+#: per-call rewards (both lookups and the combination), without the final answer.
 TARGET = 0.3
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"iterations": 2},
@@ -108,7 +109,7 @@ def conditions(budget: str) -> list[Condition]:
     out = []
     for mode in MODES:
         grpo = {"group_size": 8, "groups_per_iteration": 4, "turn_credit": mode}
-        algo = {"name": "GRPO", "lr": 0.003, "num_epochs": 2, "grpo": grpo}
+        algo = {"name": "GRPO", "lr": 0.001, "num_epochs": 1, "grpo": grpo}
         cfg = harness.deep_merge(base, {"algorithm": algo})
         out.append(Condition(mode, LABELS[mode], cfg, {"turn_credit": mode}))
     return out
@@ -158,7 +159,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             [
                 LABELS.get(name, name),
                 len(rs),
-                an.fmt_steps([an.steps_to(r, "success", TARGET) for r in rs]),
+                an.fmt_steps([an.steps_to(r, "team_return", TARGET) for r in rs]),
                 an.fmt([an.final(r, "success") for r in rs], pct=True),
                 an.fmt([an.final(r, "team_return") for r in rs]),
                 an.fmt([an.final(r, "episode_len") for r in rs], digits=2),
@@ -166,8 +167,9 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             ]
         )
     out = [
-        f"Success = share of episodes answering correctly; *steps to {TARGET:.0%}* = env steps "
-        "until its 3-iteration moving average first reaches that level. *Anchor hit rate* = "
+        f"*Steps to return {TARGET}* = env steps until the 3-iteration moving average of the "
+        "return first reaches it (both lookups and the combination paid, 0.1 each); success = "
+        "share of episodes answering correctly (+1). *Anchor hit rate* = "
         "share of turns whose observation recurs among the group's turns (mean over the run; "
         "only logged with step groups).",
         "",
@@ -175,7 +177,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             [
                 "turn credit",
                 "seeds",
-                f"steps to {TARGET:.0%} success",
+                f"steps to return {TARGET}",
                 "final success",
                 "final return",
                 "episode length",
@@ -197,8 +199,9 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
                     episode,
                     (LABELS[name], "episode credit"),
                     [
+                        ("final return", an.final, "team_return"),
+                        ("best return (3-iteration average)", an.best, "team_return"),
                         ("final success", an.final, "success"),
-                        ("best success (3-iteration average)", an.best, "success"),
                     ],
                 ),
                 "",
@@ -207,10 +210,10 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         an.curve_figure(
             fig,
             groups,
-            "success",
+            "team_return",
             LABELS,
-            "success rate",
-            "success rate per turn-credit mode",
+            "return",
+            "return per turn-credit mode",
             decorate=lambda ax: ax.axhline(TARGET, color="grey", linestyle=":", linewidth=1),
         )
     )

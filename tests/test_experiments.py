@@ -160,8 +160,28 @@ def judge_voting_records() -> list[dict[str, Any]]:
     ]
 
 
+def turn_credit_records() -> list[dict[str, Any]]:
+    """Synthetic ``turn_credit`` records: step groups ahead on every seed."""
+    out = []
+    for mode, end in (("episode", 0.4), ("reward_to_go", 0.5), ("step_groups", 0.8)):
+        for s in range(3):
+            record = run_record(
+                "turn_credit",
+                mode,
+                s,
+                {"turn_credit": mode},
+                success=(0.0, end - 0.3),
+                team_return=(0.1, end),
+                episode_len=(2.0, 4.0),
+            )
+            if mode == "step_groups":
+                record["extra_metrics"] = {"anchor_hit_rate": 0.4}
+            out.append(record)
+    return out
+
+
 #: claims whose synthetic records come from their own function
-SYNTHETIC = {"judge_voting": judge_voting_records}
+SYNTHETIC = {"judge_voting": judge_voting_records, "turn_credit": turn_credit_records}
 
 
 def synthetic(claim: str) -> list[dict[str, Any]]:
@@ -304,6 +324,7 @@ def test_report_covers_every_claim_on_synthetic_results(tmp_path: Path) -> None:
     assert "team is higher than single on every seed" in text
     assert "-133.54 ± 3.08" in text
     assert "majority-5 is higher than noisy-1 on every seed" in text
+    assert "step groups (GiGPO) is higher than episode credit on every seed" in text
 
 
 # ----- the numbers behind the tables ---------------------------------------------------------
