@@ -428,20 +428,18 @@ class GRPOLearner(TorchLearner):
         lp = dist.logp(batch[Columns.ACTIONS])
         old = batch[Columns.ACTION_LOGP].float()
         adv = batch[ADVANTAGES].float()
-        mask = batch[Columns.LOSS_MASK].bool() if Columns.LOSS_MASK in batch else None
-        if mask is None:
-            mask = torch.ones_like(adv, dtype=torch.bool)
-        if GRPO_KEEP in batch:
-            mask = mask & batch[GRPO_KEEP].bool()
+        real = batch[Columns.LOSS_MASK].bool() if Columns.LOSS_MASK in batch else None
+        if real is None:
+            real = torch.ones_like(adv, dtype=torch.bool)
+        mask = real & batch[GRPO_KEEP].bool() if GRPO_KEEP in batch else real
         entropy = dist.entropy() if self.grpo.spurious_mask else None
         if lp.dim() == 1:  # one row per step: a sequence of one "token"
             lp, old, adv, mask = lp[:, None], old[:, None], adv[:, None], mask[:, None]
             entropy = entropy[:, None] if entropy is not None else None
         loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, entropy=entropy)
-        with torch.no_grad():
-            stats["entropy"] = (
-                float(dist.entropy().reshape(mask.shape)[mask].mean()) if mask.any() else 0.0
-            )
+        with torch.no_grad():  # entropy over every real step, kept or not
+            ent = dist.entropy().reshape(real.shape)
+            stats["entropy"] = float(ent[real].mean()) if real.any() else 0.0
             stats["advantage_abs_mean"] = float(adv[mask].abs().mean()) if mask.any() else 0.0
         self.metrics.log_dict({f"grpo/{k}": v for k, v in stats.items()}, key=module_id, window=1)
         self.metrics.log_dict(
