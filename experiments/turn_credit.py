@@ -44,6 +44,8 @@ PUBLISHED = (
 #: the return (3-iteration moving average) whose env steps are reported: 0.3 = the three
 #: per-call rewards (both lookups and the combination), without the final answer.
 TARGET = 0.3
+#: an earlier return level (the two lookups mostly made), also reported.
+EARLY_TARGET = 0.15
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"iterations": 2},
     "default": {"iterations": 60},
@@ -159,6 +161,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             [
                 LABELS.get(name, name),
                 len(rs),
+                an.fmt_steps([an.steps_to(r, "team_return", EARLY_TARGET) for r in rs]),
                 an.fmt_steps([an.steps_to(r, "team_return", TARGET) for r in rs]),
                 an.fmt([an.final(r, "success") for r in rs], pct=True),
                 an.fmt([an.final(r, "team_return") for r in rs]),
@@ -177,6 +180,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             [
                 "turn credit",
                 "seeds",
+                f"steps to return {EARLY_TARGET}",
                 f"steps to return {TARGET}",
                 "final success",
                 "final return",
