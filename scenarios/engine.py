@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import functools
 import json
+import os
 import re
 import signal
 import threading
@@ -53,8 +54,16 @@ from scenarios.replay import (
     RecursionLimit,
     Unsupported,
     compile_fast,
+    same,
 )
+from scenarios.stepped import FAST_NODE, SteppedRun
 
+#: how live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): ``auto`` (the fast
+#: path where the graph compiles for it), ``langgraph``, ``fast`` (required) or ``check`` (both,
+#: compared at every step)
+ENGINES = ("auto", "langgraph", "fast", "check")
+#: the default engine when ``GraphEnv(engine=None)``: this environment variable, else ``auto``
+ENGINE_ENV = "MARL_ENGINE"
 #: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
 DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
 #: once the limit is reached, the alarm fires again this often until the graph lets go
@@ -223,6 +232,13 @@ class GraphEnv(ParallelEnv):
             ``absent="skip"`` needs agents by node. Default: by id for a scenario that sets
             ``agents_by_id`` (its topology's agent nodes and their ``max_instances``), else by
             node.
+        engine: how live episodes run (:data:`ENGINES`): ``"auto"`` steps the graph with
+            :class:`scenarios.stepped.SteppedRun` (no LangGraph runtime: the same episodes,
+            ~3× faster) where it compiles for the fast path, else through LangGraph;
+            ``"langgraph"`` always through LangGraph; ``"fast"`` like auto but a graph that
+            does not compile raises :class:`ScenarioError`; ``"check"`` runs every episode both
+            ways and raises :class:`ScenarioError` at the first observation, reward,
+            termination or info that differs (for tests). Default: ``$MARL_ENGINE`` or auto.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -239,7 +255,9 @@ class GraphEnv(ParallelEnv):
         episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S,
         *,
         agent_ids: Mapping[str, int] | Iterable[str] | None = None,
+        engine: str | None = None,
     ) -> None:
+        self.engine = engine or os.environ.get(ENGINE_ENV) or "auto"
         if episode_timeout_s is not None and not episode_timeout_s > 0:
             raise ValueError(
                 f"episode_timeout_s must be > 0 seconds or None (no limit), got {episode_timeout_s}"
@@ -279,7 +297,7 @@ class GraphEnv(ParallelEnv):
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
-        self._run: GraphRun | None = None
+        self._run: GraphRun | SteppedRun | None = None
         self._replays: dict[tuple[Any, ...], Outcome] = {}
         self._fast: Any = _UNSET  # the fast replay executor, built on the first replay
         self._fast_checks = FAST_REPLAY_CHECKS
@@ -299,6 +317,22 @@ class GraphEnv(ParallelEnv):
         #: reward as it is
         self.rewards: Any = None
 
+    @property
+    def engine(self) -> str:
+        """How live episodes run (see the class doc); settable between episodes."""
+        return self._engine
+
+    @engine.setter
+    def engine(self, value: str) -> None:
+        if value not in ENGINES:
+            raise ScenarioError(
+                f"engine must be one of {', '.join(ENGINES)}, got {value!r} (GraphEnv(engine=...) "
+                f"or ${ENGINE_ENV})"
+            )
+        self._engine = value
+        self._stepper: Any = _UNSET  # the FastGraph live episodes step through (None: LangGraph)
+        self._twin: GraphEnv | None = None  # the LangGraph env an engine check compares with
+
     # ----- PettingZoo API ------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
         return self._obs_spaces[agent]
@@ -309,12 +343,27 @@ class GraphEnv(ParallelEnv):
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        out = self._reset(seed, options)
+        twin = self._check_twin()
+        if twin is not None:
+            self._compare("reset", out, twin._reset(self.seed_used, options))
+        return out
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+        out = self._step(actions)
+        if self._twin is not None:
+            self._compare(f"step {self._steps}", out, self._twin._step(actions))
+        return out
+
+    def _reset(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if seed is not None:
             self._np_random = np.random.default_rng(seed)
         self.seed_used = int(self._np_random.integers(2**31)) if seed is None else int(seed)
         if self._run is not None and not self._run.finished:
             self._run.abort()
-        self._run = self._new_run(self.seed_used)
+        self._run = self._episode_run(self.seed_used)
         self.trace, self.outcome, self._steps = [], None, 0
         self.final_state, self.truncated, self.failure, self.error = None, False, None, None
         self._step_rewards, self._graph_s, self._timeout = [], 0.0, None
@@ -330,7 +379,7 @@ class GraphEnv(ParallelEnv):
         self._absorb(pending)
         return self._observe(self.agents)
 
-    def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    def _step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         run = self._run
         if run is None:
             raise RuntimeError("call reset() before step()")
@@ -398,11 +447,67 @@ class GraphEnv(ParallelEnv):
     def close(self) -> None:
         if self._run is not None and not self._run.finished:
             self._run.abort()
+        if self._twin is not None:
+            self._twin.close()
 
     def state(self) -> np.ndarray:
         raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
 
     # ----- internals -----------------------------------------------------------------------
+    def stepped_graph(self) -> FastGraph | None:
+        """The fast graph live episodes step through (None: they run through LangGraph)."""
+        if self._stepper is _UNSET:
+            fast = None
+            if self.engine != "langgraph":
+                fast = compile_fast(self.scenario.build_graph(), self.agent_nodes, self.agent_ids)
+            if fast is None and self.engine == "fast":
+                raise ScenarioError(
+                    f"engine='fast' but the graph of {self.scenario.id()} does not compile for "
+                    "the fast path (async nodes, subgraphs, injected config, node policies or "
+                    "custom channels: see scenarios.replay.compile_fast): use engine 'auto' or "
+                    "'langgraph' (episodes.engine)"
+                )
+            self._stepper = fast
+        return self._stepper  # type: ignore[no-any-return]
+
+    def _episode_run(self, seed: int) -> GraphRun | SteppedRun:
+        fast = self.stepped_graph()
+        if fast is None:
+            return self._new_run(seed)
+        return SteppedRun(
+            fast,
+            self.scenario.initial_state(np.random.default_rng(seed)),
+            self.scenario.max_supersteps + 1,
+            fallback=functools.partial(self._new_run, seed),
+        )
+
+    def _check_twin(self) -> GraphEnv | None:
+        """Under ``engine="check"``: the LangGraph env run beside this one (None: no check, or
+        nothing to compare: the graph runs through LangGraph here too)."""
+        if self.engine != "check" or self.stepped_graph() is None:
+            return None
+        if self._twin is None:
+            self._twin = GraphEnv(
+                self.scenario,
+                self.max_steps,
+                self.fast_replay,
+                self.episode_timeout_s,
+                agent_ids=self.agent_ids,
+                engine="langgraph",
+            )
+        self._twin.episode_timeout_s = self.episode_timeout_s
+        return self._twin
+
+    def _compare(self, where: str, fast: tuple[Any, ...], truth: tuple[Any, ...]) -> None:
+        names = ("observations", "rewards", "terminations", "truncations", "infos")
+        for name, a, b in zip(names, fast, truth, strict=False):
+            if not same(a, b):
+                raise ScenarioError(
+                    f"engine check: the fast path's {name} differ from LangGraph's at {where} of "
+                    f"{self.scenario.id()} (episode seed {self.seed_used}): fast {a!r}, "
+                    f"langgraph {b!r}; run it with engine='langgraph' and report the graph"
+                )
+
     def _new_run(self, seed: int, skip: bool = False) -> GraphRun:
         inputs = self.scenario.initial_state(np.random.default_rng(seed))
         graph = self._graph
@@ -728,7 +833,7 @@ class GraphEnv(ParallelEnv):
             outcome = self._fast_replay(fast, seed, again, policy.absent)
         except Unsupported:
             return ReplayCheck(truth, None, True)
-        return ReplayCheck(truth, outcome, again.same and _same(truth, outcome))
+        return ReplayCheck(truth, outcome, again.same and same(truth, outcome))
 
     def fast_graph(self) -> FastGraph | None:
         """The graph's fast replay executor (None: not available or switched off)."""
@@ -899,8 +1004,8 @@ class _Alarm:
             return
         try:
             node = get_config()["metadata"].get("langgraph_node")
-        except Exception:  # not inside a LangGraph task
-            node = None
+        except Exception:  # not inside a LangGraph task: a fast path task's node, or none
+            node = FAST_NODE.get()
         raise EpisodeTimeout(self.describe(node))
 
 
@@ -936,29 +1041,12 @@ class _Replayer:
         if self._i < len(self.log):
             who, seen, action = self.log[self._i]
             self._i += 1
-            self.same = self.same and who == agent and _same(seen, obs)
+            self.same = self.same and who == agent and same(seen, obs)
             return action
         if self.then is not None:
             return self.then(agent, obs)
         self.same = False
         return SkipNode
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Exact equality of observations and outcomes (arrays, dataclasses, containers)."""
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        return type(a) is type(b) and _same(dataclasses.asdict(a), dataclasses.asdict(b))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(np.asarray(a), np.asarray(b))
-    if isinstance(a, Mapping):
-        return isinstance(b, Mapping) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return (
-            isinstance(b, (list, tuple))
-            and len(a) == len(b)
-            and all(_same(x, y) for x, y in zip(a, b, strict=True))
-        )
-    return bool(a == b)
 
 
 class InlineBridge:

@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from langgraph._internal._runnable import RunnableCallable
 from langgraph._internal._typing import MISSING
@@ -46,6 +50,7 @@ from scenarios.bridge import SkipNode
 FAST_BRIDGE: contextvars.ContextVar[Any] = contextvars.ContextVar("marl_fast_bridge", default=None)
 
 Task = tuple[str, Any, bool]  # node, Send argument, is a push (Send) task
+TaskResult = tuple[list[tuple[str, Any]], set[str], list[Send]]  # writes, next nodes, sends
 
 
 class Unsupported(Exception):
@@ -170,7 +175,7 @@ class FastGraph:
         """
         if not isinstance(inputs, Mapping):
             raise Unsupported("the graph input is not a dict")
-        bridge = _FastBridge(act, self.agent_nodes, max_decisions, self.agent_ids)
+        bridge = FastBridge(act, self.agent_nodes, max_decisions, self.agent_ids)
         token = FAST_BRIDGE.set(bridge)
         try:
             return self._run(inputs, bridge, skip_agents, recursion_limit), bridge.team_reward
@@ -182,8 +187,15 @@ class FastGraph:
             FAST_BRIDGE.reset(token)
 
     def _run(
-        self, inputs: Mapping[str, Any], bridge: _FastBridge, skip: bool, limit: int
+        self,
+        inputs: Mapping[str, Any],
+        bridge: FastBridge,
+        skip: bool,
+        limit: int,
+        execute: Callable[[list[Callable[[], TaskResult]]], list[TaskResult]] | None = None,
     ) -> dict[str, Any]:
+        """The superstep loop; ``execute`` runs one superstep's task calls and returns their
+        results in task order (default: one after the other, in this greenlet)."""
         channels = {k: t.copy() for k, t in self.templates.items()}
         for k in self.containers:  # a reducer's fresh initial value (``typ()``), never shared
             channels[k].value = copy.copy(channels[k].value)
@@ -203,23 +215,12 @@ class FastGraph:
                     barriers[i].clear()  # the join is consumed by its end node
             state = self._snapshot(channels)
             bridge.new_superstep([t[0] for t in tasks])
-            results = []
-            for i, (name, arg, push) in enumerate(tasks):
-                fn = self.funcs.get(name)
-                if fn is None:
-                    raise Unsupported(f"a Send to unknown node {name!r}")
-                bridge.task = i
-                try:
-                    output = fn(
-                        arg if push else {k: state[k] for k in self.reads[name] if k in state}
-                    )
-                except SkipNode:
-                    if not (skip and name in self.agent_nodes):
-                        raise
-                    output = None
-                writes, goto_nodes, goto_sends = _updates(output)
-                nxt, snd = self._route(name, output, writes, channels, state)
-                results.append((writes, nxt | goto_nodes, [*goto_sends, *snd]))
+            bridge.superstep = steps
+            calls = [
+                functools.partial(self._task, t, i, state, channels, bridge, skip)
+                for i, t in enumerate(tasks)
+            ]
+            results = execute(calls) if execute is not None else [call() for call in calls]
             bridge.end_superstep()
             # LangGraph applies a superstep's writes by task path: pulls by name, pushes by index
             order = sorted(
@@ -240,6 +241,31 @@ class FastGraph:
             if steps >= limit:  # LangGraph checks before it looks for more tasks
                 raise RecursionLimit(bridge.team_reward)
         return {k: ch.get() for k in self.output_keys if (ch := channels[k]).is_available()}
+
+    def _task(
+        self,
+        task: Task,
+        i: int,
+        state: dict[str, Any],
+        channels: dict[str, Any],
+        bridge: FastBridge,
+        skip: bool,
+    ) -> TaskResult:
+        """Run one task: its node function, then its routers; its writes are applied later."""
+        name, arg, push = task
+        fn = self.funcs.get(name)
+        if fn is None:
+            raise Unsupported(f"a Send to unknown node {name!r}")
+        bridge.task = i
+        try:
+            output = fn(arg if push else {k: state[k] for k in self.reads[name] if k in state})
+        except SkipNode:
+            if not (skip and name in self.agent_nodes):
+                raise
+            output = None
+        writes, goto_nodes, goto_sends = _updates(output)
+        nxt, snd = self._route(name, output, writes, channels, state)
+        return writes, nxt | goto_nodes, [*goto_sends, *snd]
 
     def _snapshot(self, channels: dict[str, Any]) -> dict[str, Any]:
         return {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
@@ -327,7 +353,7 @@ def _updates(output: Any) -> tuple[list[tuple[str, Any]], set[str], list[Send]]:
     raise Unsupported(f"a node returned {type(output).__name__}")
 
 
-class _FastBridge:
+class FastBridge:
     """Answers ``decide()`` in place; names agents and counts steps as ``GraphRun`` does."""
 
     def __init__(
@@ -344,13 +370,18 @@ class _FastBridge:
         self.max_steps = max_steps
         self.steps = 0  # environment steps before the current superstep
         self.team_reward = 0.0
+        self.agent_rewards: dict[str, float] = {}
+        self.superstep = 0  # the node superstep running (LangGraph's ``langgraph_step``)
         self.task = 0
+        self.task_names: list[str] = []  # the superstep's tasks (their nodes)
+        self.asked = ""  # the id the last decide() was given
         self._names: list[str | None] = []
         self._rounds: dict[int, int] = {}
 
     def new_superstep(self, tasks: list[str]) -> None:
         """Name the superstep's agent tasks (``<node>_<i>`` for fan-out nodes)."""
         self._rounds = {}
+        self.task_names = tasks
         # by id, as GraphRun: the tasks of the last superstep have ended (their instances are
         # free); a lone task keeps its instances until a parallel superstep starts
         self._held = {k: v for k, v in self._held.items() if k[0] == -1 and len(tasks) == 1}
@@ -371,6 +402,7 @@ class _FastBridge:
         self.steps += max(self._rounds.values(), default=0)
 
     def decide(self, node: str, observation: Any) -> Any:
+        self.asked = node
         if self.agent_ids is not None:
             agent = self._by_id(node)
         else:
@@ -404,3 +436,23 @@ class _FastBridge:
     def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
         if agents is None:
             self.team_reward += value
+        else:
+            for a in agents:
+                self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of observations and outcomes (arrays, dataclasses, containers)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and same(dataclasses.asdict(a), dataclasses.asdict(b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return bool(a == b)
