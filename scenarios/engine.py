@@ -23,6 +23,7 @@ interrupted there.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -33,7 +34,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import greenlet
@@ -312,6 +313,7 @@ class GraphEnv(ParallelEnv):
         self.error: str | None = None
         self._step_rewards: list[dict[str, float]] = []
         self._graph_s = 0.0  # seconds the graph has run in this episode
+        self._alarm: _Alarm | None = None  # the alarm of the reset/step in progress
         self._timeout: EpisodeTimeout | None = None
         #: composed reward sources (:mod:`scenarios.reward_sources`); ``None``: the verifier's
         #: reward as it is
@@ -479,7 +481,19 @@ class GraphEnv(ParallelEnv):
             self.scenario.initial_state(np.random.default_rng(seed)),
             self.scenario.max_supersteps + 1,
             fallback=functools.partial(self._new_run, seed),
+            uncounted=self._uncounted,
         )
+
+    @contextlib.contextmanager
+    def _uncounted(self) -> Iterator[None]:
+        """Time the episode's wall-clock limit does not count (a fallback's replay)."""
+        start = time.monotonic()
+        alarm = self._alarm
+        try:
+            with alarm.paused() if alarm is not None else contextlib.nullcontext():
+                yield
+        finally:
+            self._graph_s -= time.monotonic() - start
 
     def _check_twin(self) -> GraphEnv | None:
         """Under ``engine="check"``: the LangGraph env run beside this one (None: no check, or
@@ -539,7 +553,7 @@ class GraphEnv(ParallelEnv):
             self._timeout = EpisodeTimeout(self._limit_text("between decisions"))
             run.abort()
             return {}
-        alarm = _Alarm(limit - self._graph_s, self._limit_text, greenlet.getcurrent())
+        alarm = self._alarm = _Alarm(limit - self._graph_s, self._limit_text, greenlet.getcurrent())
         start = time.monotonic()
         try:
             try:
@@ -547,6 +561,7 @@ class GraphEnv(ParallelEnv):
                     pending = call()
             finally:
                 self._graph_s += time.monotonic() - start
+                self._alarm = None
         except EpisodeTimeout as exc:  # the alarm interrupted a node
             self._timeout = exc
             run.abort()
@@ -997,6 +1012,21 @@ class _Alarm:
             signal.setitimer(
                 signal.ITIMER_REAL, max(due - (time.monotonic() - self._start), 1e-4), every
             )
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The alarm stopped meanwhile: its remaining time is kept for afterwards."""
+        if not self._active:
+            yield
+            return
+        due, every = signal.setitimer(signal.ITIMER_REAL, 0)
+        paused_at = time.monotonic()
+        try:
+            yield
+        finally:
+            self._start += time.monotonic() - paused_at
+            if due:
+                signal.setitimer(signal.ITIMER_REAL, due, every)
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.fired = True

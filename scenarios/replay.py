@@ -353,6 +353,9 @@ def _updates(output: Any) -> tuple[list[tuple[str, Any]], set[str], list[Send]]:
     raise Unsupported(f"a node returned {type(output).__name__}")
 
 
+_OVERFLOW = "<overflow>"  # a fan-out task beyond its node's max_instances
+
+
 class FastBridge:
     """Answers ``decide()`` in place; names agents and counts steps as ``GraphRun`` does."""
 
@@ -393,7 +396,8 @@ class FastBridge:
         for n in tasks:
             if n in self.agent_nodes:
                 i = seen[n] = seen.get(n, -1) + 1
-                self._names.append(f"{n}_{i}" if self.agent_nodes[n] > 1 else n)
+                m = self.agent_nodes[n]
+                self._names.append(_OVERFLOW if i >= m else f"{n}_{i}" if m > 1 else n)
             else:
                 self._names.append(None)
 
@@ -406,9 +410,9 @@ class FastBridge:
         if self.agent_ids is not None:
             agent = self._by_id(node)
         else:
-            agent = self._names[self.task] or (
-                f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
-            )
+            agent = self._names[self.task] or self._untasked(node)
+            if agent is _OVERFLOW:  # GraphRun fails the run, naming the fix
+                raise Unsupported("a Send fan-out beyond max_instances: GraphRun decides")
         r = self._rounds[self.task] = self._rounds.get(self.task, 0) + 1
         if self.steps + r > self.max_steps:
             if r > 1 and len(self._names) > 1:  # GraphRun would have asked others first
@@ -418,6 +422,12 @@ class FastBridge:
         if action is SkipNode:
             raise SkipNode(agent)
         return action
+
+    def _untasked(self, node: str) -> str:
+        """A decision of a task that is no agent node: named by ``decide()``'s id."""
+        if len(self._names) > 1:  # GraphRun names it by who owns the id at that moment
+            raise Unsupported("a decision of a non-agent task in a parallel superstep")
+        return f"{node}_0" if self.agent_nodes.get(node, 1) > 1 else node
 
     def _by_id(self, node: str) -> str:
         """GraphRun's by-id naming: a task keeps its instance; a new one takes the first free."""

@@ -59,6 +59,8 @@ class SteppedRun:
         inputs: the graph's input dict.
         recursion_limit: LangGraph's recursion limit of the run.
         fallback: builds the ``GraphRun`` of the same episode (see the module doc).
+        uncounted: a context manager the fallback's replay runs in (the env stops the
+            episode's wall-clock limit there: the replay redoes work already counted).
     """
 
     def __init__(
@@ -67,7 +69,9 @@ class SteppedRun:
         inputs: Any,
         recursion_limit: int,
         fallback: Callable[[], GraphRun],
+        uncounted: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
+        self._uncounted = uncounted
         self.fast = fast
         self.inputs = inputs
         self.recursion_limit = recursion_limit
@@ -175,18 +179,24 @@ class SteppedRun:
         self._unwind()
         self._finished = False
         run = self._lg = self._fallback()
-        pending = run.start()
-        for seen, actions in zip(self._seen, self._actions, strict=False):
-            if run.finished or not _same_requests(pending, seen):
-                run.abort()
-                raise ScenarioError(
-                    "the fast path's episode cannot be replayed through LangGraph: the replay "
-                    f"asked {sorted(pending)} where the fast run asked {sorted(seen)} (a node "
-                    "that is not deterministic given the state and the decisions?): run it "
-                    "with episodes.engine: langgraph (GraphEnv(engine='langgraph'))"
-                )
-            pending = run.resume(actions)
+        with self._uncounted():  # the fast run already spent this time
+            pending = run.start()
+            for seen, actions in zip(self._seen, self._actions, strict=False):
+                self._check(run, pending, seen)
+                pending = run.resume(actions)
         return pending
+
+    @staticmethod
+    def _check(run: GraphRun, pending: Mapping[str, Request], seen: Mapping[str, Request]) -> None:
+        if not run.finished and _same_requests(pending, seen):
+            return
+        run.abort()
+        raise ScenarioError(
+            "the fast path's episode cannot be replayed through LangGraph: the replay asked "
+            f"{sorted(pending)} where the fast run asked {sorted(seen)} (a node that is not "
+            "deterministic given the state and the decisions?): run it with episodes.engine: "
+            "langgraph (GraphEnv(engine='langgraph'))"
+        )
 
     # ----- graph side ----------------------------------------------------------------------
     def _loop(self) -> Any:
