@@ -30,7 +30,8 @@ class RLlibGraphEnv(MultiAgentEnv):
             instead of replaying task ``s`` (what RLlib's env runners need);
             ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
             ``None`` for none; absent: the env's own); ``"rewards"``: a reward-sources spec
-            (:mod:`scenarios.reward_sources`; absent: the verifier's reward).
+            (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
+            the env's engine (:data:`scenarios.engine.ENGINES`).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -55,6 +56,8 @@ class RLlibGraphEnv(MultiAgentEnv):
             from scenarios.reward_sources import RewardSources
 
             env.rewards = RewardSources.from_spec(config["rewards"], env.scenario)
+        if "engine" in config:
+            env.engine = config["engine"]
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []

@@ -120,7 +120,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     plan = plan or resolve(cfg)
     algo = cfg.algorithm
     config = algorithm_class(algo.name).get_default_config()
-    timeout = {"episode_timeout_s": cfg.episodes.timeout_s}  # the env's wall-clock limit
+    # the env's wall-clock limit and engine
+    timeout = {"episode_timeout_s": cfg.episodes.timeout_s, "engine": cfg.episodes.engine}
     if isinstance(algo, GRPOAlgo):
         from trainers.grpo_learner import GroupedEnv
 

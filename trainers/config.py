@@ -562,6 +562,11 @@ class OutputConfig:
             )
 
 
+#: ``episodes.engine`` values: scenarios.engine.ENGINES (kept here so that loading a config does
+#: not import LangGraph; tests/test_fast_path.py checks that they agree)
+ENGINES = ("auto", "langgraph", "fast", "check")
+
+
 @dataclasses.dataclass
 class EpisodesConfig:
     """How episodes may fail, and when failures stop a run.
@@ -574,10 +579,15 @@ class EpisodesConfig:
             :mod:`scenarios.engine`). ``None``: no limit.
         fail_after: stop the run, with the first error, once every finished episode failed (a
             node error or a timeout) in this many consecutive iterations; 0: never stop.
+        engine: how episodes run: ``auto`` (the stepped fast path where the graph compiles for
+            it, else LangGraph), ``langgraph``, ``fast`` (the fast path, or an error naming why
+            not) or ``check`` (both, compared at every step: slow, for tests); the same
+            episodes either way (:class:`scenarios.engine.GraphEnv`).
     """
 
     timeout_s: float | None = 300.0
     fail_after: int = 1
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         typed(self, "episodes")
@@ -594,6 +604,10 @@ class EpisodesConfig:
         if self.fail_after < 0:
             raise ConfigError(
                 f"episodes.fail_after must be ≥ 0 iterations (0: never stop), got {self.fail_after}"
+            )
+        if self.engine not in ENGINES:
+            raise ConfigError(
+                f"episodes.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}"
             )
 
 
