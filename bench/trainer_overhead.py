@@ -9,7 +9,12 @@ wandb offline, a periodic checkpoint) alternate for a few rounds so machine load
 alike. Throughput is measured between the end of the first iteration and the end of the last
 one (build and warm-up excluded; everything ``train()`` does between iterations included).
 
-Run: ``python bench/trainer_overhead.py [--iterations 12] [--rounds 3]``. Goal: ratio ≥ 0.9.
+Each side runs on both env engines (``episodes.engine``): ``langgraph`` (GraphEnv through
+LangGraph's runtime, the baseline) and ``fast`` (the stepped fast path, the default ``auto``
+here), so the gain of the fast env path shows for plain RLlib and for ``train()`` alike.
+
+Run: ``python bench/trainer_overhead.py [--iterations 12] [--rounds 3] [--envs 1,4,8,16,32]``.
+Goals: ratio ≥ 0.9; ``train()`` fast/langgraph as large as the env share of the wall time allows.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ ENV_CONFIG = {"scenario": "delegate", "topology": "star:3", "kwargs": {}}
 POOLS = {"orchestrator": ["orchestrator"], "worker": ["worker_0", "worker_1", "worker_2"]}
 
 
-def plain_config(num_envs: int) -> Any:
+def plain_config(num_envs: int, engine: str = "langgraph") -> Any:
     """The hand-written RLlib PPO config (new API stack) for the same experiment."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -47,7 +52,7 @@ def plain_config(num_envs: int) -> Any:
     )
     return (
         PPOConfig()
-        .environment(RLlibGraphEnv, env_config=ENV_CONFIG)
+        .environment(RLlibGraphEnv, env_config={**ENV_CONFIG, "engine": engine})
         .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
         .multi_agent(
             policies=set(POOLS),
@@ -83,8 +88,8 @@ def steps_per_s(marks: list[tuple[float, int]]) -> float:
     return (s1 - s0) / (t1 - t0)
 
 
-def run_plain(num_envs: int, iterations: int) -> float:
-    algo = plain_config(num_envs).build_algo()
+def run_plain(num_envs: int, iterations: int, engine: str = "langgraph") -> float:
+    algo = plain_config(num_envs, engine).build_algo()
     marks = []
     try:
         for _ in range(iterations):
@@ -95,7 +100,7 @@ def run_plain(num_envs: int, iterations: int) -> float:
     return steps_per_s(marks)
 
 
-def run_ours(iterations: int, out: str) -> float:
+def run_ours(iterations: int, out: str, engine: str = "langgraph") -> float:
     from trainers.config import ExperimentConfig
     from trainers.run import train
 
@@ -105,6 +110,7 @@ def run_ours(iterations: int, out: str) -> float:
             "budget": {"iterations": iterations},
             "logging": {"progress": False},  # our default wandb=offline stays on
             "output": {"dir": out},
+            "episodes": {"engine": engine},
         }
     )
     marks: list[tuple[float, int]] = []
@@ -139,7 +145,7 @@ def main() -> None:
     best = max(found, key=found.get)
     ours_envs = ResourcesConfig().num_envs_per_env_runner
     print(f"best plain: num_envs={best}; our default: num_envs={ours_envs}")
-    plain, same, ours = [], [], []
+    plain, same, ours, plain_fast, ours_fast = [], [], [], [], []
     with tempfile.TemporaryDirectory() as out:
         for r in range(args.rounds):
             plain.append(run_plain(best, args.iterations))
@@ -148,13 +154,23 @@ def main() -> None:
                 same.append(run_plain(ours_envs, args.iterations))
                 line += f"  plain(num_envs={ours_envs}) {same[-1]:7.1f}"
             ours.append(run_ours(args.iterations, out))
-            print(f"{line}  train() {ours[-1]:7.1f} env steps/s", flush=True)
+            plain_fast.append(run_plain(best, args.iterations, "fast"))
+            ours_fast.append(run_ours(args.iterations, out, "fast"))
+            print(
+                f"{line}  train() {ours[-1]:7.1f}  | fast env: plain {plain_fast[-1]:7.1f}  "
+                f"train() {ours_fast[-1]:7.1f} env steps/s",
+                flush=True,
+            )
     p, o = statistics.median(plain), statistics.median(ours)
-    print(f"median: best plain {p:.1f}, train() {o:.1f} env steps/s")
+    pf, of = statistics.median(plain_fast), statistics.median(ours_fast)
+    print(f"median (langgraph env): best plain {p:.1f}, train() {o:.1f} env steps/s")
+    print(f"median (fast env):      best plain {pf:.1f}, train() {of:.1f} env steps/s")
     print(f"ratio train()/best plain = {o / p:.3f} (goal ≥ 0.9)")
     if same:
         q = statistics.median(same)
         print(f"ratio train()/plain at our settings = {o / q:.3f} (train()'s own overhead)")
+    print(f"ratio train() fast/langgraph env = {of / o:.3f}; plain RLlib: {pf / p:.3f}")
+    print(f"ratio train() on the fast env / best plain RLlib (langgraph env) = {of / p:.3f}")
     ray.shutdown()
 
 
