@@ -65,6 +65,17 @@ from scenarios.stepped import FAST_NODE, SteppedRun
 ENGINES = ("auto", "langgraph", "fast", "check")
 #: the default engine when ``GraphEnv(engine=None)``: this environment variable, else ``auto``
 ENGINE_ENV = "MARL_ENGINE"
+
+
+class Clock:
+    """Seconds spent in a phase: a process-wide running sum."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+#: seconds this process has spent inside ``GraphEnv.reset``/``step`` (``timers/env_s``)
+ENV_CLOCK = Clock()
 #: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
 DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
 #: once the limit is reached, the alarm fires again this often until the graph lets go
@@ -345,16 +356,24 @@ class GraphEnv(ParallelEnv):
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        out = self._reset(seed, options)
-        twin = self._check_twin()
-        if twin is not None:
-            self._compare("reset", out, twin._reset(self.seed_used, options))
+        start = time.perf_counter()
+        try:
+            out = self._reset(seed, options)
+            twin = self._check_twin()
+            if twin is not None:
+                self._compare("reset", out, twin._reset(self.seed_used, options))
+        finally:
+            ENV_CLOCK.seconds += time.perf_counter() - start
         return out
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
-        out = self._step(actions)
-        if self._twin is not None:
-            self._compare(f"step {self._steps}", out, self._twin._step(actions))
+        start = time.perf_counter()
+        try:
+            out = self._step(actions)
+            if self._twin is not None:
+                self._compare(f"step {self._steps}", out, self._twin._step(actions))
+        finally:
+            ENV_CLOCK.seconds += time.perf_counter() - start
         return out
 
     def _reset(

@@ -36,7 +36,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-
 from langgraph._internal._runnable import RunnableCallable
 from langgraph._internal._typing import MISSING
 from langgraph.channels.binop import BinaryOperatorAggregate

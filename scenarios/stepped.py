@@ -35,7 +35,9 @@ from scenarios.bridge import EpisodeAborted, GraphRun, Request
 from scenarios.replay import FAST_BRIDGE, FastBridge, FastGraph, RecursionLimit, TaskResult, same
 
 #: the node of the task running in this greenlet (what LangGraph's ``langgraph_node`` says)
-FAST_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("marl_fast_node", default=None)
+FAST_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "marl_fast_node", default=None
+)
 _BLOCKED: Any = object()  # a task waits for a decision
 _FALLBACK: Any = object()  # the fast run cannot go on: replay through LangGraph
 
@@ -264,7 +266,11 @@ class SteppedRun:
         """``decide()`` of the running task: suspend it until the env gives its action."""
         me = greenlet.getcurrent()
         bridge, i = self.bridge, self.bridge.task
-        if threading.get_ident() != self._thread or i >= len(self._tasks) or self._tasks[i] is not me:
+        if (
+            threading.get_ident() != self._thread
+            or i >= len(self._tasks)
+            or self._tasks[i] is not me
+        ):
             raise _Fallback("a decision outside the superstep's tasks")
         self._superstep = bridge.superstep
         request = Request(agent, bridge.asked, observation, self._superstep, bridge.task_names[i])
@@ -276,4 +282,3 @@ class SteppedRun:
 
 def _same_requests(a: Mapping[str, Request], b: Mapping[str, Request]) -> bool:
     return list(a) == list(b) and all(same(a[k].observation, b[k].observation) for k in a)
-

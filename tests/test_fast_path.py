@@ -9,12 +9,12 @@ import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import failing_toys  # noqa: F401  (registers flaky-tool)
 import numpy as np
 import pytest
 from langgraph.graph import END, START, StateGraph
 from toys import handoff_graph, join_graph, map_reduce_graph, obs, user_scenario
 
-import failing_toys  # noqa: F401  (registers flaky-tool)
 from scenarios import GraphEnv, ScenarioError, decide, emit_reward
 from scenarios.engine import ENGINES
 from scenarios.registry import build, list_scenarios

@@ -107,6 +107,11 @@ class EpisodeMetrics(RLlibCallback):
 
     _scenarios: ClassVar[dict[str, Any]] = {}
 
+    def on_environment_created(self, *, env_runner: Any, **kwargs: Any) -> None:
+        from trainers.phase_timers import instrument_env_runner
+
+        instrument_env_runner(env_runner)  # the runner-side timers/… (env, forward, sampling)
+
     def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
         try:
             self._log_episode(episode, metrics_logger, kwargs)

@@ -613,6 +613,9 @@ class _Session:
             self.tracker.restore(self.history)
         else:
             self.algo = algo_config.build_algo()
+        from trainers.phase_timers import instrument_algo
+
+        self.clock = instrument_algo(self.algo)  # timers/learn_s, timers/sync_s
         self.episodes.drain(self.algo)  # tells the env runners how many transcripts to keep
         self.wb = _wandb_init(self.cfg, self.run, resumed=self.resumed)
 
@@ -639,6 +642,10 @@ class _Session:
         self.in_iteration = True
         result = self.algo.train()
         row = flatten_result(result, self.plan.agent_to_pool, set(self.plan.frozen))
+        from trainers.phase_timers import iteration_timers
+
+        runners = self.cfg.resources.num_env_runners
+        row.update(iteration_timers(result, self.clock.take(), runners))
         iteration = row["charts/iteration"]
         drained = self.episodes.drain(self.algo)
         self.history.append(row)
@@ -971,6 +978,9 @@ def _row_info(row: Mapping[str, Any]) -> str:
     if "charts/success" in row:
         parts.append(f"success {100 * row['charts/success']:.0f}%")
     parts.append(f"{row.get('charts/env_steps_per_s', 0):.0f} steps/s")
+    if "timers/env_s" in row:
+        phases = ("env", "forward", "sample_overhead", "learn", "sync")
+        parts.append(" ".join(f"{p} {row[f'timers/{p}_s']:.2f}s" for p in phases))
     return " · ".join(parts)
 
 
