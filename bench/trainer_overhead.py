@@ -137,12 +137,14 @@ def main() -> None:
     quiet_ray_logs()
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     search_iters = max(4, args.iterations // 2)
-    print(f"plain PPO, num_envs_per_env_runner search ({search_iters} iterations each):")
-    found = {}
-    for n in (int(x) for x in args.envs.split(",")):
-        found[n] = run_plain(n, search_iters)
-        print(f"  num_envs={n:>2}: {found[n]:7.1f} env steps/s", flush=True)
-    best = max(found, key=found.get)
+    grid = [int(x) for x in args.envs.split(",")]
+    found = {grid[0]: 0.0}
+    if len(grid) > 1:  # one value: no search
+        print(f"plain PPO, num_envs_per_env_runner search ({search_iters} iterations each):")
+        for n in grid:
+            found[n] = run_plain(n, search_iters)
+            print(f"  num_envs={n:>2}: {found[n]:7.1f} env steps/s", flush=True)
+    best = max(found, key=found.__getitem__)
     ours_envs = ResourcesConfig().num_envs_per_env_runner
     print(f"best plain: num_envs={best}; our default: num_envs={ours_envs}")
     plain, same, ours, plain_fast, ours_fast = [], [], [], [], []

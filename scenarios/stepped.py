@@ -168,7 +168,7 @@ class SteppedRun:
         self._pending = {}
         self._waiting.clear()
         me = greenlet.getcurrent()
-        for glet in [*reversed(self._tasks), self._main]:
+        for glet in [*reversed(self._tasks), self._main]:  # (a lone task is the loop's)
             if glet is not None and glet and not glet.dead:
                 glet.parent = me
                 with contextlib.suppress(EpisodeAborted):
@@ -228,6 +228,8 @@ class SteppedRun:
 
     def _execute(self, calls: list[Callable[[], TaskResult]]) -> list[TaskResult]:
         """Run one superstep's tasks, each in its own greenlet; hand decisions to the env."""
+        if len(calls) == 1:  # a lone task runs in this greenlet (as LangGraph runs it inline)
+            return [self._solo(calls[0])]
         results: list[Any] = [None] * len(calls)
         self._tasks = [greenlet.greenlet(self._body) for _ in calls]
         for i, call in enumerate(calls):
@@ -252,6 +254,16 @@ class SteppedRun:
             raise _Fallback from out.exc
         results[i] = out
 
+    def _solo(self, call: Callable[[], TaskResult]) -> TaskResult:
+        token = FAST_NODE.set(self.bridge.task_names[0])
+        self.bridge.task = 0
+        self._tasks = [greenlet.getcurrent()]
+        try:
+            return call()
+        finally:
+            FAST_NODE.reset(token)
+            self._tasks = []
+
     def _body(self, call: Callable[[], TaskResult]) -> Any:
         FAST_BRIDGE.set(self.bridge)
         FAST_NODE.set(self.bridge.task_names[self.bridge.task])
@@ -275,6 +287,12 @@ class SteppedRun:
         self._superstep = bridge.superstep
         request = Request(agent, bridge.asked, observation, self._superstep, bridge.task_names[i])
         self._pending[agent] = request
+        if me is self._main:  # a lone task: the env's step, then resume(actions)
+            assert self._env is not None
+            actions = self._env.switch(_BLOCKED)
+            self._pending = {}
+            self.bridge.task = i
+            return actions[agent]
         self._waiting[agent] = i
         assert self._main is not None
         return self._main.switch(_BLOCKED)
