@@ -238,3 +238,11 @@ def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> N
         ]
     assert rows["fast"] == rows["langgraph"]
     assert len(rows["fast"]) == 3 and "charts/team_return" in rows["fast"][0]
+
+
+def test_episodes_engine_is_checked_in_the_config() -> None:
+    from trainers.config import ConfigError, EpisodesConfig
+
+    EpisodesConfig(engine="check").check()
+    with pytest.raises(ConfigError, match="episodes.engine must be one of auto, langgraph"):
+        EpisodesConfig(engine="turbo").check()
