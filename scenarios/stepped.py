@@ -32,7 +32,15 @@ from langgraph.errors import ErrorCode, GraphRecursionError, create_error_messag
 
 from scenarios.base import ScenarioError
 from scenarios.bridge import EpisodeAborted, GraphRun, Request
-from scenarios.replay import FAST_BRIDGE, FastBridge, FastGraph, RecursionLimit, TaskResult, same
+from scenarios.replay import (
+    FAST_BRIDGE,
+    FastBridge,
+    FastGraph,
+    RecursionLimit,
+    TaskResult,
+    Unsupported,
+    same,
+)
 
 #: the node of the task running in this greenlet (what LangGraph's ``langgraph_node`` says)
 FAST_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -49,8 +57,17 @@ class _Failed:
         self.exc = exc
 
 
-class _Fallback(Exception):
-    pass
+class _Fallback(BaseException):
+    """The fast run must fall back (a BaseException: a node's ``except Exception`` around its
+    ``decide()`` cannot swallow it)."""
+
+
+class _Bridge(FastBridge):
+    def decide(self, node: str, observation: Any) -> Any:
+        try:
+            return super().decide(node, observation)
+        except Unsupported as exc:  # GraphRun decides (e.g. it fails the run, naming the fix)
+            raise _Fallback(str(exc)) from exc
 
 
 class SteppedRun:
@@ -79,7 +96,7 @@ class SteppedRun:
         self.recursion_limit = recursion_limit
         self._fallback = fallback
         self._lg: GraphRun | None = None  # the LangGraph run, once the episode fell back
-        self.bridge = FastBridge(self._act, fast.agent_nodes, 1 << 62, fast.agent_ids)
+        self.bridge = _Bridge(self._act, fast.agent_nodes, 1 << 62, fast.agent_ids)
         self._pending: dict[str, Request] = {}
         self._result: Any = None
         self._error: BaseException | None = None
@@ -220,7 +237,7 @@ class SteppedRun:
                     error_code=ErrorCode.GRAPH_RECURSION_LIMIT,
                 )
             )
-        except Exception:  # a node raised, an invalid update, an unsupported feature, ...
+        except (Exception, _Fallback):  # a node raised, an invalid update, an unsupported feature
             return _FALLBACK
         self._finished = True
         self._pending = {}
@@ -269,9 +286,7 @@ class SteppedRun:
         FAST_NODE.set(self.bridge.task_names[self.bridge.task])
         try:
             return call()
-        except EpisodeAborted:
-            raise
-        except Exception as exc:
+        except (Exception, _Fallback) as exc:
             return _Failed(exc)
 
     def _act(self, agent: str, observation: Any) -> Any:

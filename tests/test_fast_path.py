@@ -13,6 +13,7 @@ import failing_toys  # noqa: F401  (registers flaky-tool)
 import numpy as np
 import pytest
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 from toys import handoff_graph, join_graph, map_reduce_graph, obs, user_scenario
 
 from scenarios import GraphEnv, ScenarioError, decide, emit_reward
@@ -244,5 +245,30 @@ def test_episodes_engine_is_checked_in_the_config() -> None:
     from trainers.config import ConfigError, EpisodesConfig
 
     EpisodesConfig(engine="check").check()
-    with pytest.raises(ConfigError, match="episodes.engine must be one of auto, langgraph"):
+    with pytest.raises(ConfigError, match=r"episodes\.engine must be one of auto, langgraph"):
         EpisodesConfig(engine="turbo").check()
+
+
+def test_a_node_that_catches_exceptions_cannot_swallow_a_fallback() -> None:
+    def planner(state: LoopState) -> dict[str, Any]:
+        return {"n": int(decide("planner", obs(0)))}
+
+    def worker(state: LoopState) -> dict[str, Any]:
+        try:
+            return {"log": [int(decide("worker", obs(state["n"])))]}
+        except Exception:  # swallows what it can
+            return {"log": [-1]}
+
+    b = StateGraph(LoopState)
+    b.add_node("planner", planner)
+    b.add_node("worker", worker, metadata={"max_instances": 2})
+    b.add_edge(START, "planner")
+    b.add_conditional_edges(
+        "planner", lambda s: [Send("worker", {"n": i}) for i in range(s["n"])], ["worker"]
+    )
+    b.add_edge("worker", END)
+    env = GraphEnv(user_scenario(b, n_actions=4))
+    actions = [{"planner": 3}, dict.fromkeys(["worker_0", "worker_1"], 1)]
+    fast = outcome(env, "fast", actions)
+    assert isinstance(fast, str) and "max_instances=2" in fast
+    assert fast == outcome(env, "langgraph", actions)
