@@ -18,11 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from trainers.config import ExperimentConfig
+from trainers.phase_timers import TIMER_KEYS
 
 # the `marl` console script (trainers.cli:app); -P (3.11+): like a console script, no cwd on
 # sys.path
 MARL = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trainers.cli"]
-TIMING = ("charts/time_s", "charts/iteration_s", "charts/env_steps_per_s")
+TIMING = ("charts/time_s", "charts/iteration_s", "charts/env_steps_per_s", *TIMER_KEYS)
 
 TINY_YAML = """
 topology: star:2

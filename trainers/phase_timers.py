@@ -24,8 +24,10 @@ from typing import Any
 
 from scenarios.engine import ENV_CLOCK, Clock
 
-#: env-runner metrics namespace of the runner-side timers (under ``marl``)
+#: the runner-side timers, logged under ``marl/timers``
 RUNNER_KEYS = ("sample_s", "env_s", "forward_s")
+#: the keys :func:`iteration_timers` adds to each metrics row
+TIMER_KEYS = tuple(f"timers/{p}_s" for p in ("env", "forward", "sample_overhead", "learn", "sync"))
 _MARK = "_marl_timed"
 
 
