@@ -528,8 +528,8 @@ class GraphEnv(ParallelEnv):
                 agent_ids=self.agent_ids,
                 engine="langgraph",
             )
-            # its own reward sources (they keep per-episode state), configured alike
-            self._twin.rewards = copy.deepcopy(self.rewards)
+            # its own per-episode reward state; the sources themselves (judges) are shared
+            self._twin.rewards = copy.copy(self.rewards)
         self._twin.episode_timeout_s = self.episode_timeout_s
         return self._twin
 
