@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -294,9 +295,18 @@ def _llm_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
             "temperature": m.temperature,
             "top_p": m.top_p,
             "inference_temperature": m.inference_temperature,
+            **_lora_config(pool.id, m),
         },
         **_spaces(pool),
     )
+
+
+def _lora_config(pool: str, m: LLMModel) -> dict[str, Any]:
+    """A LoRA pool's extra model config (:mod:`marl_agents.llm.lora`); ``{}`` otherwise."""
+    if not m.is_lora:
+        return {}
+    lora = dataclasses.asdict(m.lora) if m.lora is not None else None
+    return {"lora": lora, "adapter": m.adapter, "pool": pool}
 
 
 def _scripted_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:

@@ -135,6 +135,44 @@ class GRUModel(_LayersModel):
 
 
 @dataclasses.dataclass
+class LoRAConfig:
+    """A LoRA adapter on an ``llm`` pool's base model (peft; :mod:`marl_agents.llm.lora`).
+
+    Attributes:
+        r: the rank, ``≥ 1``.
+        alpha: the scale numerator (``alpha / r`` multiplies the update), ``> 0``.
+        dropout: LoRA dropout in ``[0, 1)``; kept for the adapter's ``adapter_config.json``,
+            but the module scores and samples in eval mode (no dropout), so that the trained
+            distribution is the one that sampled.
+        target_modules: the base's module names that get an adapter (``q_proj``, ``v_proj``,
+            …; ``["all-linear"]``: every linear layer but the output head); each must exist in
+            the base (checked before Ray starts).
+        export_merged: ``output.export_hf`` also saves the base with this adapter merged in,
+            as ``<dir>/<pool>-merged`` (the adapter itself is always saved as ``<dir>/<pool>``).
+    """
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = dataclasses.field(default_factory=lambda: ["q_proj", "v_proj"])
+    export_merged: bool = False
+
+    def check(self, where: str) -> None:
+        """Raise :class:`PoolError` for a rank, alpha or dropout out of range or no targets."""
+        if self.r < 1:
+            raise PoolError(f"{where}: lora.r={self.r} must be ≥ 1 (e.g. 8)")
+        if not (self.alpha > 0 and math.isfinite(self.alpha)):
+            raise PoolError(f"{where}: lora.alpha={self.alpha} must be > 0 (e.g. 2 × r)")
+        if not 0 <= self.dropout < 1:
+            raise PoolError(f"{where}: lora.dropout={self.dropout} must be in [0, 1)")
+        if not self.target_modules:
+            raise PoolError(
+                f"{where}: lora.target_modules is empty: name the base's modules to adapt, "
+                "e.g. [q_proj, v_proj] or [all-linear]"
+            )
+
+
+@dataclasses.dataclass
 class LLMModel(ModelConfig):
     """``llm``: a causal language model acting with token ids, for the text agents of a text
     scenario (:class:`~marl_agents.llm.rl_module.CausalLMModule`, trained with ``GRPO``).
@@ -154,6 +192,12 @@ class LLMModel(ModelConfig):
             (the learner scores under ``logits / temperature``, without the nucleus).
         inference_temperature: temperature of ``forward_inference`` (evaluation; ``0``:
             greedy).
+        lora: train (or freeze) a LoRA adapter on the base ``path`` instead of the whole
+            model (:class:`LoRAConfig`); ``None``: the full model. Pools with the same base
+            (``path``, ``dtype``, ``tiny_seed``) share one copy of it per process.
+        adapter: a peft adapter directory (``adapter_config.json`` + weights) to start the
+            adapter from; its rank and targets are used (``lora`` may be left out, and
+            where given must agree with them).
     """
 
     type: str = dataclasses.field(default="llm", init=False)
@@ -163,6 +207,13 @@ class LLMModel(ModelConfig):
     temperature: float = 1.0
     top_p: float = 1.0
     inference_temperature: float = 0.0
+    lora: LoRAConfig | None = None
+    adapter: str | None = None
+
+    @property
+    def is_lora(self) -> bool:
+        """The pool holds an adapter on a shared base (``lora`` or ``adapter`` set)."""
+        return self.lora is not None or self.adapter is not None
 
     def check(self, where: str, *, trained: bool = False) -> None:
         from marl_agents.llm.checkpoints import inspect_checkpoint
@@ -181,6 +232,12 @@ class LLMModel(ModelConfig):
             raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
         if trained:
             self._check_trainable(where)
+        if self.is_lora:
+            from marl_agents.llm.lora import check_lora  # torch, for the base's module names
+
+            if self.lora is not None:
+                self.lora.check(where)
+            check_lora(self, where)
 
     def _check_trainable(self, where: str) -> None:
         if self.temperature == 0:
@@ -198,7 +255,11 @@ class LLMModel(ModelConfig):
 
     def describe(self) -> str:
         seed = f" (seed {self.tiny_seed})" if self.path == "tiny" else ""
-        return f"llm {self.path}{seed}"
+        lora = ""
+        if self.is_lora:
+            r = self.lora.r if self.lora is not None else "from adapter"
+            lora = f" + LoRA r={r}" + (f" from {self.adapter}" if self.adapter else "")
+        return f"llm {self.path}{seed}{lora}"
 
 
 @dataclasses.dataclass

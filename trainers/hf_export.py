@@ -4,8 +4,12 @@ Contract: with ``output.export_hf`` on, every trained pool whose model is an LLM
 ``save_pretrained`` (model and tokenizer) as ``<dir>/<pool>``: ``<checkpoint>/model/<pool>``
 with each periodic checkpoint and ``<run>/model/<pool>`` at the end of a run. The weights are
 the learner's, pushed to the env runners first. ``AutoModelForCausalLM.from_pretrained`` or a
-vLLM server loads the directory. Turning it on for an experiment without a trained LLM pool is
-a :class:`~trainers.config.ConfigError` before Ray starts.
+vLLM server loads the directory. A LoRA pool (``model.lora``/``model.adapter``) is saved as a
+peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors`` + tokenizer;
+``PeftModel.from_pretrained(base, dir)`` loads it), and with ``lora.export_merged`` also as
+``<dir>/<pool>-merged``: the base with the adapter merged in, a plain HF model directory.
+Turning it on for an experiment without a trained LLM pool is a
+:class:`~trainers.config.ConfigError` before Ray starts.
 """
 
 from __future__ import annotations
@@ -51,8 +55,17 @@ def save_hf(algo: Any, pools: list[str], parent: Path) -> dict[str, Path]:
     with _no_transformers_bar():  # the run has its own progress bar
         for pool in pools:
             saved[pool] = parent / pool
-            algo.get_module(pool).save_pretrained(str(saved[pool]))
+            module = algo.get_module(pool)
+            module.save_pretrained(str(saved[pool]))
+            if getattr(module, "lora", False) and _export_merged(module.model_config):
+                saved[f"{pool}-merged"] = parent / f"{pool}-merged"
+                module.save_merged(str(saved[f"{pool}-merged"]))
     return saved
+
+
+def _export_merged(model_config: Any) -> bool:
+    lora = (model_config or {}).get("lora") or {}
+    return bool(lora.get("export_merged", False))
 
 
 @contextlib.contextmanager

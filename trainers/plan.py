@@ -334,7 +334,7 @@ def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None
     from marl_agents.llm.checkpoints import LLMPoolNeed, check_memory
 
     needs = [
-        LLMPoolNeed(p.id, p.model.path, p.model.dtype, p.trainable)
+        LLMPoolNeed(p.id, p.model.path, p.model.dtype, p.trainable, *_lora_need(p.model))
         for p in pools.values()
         if isinstance(p.model, LLMModel)
     ]
@@ -348,6 +348,15 @@ def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None
         )
     except PoolError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _lora_need(m: LLMModel) -> tuple[str | None, int]:
+    """A LoRA pool's shared-base key and adapter size for the memory check; ``(None, 0)``."""
+    if not m.is_lora:
+        return None, 0
+    from marl_agents.llm.lora import adapter_parameters, base_key
+
+    return "/".join(map(str, base_key(m.path, m.dtype, m.tiny_seed))), adapter_parameters(m)
 
 
 def _check_resources(cfg: ExperimentConfig) -> None:

@@ -5,7 +5,8 @@
   :data:`FAMILIES` and a tokenizer is saved next to it; anything else is a one-line
   :class:`CheckpointError` naming the path, what was found and the fix.
 * :func:`memory_estimate`: parameters × bytes of the dtype; a trained pool adds gradients (in
-  the dtype) and Adam's two moments (2 × fp32).
+  the dtype) and Adam's two moments (2 × fp32). A LoRA pool counts its adapter so, and its
+  shared base once per base (:mod:`marl_agents.llm.lora`).
 * :func:`check_memory`: the LLM pools' estimates against the configured devices (free GPU
   memory of one GPU learner, else ``MemAvailable`` of ``/proc/meminfo``), before Ray starts;
   too much is a :class:`MemoryBudgetError` naming the pools, the estimate, what is available
@@ -110,21 +111,34 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
     return CheckpointInfo(str(path), family, params, int(config.get("vocab_size", 0)))
 
 
-def memory_estimate(info: CheckpointInfo, dtype: str, *, trained: bool) -> int:
+def memory_estimate(
+    info: CheckpointInfo, dtype: str, *, trained: bool, adapter: int | None = None
+) -> int:
     """Bytes a pool of this model needs on its learner: weights in ``dtype``, and for a
-    trained pool also gradients in ``dtype`` and Adam's two fp32 moments."""
-    weights = info.parameters * DTYPE_BYTES[dtype]
-    return weights + (weights + 2 * 4 * info.parameters if trained else 0)
+    trained pool also gradients in ``dtype`` and Adam's two fp32 moments.
+
+    A LoRA pool (``adapter``: its adapter's parameter count) counts its adapter only, the same
+    way; :func:`check_memory` adds its shared base once per base.
+    """
+    n = info.parameters if adapter is None else adapter
+    weights = n * DTYPE_BYTES[dtype]
+    return weights + (weights + 2 * 4 * n if trained else 0)
 
 
 @dataclasses.dataclass(frozen=True)
 class LLMPoolNeed:
-    """One LLM pool to place: its id, model path, dtype and whether it trains."""
+    """One LLM pool to place: its id, model path, dtype and whether it trains.
+
+    ``base`` (a LoRA pool: the key of its shared base, :func:`marl_agents.llm.lora.base_key`)
+    and ``adapter_parameters``: pools with one base count its weights once.
+    """
 
     pool: str
     path: str
     dtype: str
     trained: bool
+    base: str | None = None
+    adapter_parameters: int = 0
 
 
 def check_memory(
@@ -152,10 +166,16 @@ def check_memory(
     measured = dict(available) if available is not None else {}
     gpu = num_gpus_per_learner > 0
     rows = []
+    bases: set[str] = set()
     for need in pools:
         info = inspect_checkpoint(need.path)
-        learn = memory_estimate(info, need.dtype, trained=need.trained)
-        sample = memory_estimate(info, need.dtype, trained=False)
+        adapter = need.adapter_parameters if need.base is not None else None
+        learn = memory_estimate(info, need.dtype, trained=need.trained, adapter=adapter)
+        sample = memory_estimate(info, need.dtype, trained=False, adapter=adapter)
+        if need.base is not None and need.base not in bases:  # one shared base per process
+            bases.add(need.base)
+            base = memory_estimate(info, need.dtype, trained=False)
+            learn, sample = learn + base, sample + base
         rows.append((need, info, learn, sample))
     samplers = max(1, num_env_runners)
     sampling = sum(r[3] for r in rows) * samplers

@@ -37,6 +37,11 @@ trained distribution is the one that sampled the tokens.
   ``temperature > 0`` and ``top_p = 1`` (:meth:`CausalLMModule.check_trainable`).
 * ``inference_temperature`` (0.0): evaluation sampling (0 = greedy). Its rows carry their own
   temperature, so were they ever trained on they would be scored at it (greedy ones raise).
+* ``lora`` (a :class:`~marl_agents.pools.LoRAConfig` or its dict) and/or ``adapter`` (a peft
+  adapter directory), with ``pool`` (the pool id): a LoRA module. ``model`` is then an
+  :class:`~marl_agents.llm.lora.AdapterModel` on the process's shared base and the module's
+  parameters (``adapter``: what the optimizer, ``state_dict``/``get_state``, weight sync and
+  checkpoints see) are its adapter's only (:mod:`marl_agents.llm.lora`).
 
 Example:
     >>> from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -118,11 +123,22 @@ class CausalLMModule(TorchRLModule):
     def setup(self) -> None:
         cfg = dict(self.model_config or {})
         self.spaces = spaces_from(self.observation_space, self.action_space)
-        self.tokenizer, self.model = load_causal_lm(
-            str(cfg.get("model", "tiny")),
-            tiny_seed=int(cfg.get("tiny_seed", 0)),
-            dtype=cfg.get("dtype", "float32"),
-        )
+        self.lora = bool(cfg.get("lora") or cfg.get("adapter"))
+        if self.lora:
+            from marl_agents.llm.lora import attach
+
+            tokenizer, view = attach(cfg, str(cfg.get("pool", "adapter")))
+            self.tokenizer = tokenizer
+            # the shared base is not a submodule: parameters(), state_dict() and get_state()
+            # hold this module's adapter only (the same Parameter objects the base runs with)
+            object.__setattr__(self, "model", view)
+            self.adapter = torch.nn.ParameterDict(view.params)
+        else:
+            self.tokenizer, self.model = load_causal_lm(
+                str(cfg.get("model", "tiny")),
+                tiny_seed=int(cfg.get("tiny_seed", 0)),
+                dtype=cfg.get("dtype", "float32"),
+            )
         vocab = int(self.model.config.vocab_size)
         if vocab > self.spaces.vocab_size:
             raise ValueError(
@@ -320,9 +336,30 @@ class CausalLMModule(TorchRLModule):
         return lp, ent
 
     def save_pretrained(self, path: str) -> None:
-        """Save the LM and its tokenizer as a Hugging Face directory."""
-        self.model.save_pretrained(path)
+        """Save the LM and its tokenizer as a Hugging Face directory (a LoRA module: its
+        adapter as a peft directory, loadable with ``PeftModel.from_pretrained``)."""
+        if self.lora:
+            from marl_agents.llm.lora import save_adapter
+
+            save_adapter(self.model, path)
+        else:
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+    def save_merged(self, path: str) -> None:
+        """A LoRA module: save its base with the adapter merged in (and the tokenizer)."""
+        if not self.lora:
+            raise ValueError("save_merged is for LoRA modules; use save_pretrained")
+        from marl_agents.llm.lora import save_merged
+
+        save_merged(self.model, path)
+
+    @override
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        # ``.to(device)``: a LoRA module's shared base (not a submodule) moves with it
+        if getattr(self, "lora", False):
+            self.model.shared.inner._apply(fn, recurse)
+        return super()._apply(fn, recurse)
 
 
 def spaces_from(observation_space: Any, action_space: Any) -> TextSpaces:
