@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("langgraph_supervisor")
 
+from test_chat_app_training import app_cfg
 from test_train import learner_weights
 
 from marl_agents.llm import lora as lora_lib
@@ -31,7 +32,6 @@ from trainers.config import ConfigError, ExperimentConfig
 
 SPACES = TextSpaces(vocab_size=384, max_prompt_tokens=16, max_new_tokens=4)
 LORA = {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}
-APP = "tests.apps.chat_team:supervisor"
 
 
 def module(pool: str, **config: Any) -> CausalLMModule:
@@ -216,26 +216,13 @@ def test_collected_modules_drop_their_adapter_and_the_last_one_the_base():
 
 # ----- config checks before Ray --------------------------------------------------------------
 def app_data(tmp_path: Path, **pools: Any) -> dict[str, Any]:
-    return {
-        "scenario": APP,
-        "scenario_kwargs": {"max_prompt_tokens": 512, "max_new_tokens": 4},
-        "train": ["supervisor"],
-        "pools": pools
-        or {
-            "orchestrator": {"model": {"type": "llm", "lora": dict(LORA)}},
-            "worker": {"model": {"type": "llm", "lora": dict(LORA)}},
-        },
-        "algorithm": {
-            "name": "GRPO",
-            "lr": 1e-2,
-            "num_epochs": 1,
-            "grpo": {"group_size": 2, "groups_per_iteration": 2},
-        },
-        "budget": {"iterations": 2},
-        "seed": 0,
-        "logging": {"wandb": "disabled", "progress": False},
-        "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
+    """test_chat_app_training's supervisor experiment with LoRA pools (or ``pools``)."""
+    data = app_cfg(tmp_path).to_dict()
+    data["pools"] = pools or {
+        "orchestrator": {"model": {"type": "llm", "lora": dict(LORA)}},
+        "worker": {"model": {"type": "llm", "lora": dict(LORA)}},
     }
+    return data
 
 
 def with_lora(tmp_path: Path, **model: Any) -> ExperimentConfig:
