@@ -43,7 +43,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from marl_agents.llm.rl_module import CausalLMModule
 from scenarios.text_space import TextSpaces
 
-path, kind, n, iterations, lora = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+path, kind, n, iterations = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lora = json.loads(sys.argv[5])
 torch.manual_seed(0)
 torch.set_num_threads(1)
 spaces = TextSpaces(vocab_size=384, max_prompt_tokens=32, max_new_tokens=8)

@@ -237,6 +237,13 @@ class LLMModel(ModelConfig):
 
             if self.lora is not None:
                 self.lora.check(where)
+            sampler = getattr(self, "sampler", "transformers")  # the vLLM sampler's field
+            if sampler != "transformers":
+                raise PoolError(
+                    f"{where}: sampler={sampler!r} with a LoRA adapter: vLLM multi-LoRA serving "
+                    "of adapters is not wired yet (docs/internals.md, LoRA pools); use sampler: "
+                    "transformers, or a full model (no lora/adapter)"
+                )
             check_lora(self, where)
 
     def _check_trainable(self, where: str) -> None:

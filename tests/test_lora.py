@@ -276,6 +276,15 @@ def test_bad_adapter_directories_are_config_errors(tmp_path, saved_adapter):
     data["pools"]["worker"]["model"].update(path=str(other))
     with pytest.raises(ConfigError, match=r"was trained on base 'tiny'.*set path: tiny"):
         resolve(ExperimentConfig.from_dict(data))
+    import shutil
+
+    from scenarios.text_space import make_tiny_tokenizer
+
+    odd = tmp_path / "odd_tokenizer"
+    shutil.copytree(saved_adapter, odd)
+    make_tiny_tokenizer(300).save_pretrained(str(odd))
+    with pytest.raises(ConfigError, match=r"saved with a different tokenizer \(300 tokens\)"):
+        resolve(with_lora(tmp_path, adapter=str(odd), lora=None))
     # the adapter alone implies the LoRA settings
     resolve(with_lora(tmp_path, adapter=str(saved_adapter), lora=None))
 
@@ -304,7 +313,7 @@ def saved_adapter(tmp_path) -> Path:
 # ----- GRPO with LoRA pools (Ray) ------------------------------------------------------------
 def test_grpo_trains_only_the_trained_adapter_and_never_the_base(ray_session, tmp_path):
     """Three pools on one base: the supervisor's adapter trained, two expert adapters (one
-    trained, one frozen) — plus the shared base — checked bit for bit."""
+    trained, one frozen) — plus the shared base — checked bit for bit, with a KL term."""
     from trainers.algo import to_algorithm_config
 
     pools = {
@@ -314,12 +323,14 @@ def test_grpo_trains_only_the_trained_adapter_and_never_the_base(ray_session, tm
     }
     data = app_data(tmp_path, **pools)
     data.update(sharing="explicit", train=["orchestrator", "math"])
+    data["algorithm"]["grpo"]["kl_coef"] = 0.05  # the KL reference: a frozen adapter snapshot
     algo = to_algorithm_config(ExperimentConfig.from_dict(data)).build_algo()
     try:
         shared = {algo.get_module(p).model.shared for p in pools}
-        learner = algo.learner_group._learner.module
-        shared |= {learner[p].unwrapped().model.shared for p in pools}
-        assert len(shared) == 1  # env runner and learner modules of 3 pools: one base
+        learner = algo.learner_group._learner
+        shared |= {learner.module[p].unwrapped().model.shared for p in pools}
+        shared |= {ref.shared for ref in learner._refs.values()}
+        assert len(shared) == 1  # env runner, learner and reference copies of 3 pools: one base
         base = base_weights()
         before = {p: learner_weights(algo, p) for p in pools}
         assert all(k.startswith("adapter.") for k in before["math"])

@@ -349,6 +349,7 @@ def _check_adapter_dir(model: LLMModel, where: str) -> list[str]:
             f"{where}: adapter {model.adapter!r} was trained on base {base!r} but the pool's "
             f"path is {model.path!r}: set path: {base}"
         )
+    _check_adapter_tokenizer(model, root, where)
     raw = config.get("target_modules") or []
     targets = sorted(raw) if isinstance(raw, list) else [str(raw)]
     lora = model.lora
@@ -359,6 +360,21 @@ def _check_adapter_dir(model: LLMModel, where: str) -> list[str]:
             "remove lora (the adapter's own settings are used) or match them"
         )
     return targets
+
+
+def _check_adapter_tokenizer(model: LLMModel, root: Path, where: str) -> None:
+    """A tokenizer saved with the adapter is the base's (the pool prompts with the base's)."""
+    if not (root / "tokenizer.json").exists() and not (root / "tokenizer_config.json").exists():
+        return
+    from scenarios.text_space import load_tokenizer
+
+    saved, base = load_tokenizer(str(root)).get_vocab(), load_tokenizer(model.path).get_vocab()
+    if saved != base:
+        raise PoolError(
+            f"{where}: adapter {model.adapter!r} was saved with a different tokenizer "
+            f"({len(saved)} tokens) from base {model.path!r}'s ({len(base)}), which the pool "
+            "prompts and samples with: train the adapter on this base and tokenizer"
+        )
 
 
 def _same_base(saved: str, path: str) -> bool:

@@ -30,7 +30,8 @@ def lower_share(text: str) -> float:
 def replies(state: dict[str, Any]) -> tuple[str, str]:
     """(alice's reply, bob's reply) in a final state."""
     texts = [str(m.content) for m in state["messages"][1:]]
-    return (texts + ["", ""])[0], (texts + ["", ""])[1]
+    alice, bob, *_ = [*texts, "", ""]
+    return alice, bob
 
 
 def reward(state: dict[str, Any]) -> float:
