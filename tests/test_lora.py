@@ -380,3 +380,50 @@ def test_train_with_lora_pools_exports_adapters_and_a_merged_model(ray_session, 
     # the frozen full-model worker is checkpointed whole
     worker = RLModule.from_checkpoint(str(ckpt / "learner_group/learner/rl_module/worker"))
     assert len(worker.get_state()) > 8
+
+
+@pytest.mark.slow
+def test_two_lora_workers_on_one_base_learn_opposite_skills(ray_session, tmp_path):
+    """``tests/apps/lora_pair.py``: alice is rewarded for lowercase letters, bob for anything
+    else, both LoRA pools on one tiny base. After 15 iterations alice writes mostly lowercase
+    while bob does not follow her (measured: 0.42 → 0.83 and 0.42 → 0.35), their adapters
+    differ and the shared base is bit-identical."""
+    from apps.lora_pair import TASK, lower_share
+
+    from trainers.algo import to_algorithm_config
+
+    lora = {"r": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+    data = app_cfg(tmp_path).to_dict()
+    data.update(scenario="tests.apps.lora_pair:pair", scenario_kwargs={}, train=None)
+    data.update(sharing="explicit")
+    data["pools"] = {
+        name: {"agents": [name], "model": {"type": "llm", "lora": lora}} for name in ("alice", "bob")
+    }
+    data["algorithm"].update(lr=2e-2)
+    data["algorithm"]["grpo"].update(group_size=8, groups_per_iteration=2)
+    algo = to_algorithm_config(ExperimentConfig.from_dict(data)).build_algo()
+
+    def skill(pool: str) -> float:
+        m = algo.get_module(pool)
+        torch.manual_seed(0)
+        gens = m.generate([[{"role": "user", "content": TASK}]] * 64, 1.0)
+        texts = [m.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in gens]
+        return float(np.mean([lower_share(t) for t in texts]))
+
+    try:
+        before = {p: skill(p) for p in ("alice", "bob")}
+        base = base_weights()
+        for _ in range(15):
+            algo.train()
+        after = {p: skill(p) for p in ("alice", "bob")}
+        gain = {p: after[p] - before[p] for p in after}
+        assert gain["alice"] > 0.2, (before, after)
+        assert gain["alice"] - gain["bob"] > 0.25, (before, after)
+        alice, bob = learner_weights(algo, "alice"), learner_weights(algo, "bob")
+        assert alice.keys() == bob.keys()
+        gap = sum(float(np.abs(alice[k] - bob[k]).sum()) for k in alice)
+        assert gap > 1.0  # both start from B = 0 on the same base
+        now = base_weights()
+        assert all(same(now[k], base[k]) for k in base)
+    finally:
+        algo.stop()
