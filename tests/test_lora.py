@@ -396,9 +396,8 @@ def test_two_lora_workers_on_one_base_learn_opposite_skills(ray_session, tmp_pat
     data = app_cfg(tmp_path).to_dict()
     data.update(scenario="tests.apps.lora_pair:pair", scenario_kwargs={}, train=None)
     data.update(sharing="explicit")
-    data["pools"] = {
-        name: {"agents": [name], "model": {"type": "llm", "lora": lora}} for name in ("alice", "bob")
-    }
+    model = {"type": "llm", "lora": lora}
+    data["pools"] = {name: {"agents": [name], "model": model} for name in ("alice", "bob")}
     data["algorithm"].update(lr=2e-2)
     data["algorithm"]["grpo"].update(group_size=8, groups_per_iteration=2)
     algo = to_algorithm_config(ExperimentConfig.from_dict(data)).build_algo()
