@@ -210,6 +210,14 @@ class LLMModel(ModelConfig):
     lora: LoRAConfig | None = None
     adapter: str | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):  # built in Python: the YAML form of the sub-config
+            names = [f.name for f in dataclasses.fields(LoRAConfig)]
+            unknown = sorted(set(self.lora) - set(names))
+            if unknown:
+                raise PoolError(f"model.lora: unknown field(s) {unknown}; valid fields are {names}")
+            self.lora = LoRAConfig(**self.lora)
+
     @property
     def is_lora(self) -> bool:
         """The pool holds an adapter on a shared base (``lora`` or ``adapter`` set)."""

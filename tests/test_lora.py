@@ -238,6 +238,11 @@ def test_yaml_round_trip_and_plan_of_lora_pools(tmp_path):
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
     model = cfg.pools["orchestrator"].model
     assert isinstance(model, LLMModel) and model.lora == LoRAConfig(**LORA)
+    for bad, match in (({"rank": 4}, r"unknown field\(s\) \['rank'\]"), ({"r": "8"}, "lora.r")):
+        data = app_data(tmp_path)
+        data["pools"]["orchestrator"]["model"]["lora"] = bad
+        with pytest.raises(ConfigError, match=match):
+            ExperimentConfig.from_dict(data)
     plan = resolve(cfg)
     assert plan.trainable == ["orchestrator"]
     assert "LoRA r=4" in plan.pools["orchestrator"].model.describe()
