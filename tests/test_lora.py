@@ -431,3 +431,30 @@ def test_two_lora_workers_on_one_base_learn_opposite_skills(ray_session, tmp_pat
         assert all(same(now[k], base[k]) for k in base)
     finally:
         algo.stop()
+
+
+def test_a_remote_env_runner_gets_the_learners_adapters(ray_session, tmp_path):
+    """Weight sync to another process ships the adapter (8 tensors), and the runner's module
+    samples with it on its own copy of the base."""
+    from trainers.algo import to_algorithm_config
+
+    data = app_data(tmp_path)
+    data["resources"]["num_env_runners"] = 1
+    data["budget"]["iterations"] = 1
+    algo = to_algorithm_config(ExperimentConfig.from_dict(data)).build_algo()
+    try:
+        initial = learner_weights(algo, "orchestrator")
+        algo.train()
+
+        def remote_state(runner: Any) -> tuple[int, dict[str, Any]]:
+            m = runner.module["orchestrator"]
+            return len(lora_lib.BASES), {k: np.array(v) for k, v in m.get_state().items()}
+
+        (bases, runner), *_ = algo.env_runner_group.foreach_env_runner(
+            remote_state, local_env_runner=False
+        )
+        learner = learner_weights(algo, "orchestrator")
+        assert bases == 1 and len(runner) == 8
+        assert not same(learner, initial) and same(runner, learner)
+    finally:
+        algo.stop()
