@@ -115,6 +115,11 @@ class Scenario(ABC):
     #: named policies (:class:`ScriptedPolicy`), served as ``"<scenario name>.<policy>"`` by
     #: ``scripted`` pools (see :mod:`marl_agents.scripted`).
     scripted_policies: ClassVar[tuple[ScriptedPolicy, ...]] = ()
+    #: the name of the scenario's difficulty knob, if it has one (:mod:`scenarios.difficulty`:
+    #: it then takes ``difficulty=None | "seed" | level index``).
+    difficulty_knob: ClassVar[str | None] = None
+    #: the knob's levels, easy → hard (set per instance; empty without a knob).
+    difficulty_levels: tuple[Any, ...] = ()
 
     topology: Topology
 

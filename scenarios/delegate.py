@@ -54,6 +54,7 @@ from scenarios.base import Outcome, Scenario, ScriptedPolicy
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.delegate_args import check_parallel, check_skills, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
+from scenarios.difficulty import check_difficulty, knob_level
 from scenarios.engine import decide
 from scenarios.registry import register
 from topologies import Topology
@@ -91,15 +92,20 @@ class DelegateState(TypedDict, total=False):
     route: Annotated[dict[str, list[str]], merge_routes]
 
 
-def new_task(rng: np.random.Generator, parts: int, types: int) -> dict[str, Any]:
-    """A fresh delegate episode state: task seed, part types, nothing solved or spent yet.
+def new_task(
+    rng: np.random.Generator, parts: int, types: int, active: int | None = None
+) -> dict[str, Any]:
+    """A fresh delegate episode state: task seed, part types, nothing spent yet.
 
-    Shared by ``delegate`` and ``text-delegate`` so both draw the same task for a seed.
+    Shared by ``delegate`` and ``text-delegate`` so both draw the same task for a seed. Only
+    the first ``active`` parts (default: all) are pending; the others start solved (the
+    ``active_parts`` difficulty knob: the same draws, fewer parts left to solve).
     """
+    active = parts if active is None else active
     return {
         "task_seed": int(rng.integers(2**31)),
         "types": [int(x) for x in rng.integers(types, size=parts)],
-        "status": dict.fromkeys(range(parts), PENDING),
+        "status": {i: PENDING if i < active else SOLVED for i in range(parts)},
         "attempts": [],
         "assignment": {},
         "round": 0,
@@ -107,6 +113,19 @@ def new_task(rng: np.random.Generator, parts: int, types: int) -> dict[str, Any]
         "calls": 0,
         "decisions": 0,
     }
+
+
+def unsolved_types(state: Mapping[str, Any]) -> list[int]:
+    """The types of a state's parts not yet solved."""
+    return [t for i, t in enumerate(state["types"]) if state["status"][i] != SOLVED]
+
+
+def planned_value(planner: Planner, state: Mapping[str, Any], parts: int, types: int) -> float:
+    """The oracle's expected reward from a fresh ``state``: parts that start solved (the
+    difficulty knob) count as solved, the planner values the rest."""
+    left = unsolved_types(state)
+    counts = np.bincount(np.asarray(left, dtype=np.int64), minlength=types)
+    return (parts - len(left)) / parts + planner.value(tuple(int(c) for c in counts), 0)
 
 
 def exact_planner(task: Any, parallel: bool) -> Planner:
@@ -129,6 +148,9 @@ class Delegate(DeclaredSpaces, Scenario):
         max_rounds: dispatch rounds allowed, 1–16 (default ``2·parts``).
         latency_cost: ``λ ≥ 0`` per dispatch round.
         call_cost: ``μ ≥ 0`` per part handed to a worker.
+        difficulty: the ``active_parts`` knob (:mod:`scenarios.difficulty`): ``None`` (all
+            parts), a level index (``i + 1`` parts pending, the rest start solved) or
+            ``"seed"`` (the level from the episode seed).
 
     Example:
         >>> from scenarios.engine import run_inline
@@ -146,6 +168,7 @@ class Delegate(DeclaredSpaces, Scenario):
     absent = "default"  # absent orchestrator: assigns nothing; absent worker: passes every part
     has_oracle = True
     has_local_rewards = True
+    difficulty_knob = "active_parts"
     scripted_policies = (
         ScriptedPolicy(
             "scripted_worker",
@@ -172,6 +195,7 @@ class Delegate(DeclaredSpaces, Scenario):
         max_rounds: int | None = None,
         latency_cost: float = 0.05,
         call_cost: float = 0.02,
+        difficulty: int | str | None = None,
         **unknown: Any,
     ) -> None:
         check_unknown(unknown)
@@ -182,6 +206,8 @@ class Delegate(DeclaredSpaces, Scenario):
         self.single = self.topology.kind == "single"
         self.parts = int_arg("parts", parts, 1, MAX_PARTS)
         self.types = int_arg("types", types, 1, MAX_TYPES)
+        self.difficulty_levels = tuple(range(1, self.parts + 1))
+        self.difficulty = check_difficulty(difficulty, self.difficulty_levels, "delegate")
         self.skills_seed = int_arg("skills_seed", skills_seed, 0, None)
         self.parallel = check_parallel(parallel)
         rounds = 2 * self.parts if max_rounds is None else max_rounds
@@ -235,7 +261,7 @@ class Delegate(DeclaredSpaces, Scenario):
     # ----- the graph -----------------------------------------------------------------------
     @override
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
-        return {**new_task(rng, self.parts, self.types), "route": {}}
+        return {**new_task(rng, self.parts, self.types, knob_level(self, rng)), "route": {}}
 
     @override
     def build_graph(self) -> StateGraph:
@@ -364,12 +390,13 @@ class Delegate(DeclaredSpaces, Scenario):
         same way as :meth:`initial_state`. Star: backward induction, see
         :mod:`scenarios.delegate_oracle`. Single: ``mean_i skill(type_i) − λ``.
         """
-        types = self.initial_state(rng)["types"]
+        state = self.initial_state(rng)
         if self.single:
+            left = unsolved_types(state)
             mean = self.skills.mean(axis=0)
-            return float(np.mean([mean[t] for t in types]) - self.latency_cost)
-        counts = np.bincount(types, minlength=self.types)
-        return self.planner.value(tuple(int(c) for c in counts), 0)
+            done = (self.parts - len(left)) / self.parts  # parts the difficulty knob solved
+            return float(done + sum(mean[t] for t in left) / self.parts - self.latency_cost)
+        return planned_value(self.planner, state, self.parts, self.types)
 
     def oracle_policy(self, agent: str, obs: np.ndarray) -> np.ndarray:
         """A policy for every agent: the optimal skill-aware orchestrator, scripted workers."""

@@ -17,6 +17,7 @@ VALID_KWARGS = (
     "max_rounds",
     "latency_cost",
     "call_cost",
+    "difficulty",
 )
 
 

@@ -37,8 +37,10 @@ from scenarios.delegate import (
     exact_planner,
     merge_status,
     new_task,
+    planned_value,
 )
 from scenarios.delegate_oracle import Planner, make_skills
+from scenarios.difficulty import check_difficulty, knob_level
 from scenarios.engine import decide
 from scenarios.registry import register
 from scenarios.text_delegate_parse import Assignment, parse_assignment
@@ -81,6 +83,7 @@ VALID_KWARGS = (
     "subagents",
     "tokenizer",
     "vocab_size",
+    "difficulty",
 )
 
 
@@ -136,6 +139,7 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
         tokenizer: ``"tiny"`` or a directory / hub name: the orchestrator model's tokenizer.
         vocab_size: token ids the orchestrator model may emit (default: the larger of the
             tokenizer's size and the model's ``config.json`` ``vocab_size``).
+        difficulty: the ``active_parts`` knob, as ``delegate``'s (:mod:`scenarios.difficulty`).
 
     Example:
         >>> from scenarios.engine import run_inline
@@ -158,6 +162,7 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
     has_text_agents = True
     has_oracle = True
     has_local_rewards = True
+    difficulty_knob = "active_parts"
 
     def __init__(
         self, topology: str | Topology = "star:2", *, level: str = "easy", **kwargs: Any
@@ -177,6 +182,10 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
         self.n_workers = len(self.workers_topology.agent_ids) - 1
         self.parts = int_arg("parts", args["parts"], 1, MAX_PARTS)
         self.types = int_arg("types", args["types"], 1, MAX_TYPES)
+        self.difficulty_levels = tuple(range(1, self.parts + 1))
+        self.difficulty = check_difficulty(
+            args.get("difficulty"), self.difficulty_levels, "text-delegate"
+        )
         if not isinstance(args["prefill"], bool):
             raise ScenarioError(f"prefill must be True or False, got {args['prefill']!r}")
         self.prefill = args["prefill"]
@@ -254,7 +263,7 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
     @override
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return {
-            **new_task(rng, self.parts, self.types),
+            **new_task(rng, self.parts, self.types, knob_level(self, rng)),
             "format_errors": 0,
             "last_error": None,
             "reports": [],
@@ -385,6 +394,4 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
             return None
         if self._planner is None:
             self._planner = exact_planner(self, True)
-        types = self.initial_state(rng)["types"]
-        counts = np.bincount(types, minlength=self.types)
-        return self._planner.value(tuple(int(c) for c in counts), 0)
+        return planned_value(self._planner, self.initial_state(rng), self.parts, self.types)

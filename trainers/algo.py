@@ -122,7 +122,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config = algorithm_class(algo.name).get_default_config()
     # the env's wall-clock limit and engine
     timeout = {"episode_timeout_s": cfg.episodes.timeout_s, "engine": cfg.episodes.engine}
-    if isinstance(algo, GRPOAlgo):
+    if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
         from trainers.grpo_learner import GroupedEnv
 
         # RLlib's env checker steps the first sub-env once; a one-step episode would finish
@@ -199,11 +199,15 @@ def _env_runner_kwargs(
 def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
     """The :class:`~trainers.grpo_learner.GroupedEnv` config: one task-seed stream from the
     experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream
-    (the ``G`` rollouts of a group run side by side)."""
+    under GRPO (the ``G`` rollouts of a group run side by side), the tasks drawn from the
+    curriculum's pool when one is set (:mod:`trainers.curriculum`)."""
+    from trainers import curriculum
+
     env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
-    assert isinstance(cfg.algorithm, GRPOAlgo)
-    repeat = 1 if grpo_side_by_side(plan) else cfg.algorithm.grpo.group_size
-    return {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": True}
+    grpo = isinstance(cfg.algorithm, GRPOAlgo)
+    repeat = 1 if not grpo or grpo_side_by_side(plan) else cfg.algorithm.grpo.group_size
+    out = {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": grpo}
+    return {**out, **curriculum.env_config(cfg)}
 
 
 def grpo_side_by_side(plan: Plan) -> bool:

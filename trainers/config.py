@@ -31,6 +31,7 @@ import yaml
 
 from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
 from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
+from trainers.curriculum import CurriculumConfig
 from trainers.reward_config import RewardsConfig
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
@@ -645,6 +646,7 @@ class ExperimentConfig:
         episodes: the wall-clock limit per episode, and when failing episodes stop the run.
         rewards: reward sources composing the reward (:mod:`trainers.reward_config`; empty:
             the scenario's verifier reward as it is).
+        curriculum: which tasks episodes play (:class:`~trainers.curriculum.CurriculumConfig`).
     """
 
     scenario: str = "delegate"
@@ -662,6 +664,7 @@ class ExperimentConfig:
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     episodes: EpisodesConfig = dataclasses.field(default_factory=EpisodesConfig)
     rewards: RewardsConfig = dataclasses.field(default_factory=RewardsConfig)
+    curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.scenario, str):
@@ -697,6 +700,7 @@ class ExperimentConfig:
             self.output,
             self.episodes,
             self.rewards,
+            self.curriculum,
         ):
             part.check()
         return self

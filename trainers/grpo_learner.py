@@ -85,6 +85,7 @@ import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-ru
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
 from trainers.config import GRPOConfig
+from trainers.curriculum import SCHEDULE, passed
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
 from trainers.reward_config import per_source_from_episodes
 from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
@@ -107,9 +108,11 @@ class GroupedEnv(RLlibGraphEnv):
     Args:
         config: the :class:`~scenarios.rllib_env.RLlibGraphEnv` config plus ``seed`` (base of
             the seed stream, default 0), ``repeat`` (finished episodes per task seed and env,
-            default 1) and ``shared_seeds`` (all sub-envs of a runner share the stream,
-            default True). An RLlib ``EnvContext`` supplies ``worker_index`` (and
-            ``vector_index``, used when ``shared_seeds`` is False).
+            default 1), ``shared_seeds`` (all sub-envs of a runner share the stream,
+            default True) and ``curriculum`` (``{"tasks": [seeds], "pass_threshold": x}``:
+            tasks come from this process's :data:`trainers.curriculum.SCHEDULE`, which also
+            gets every finished episode's pass/fail). An RLlib ``EnvContext`` supplies
+            ``worker_index`` (and ``vector_index``, used when ``shared_seeds`` is False).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -121,9 +124,21 @@ class GroupedEnv(RLlibGraphEnv):
         stream = [int(cfg.get("seed", 0)), int(getattr(cfg, "worker_index", 0))]
         if not cfg.get("shared_seeds", True):
             stream.append(int(getattr(cfg, "vector_index", 0)))
+        self._stream = tuple(stream)
+        self._curriculum: Mapping[str, Any] | None = cfg.get("curriculum")
+        if self._curriculum is not None:
+            SCHEDULE.ensure(self._curriculum["tasks"])
         self._seeds = np.random.default_rng(stream)
-        self._task_seed = int(self._seeds.integers(2**31))
+        self._k = 0  # tasks drawn before the current one
+        self._task_index = 0  # the current task's index in the curriculum's pool
+        self._task_seed = self._next_task()
         self._finished = 0  # finished episodes of the current task seed
+
+    def _next_task(self) -> int:
+        if self._curriculum is None:
+            return int(self._seeds.integers(2**31))
+        self._task_index = SCHEDULE.draw(self._stream, self._k)
+        return int(self._curriculum["tasks"][self._task_index])
 
     @property
     def task_seed(self) -> int:
@@ -141,10 +156,14 @@ class GroupedEnv(RLlibGraphEnv):
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         obs, rewards, terms, truncs, infos = super().step(action_dict)
         if terms.get("__all__") or truncs.get("__all__"):
+            if self._curriculum is not None and self.env.outcome is not None:
+                ok = passed(self.env.outcome, self._curriculum.get("pass_threshold"))
+                SCHEDULE.record(self._stream, self._k, self._task_index, ok)
             self._finished += 1
             if self._finished >= self.repeat:
                 self._finished = 0
-                self._task_seed = int(self._seeds.integers(2**31))
+                self._k += 1
+                self._task_seed = self._next_task()
         return obs, rewards, terms, truncs, self._anchors(obs, infos)
 
     def _anchors(self, obs: Mapping[str, Any], infos: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +175,22 @@ class GroupedEnv(RLlibGraphEnv):
             if key is not None:
                 infos[agent] = {**infos.get(agent, {}), ANCHOR_INFO: key}
         return infos
+
+    def schedule_state(self) -> dict[str, Any]:
+        """Where this env is in its task schedule (saved by :mod:`trainers.resume`)."""
+        return {
+            "rng": self._seeds.bit_generator.state,
+            "k": self._k,
+            "task_index": self._task_index,
+            "task_seed": self._task_seed,
+            "finished": self._finished,
+        }
+
+    def set_schedule_state(self, state: Mapping[str, Any]) -> None:
+        """Set what :meth:`schedule_state` returned."""
+        self._seeds.bit_generator.state = state["rng"]
+        self._k, self._task_index = int(state["k"]), int(state["task_index"])
+        self._task_seed, self._finished = int(state["task_seed"]), int(state["finished"])
 
 
 # ----- advantages (learner connector) -------------------------------------------------------

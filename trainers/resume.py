@@ -3,7 +3,8 @@
 ``Algorithm.save_to_path`` keeps weights, optimizers, connector and metrics-logger state and the
 iteration counter, but not what decides the next iteration's samples: each env runner's episodes
 in progress (``truncate_episodes`` cuts them at iteration boundaries) and its metrics windows,
-each sub-environment's episode-seed stream and the episode it is running, the processes' RNGs
+each sub-environment's episode-seed stream (and task schedule) and the episode it is running,
+the curriculum's pass-rate estimates and each process's task schedule, the processes' RNGs
 (action sampling, minibatch shuffling), PPO's adaptive KL coefficients and the wall clock
 (``time_total_s``). :func:`save` writes them into a checkpoint directory (``marl_state.pkl``,
 and ``marl_state.json`` with the iteration); :func:`restore` puts them back after
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainers.curriculum import SCHEDULE
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ def save(algo: Any, path: Path) -> None:
             "time_total_s": time_total,
             "runners": _capture_runners(algo),
             "learners": _foreach_learner(algo, capture_learner),
+            "curriculum": _curriculum_state(algo),
         }
         data = cloudpickle.dumps(state)
     except Exception as exc:  # any capture failure costs exactness, not the checkpoint
@@ -68,6 +72,12 @@ def save(algo: Any, path: Path) -> None:
         (path / STATE_FILE).write_bytes(data)
     info = {"iteration": int(algo.iteration), "time_total_s": time_total}
     (path / INFO_FILE).write_text(json.dumps(info) + "\n")
+
+
+def _curriculum_state(algo: Any) -> Any:
+    """The driver's curriculum state (``trainers.curriculum.Curriculum``), if the run has one."""
+    cur = getattr(algo, "marl_curriculum", None)
+    return None if cur is None else cur.get_state()
 
 
 def _capture_runners(algo: Any) -> dict[int, bytes]:
@@ -109,6 +119,7 @@ def restore(algo: Any, path: Path) -> bool:
     if learners:  # data-parallel learners hold the same coefficients
         _foreach_learner(algo, lambda learner: restore_learner(learner, learners[0]))
     algo._time_total = state["time_total_s"]
+    algo.marl_curriculum_state = state.get("curriculum")  # read by Curriculum.start
     set_rng_state(state["rng"])  # last: restoring the runners may draw numbers
     return True
 
@@ -172,6 +183,7 @@ def capture_runner(runner: Any) -> bytes:
         "metrics": runner.metrics.get_state(),
         "rng": rng_state(),
         "envs": None,
+        "schedule": SCHEDULE.get_state(),
     }
     vec = getattr(runner, "env", None)
     if vec is not None and hasattr(vec, "envs"):
@@ -207,6 +219,8 @@ def restore_runner(runner: Any, runners: Mapping[int, bytes]) -> bool:
     for key, value in state["attrs"].items():
         setattr(runner, key, value)
     runner.metrics.set_state(state["metrics"])
+    if "schedule" in state:
+        SCHEDULE.set_state(state["schedule"])
     set_rng_state(state["rng"])
     return True
 
@@ -224,6 +238,7 @@ def _env_state(env: Any) -> dict[str, Any] | None:
         "actions": _actions(graph.trace),
         "digest": _digest(graph.trace),
         "rng": graph._np_random.bit_generator.state,
+        "schedule": env.schedule_state() if hasattr(env, "schedule_state") else None,
     }
 
 
@@ -232,8 +247,11 @@ def _restore_env(sub: Any, state: dict[str, Any] | None) -> None:
     if state is None:
         return
     graph = env.env
+    schedule = state.get("schedule")
     if state["episode_seed"] is not None:  # replay the episode in progress (or just ended)
         env._seed = None  # so that ``seed_once`` does not turn this seed into a fresh draw
+        if schedule is not None:  # a GroupedEnv resets to its task seed: the episode's
+            env.set_schedule_state({**schedule, "task_seed": state["episode_seed"]})
         sub.reset(seed=state["episode_seed"])
         for actions in state["actions"]:
             if graph._run is None or graph._run.finished:
@@ -247,6 +265,8 @@ def _restore_env(sub: Any, state: dict[str, Any] | None) -> None:
             )
     graph._np_random.bit_generator.state = state["rng"]
     env._seed, env._held, env.agents = state["seed"], dict(state["held"]), list(state["agents"])
+    if schedule is not None:  # GroupedEnv: where it is in its task schedule
+        env.set_schedule_state(schedule)
 
 
 def _actions(trace: list[Any]) -> list[dict[str, Any]]:

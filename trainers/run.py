@@ -60,6 +60,7 @@ from typing import Any
 
 from trainers.cluster import ensure_ray
 from trainers.config import ConfigError, ExperimentConfig
+from trainers.curriculum import Curriculum
 from trainers.hf_export import export_pools, save_hf
 
 log = logging.getLogger(__name__)
@@ -597,6 +598,7 @@ class _Session:
         self.tracker = _Checkpoints(run)
         self.episodes = _EpisodeLog(cfg, plan, run, resumed=resumed)
         self.algo: Any = None
+        self.curriculum: Curriculum | None = None
         self.wb: Any = None
         self.final_ckpt: Path | None = None
         self.models: dict[str, Path] = {}
@@ -617,6 +619,7 @@ class _Session:
 
         self.clock = instrument_algo(self.algo)  # timers/learn_s, timers/sync_s
         self.episodes.drain(self.algo)  # tells the env runners how many transcripts to keep
+        self.curriculum = Curriculum.start(self.cfg, self.algo)  # pushes the task distribution
         self.wb = _wandb_init(self.cfg, self.run, resumed=self.resumed)
 
     def loop(self, console: Any) -> None:
@@ -646,6 +649,8 @@ class _Session:
 
         runners = self.cfg.resources.num_env_runners
         row.update(iteration_timers(result, self.clock.take(), runners))
+        if self.curriculum is not None:  # learns from the iteration's outcomes, pushes tasks
+            row.update(self.curriculum.step(self.algo))
         iteration = row["charts/iteration"]
         drained = self.episodes.drain(self.algo)
         self.history.append(row)

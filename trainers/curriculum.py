@@ -1,0 +1,368 @@
+"""Learnability curriculum: which task each episode plays (config section ``curriculum:``).
+
+Contract:
+
+* A **task** is one episode seed: a base seed of ``curriculum.tasks`` at a level of
+  ``curriculum.levels`` (``scenarios.difficulty.level_seed``; the scenario then runs with
+  ``difficulty: seed``), so credit replays, resumed episodes and GRPO's grouping by seed all see
+  the level without being told.
+* :class:`LearnabilitySampler` (driver) keeps per task a pass count and a trial count, both
+  multiplied by ``decay`` at every update: ``p̂ = (passes + prior·w) / (trials + w)`` with
+  ``w = prior_weight``. Mode ``learnability`` samples task ``i`` with probability
+  ``(1 − ε)·u_i / Σu + ε / n``, ``u_i = √(p̂_i(1 − p̂_i))``; mode ``uniform`` with ``1 / n``.
+* Env side, every env-runner process has one :data:`SCHEDULE`: the task list and the
+  distribution the driver pushed last. :class:`~trainers.grpo_learner.GroupedEnv` draws its
+  ``k``-th task from it with ``default_rng([*stream, k])`` (memoised per ``(stream, k)``, so the
+  ``G`` sub-envs of a GRPO group play the same task even when the distribution changes while
+  the group is running) and records each finished episode's ``(stream, k, task, passed)``.
+  "Passed" is ``Outcome.success``, or ``reward ≥ pass_threshold`` when that is set.
+* Every iteration :meth:`Curriculum.step` (driver, from ``trainers.run``) drains the
+  outcomes of every env runner (``foreach_env_runner``: remote runners too), updates the
+  sampler, pushes the new distribution and returns the ``curriculum/*`` metrics. The sampler
+  and every runner's schedule are saved in checkpoints (``trainers.resume``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+CurriculumMode = Literal["uniform", "learnability"]
+#: metric prefix
+PREFIX = "curriculum/"
+
+
+@dataclasses.dataclass
+class CurriculumConfig:
+    """Task sampling (section ``curriculum:``); inactive unless ``tasks`` or ``levels`` is set.
+
+    Attributes:
+        mode: ``uniform`` (every task alike: the baseline) or ``learnability`` (tasks whose
+            estimated pass rate is near 0.5 more often).
+        tasks: the pool of base task seeds: a count ``n`` (seeds ``0 … n−1``) or a list;
+            ``None``: an open seed stream as without a curriculum (needs ``levels``).
+        levels: difficulty level indices of the scenario's knob to sample over (the scenario
+            must run with ``scenario_kwargs.difficulty: seed``); ``None``: as configured.
+        epsilon: share of uniform exploration in ``learnability`` mode, in ``[0, 1]``.
+        prior: pass rate assumed for a task never seen, in ``(0, 1)``.
+        prior_weight: how many episodes the prior counts for (> 0).
+        decay: factor applied to past evidence at every iteration, in ``(0, 1]`` (1: keep all).
+        pass_threshold: an episode passes when its reward is at least this; ``None``: when the
+            scenario's ``Outcome.success`` is true.
+        band: ``[low, high]`` pass rates counted as learnable in ``curriculum/learnable_share``.
+    """
+
+    mode: CurriculumMode = "uniform"
+    tasks: int | list[int] | None = None
+    levels: list[int] | None = None
+    epsilon: float = 0.1
+    prior: float = 0.5
+    prior_weight: float = 2.0
+    decay: float = 1.0
+    pass_threshold: float | None = None
+    band: list[float] = dataclasses.field(default_factory=lambda: [0.1, 0.9])
+
+    def __post_init__(self) -> None:
+        from trainers.config import typed
+
+        typed(self, "curriculum")
+
+    @property
+    def active(self) -> bool:
+        """Whether tasks are sampled from a pool (else the env's own seed stream)."""
+        return self.tasks is not None or self.levels is not None
+
+    def check(self) -> None:
+        """Each value in its range; a mode that needs a pool has one."""
+        from trainers.config import ConfigError
+
+        if self.mode == "learnability" and not self.active:
+            raise ConfigError(
+                "curriculum.mode=learnability needs a pool of tasks: set curriculum.tasks "
+                "(a count or a list of seeds) and/or curriculum.levels"
+            )
+        if isinstance(self.tasks, int) and self.tasks < 1:
+            raise ConfigError(f"curriculum.tasks must be ≥ 1 (a count of seeds), got {self.tasks}")
+        if isinstance(self.tasks, list) and (
+            not self.tasks or len(set(self.tasks)) != len(self.tasks) or min(self.tasks) < 0
+        ):
+            raise ConfigError(f"curriculum.tasks must list distinct seeds ≥ 0, got {self.tasks!r}")
+        if self.levels is not None and (not self.levels or min(self.levels) < 0):
+            raise ConfigError(f"curriculum.levels must list level indices ≥ 0, got {self.levels!r}")
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        from trainers.config import ConfigError
+
+        ranges = (
+            ("epsilon", self.epsilon, 0.0 <= self.epsilon <= 1.0, "in [0, 1]"),
+            ("prior", self.prior, 0.0 < self.prior < 1.0, "in (0, 1)"),
+            ("prior_weight", self.prior_weight, self.prior_weight > 0, "> 0"),
+            ("decay", self.decay, 0.0 < self.decay <= 1.0, "in (0, 1] (1: forget nothing)"),
+        )
+        for name, value, ok, want in ranges:
+            if not ok or not math.isfinite(value):
+                raise ConfigError(f"curriculum.{name} must be {want}, got {value!r}")
+        low, high = [*self.band, math.nan, math.nan][:2]
+        if len(self.band) != 2 or not 0.0 <= low < high <= 1.0:
+            raise ConfigError(
+                f"curriculum.band must be [low, high] with 0 ≤ low < high ≤ 1, got {self.band}"
+            )
+
+    def base_seeds(self) -> list[int] | None:
+        """The pool's base seeds (``None``: no pool)."""
+        if self.tasks is None:
+            return None
+        return list(range(self.tasks)) if isinstance(self.tasks, int) else list(self.tasks)
+
+    def task_seeds(self) -> list[int]:
+        """Every task of the pool as an episode seed (levels outer, base seeds inner)."""
+        from scenarios.difficulty import LEVEL_STRIDE, level_seed
+
+        bases = self.base_seeds()
+        if self.levels is None:
+            return list(bases or [])
+        if bases is None:  # one open stream per level: a fixed spread of seeds stands for it
+            bases = [int(s) for s in np.random.default_rng(0).integers(LEVEL_STRIDE, size=64)]
+        return [level_seed(level, b) for level in self.levels for b in bases]
+
+
+def env_config(cfg: Any) -> dict[str, Any]:
+    """The ``curriculum`` entry of the env config of experiment ``cfg`` (empty: inactive).
+
+    Raises:
+        ConfigError: levels set while the scenario does not read its level from the seed.
+    """
+    from trainers.config import ConfigError
+
+    cur: CurriculumConfig = cfg.curriculum
+    if not cur.active:
+        return {}
+    if cur.levels is not None and cfg.scenario_kwargs.get("difficulty") != "seed":
+        raise ConfigError(
+            f"curriculum.levels={cur.levels} needs the scenario to read its level from the "
+            f"episode seed: set scenario_kwargs.difficulty: seed (got "
+            f"{cfg.scenario_kwargs.get('difficulty')!r})"
+        )
+    return {"curriculum": {"tasks": cur.task_seeds(), "pass_threshold": cur.pass_threshold}}
+
+
+# ----- the sampler (driver) ------------------------------------------------------------------
+class LearnabilitySampler:
+    """Pass-rate estimates per task and the sampling distribution (module doc).
+
+    Args:
+        cfg: the knobs.
+        n_tasks: the pool size.
+    """
+
+    def __init__(self, cfg: CurriculumConfig, n_tasks: int) -> None:
+        self.cfg = cfg
+        self.passes = np.zeros(n_tasks)
+        self.trials = np.zeros(n_tasks)
+
+    def pass_rates(self) -> np.ndarray:
+        """``p̂`` per task."""
+        w = self.cfg.prior_weight
+        return (self.passes + self.cfg.prior * w) / (self.trials + w)
+
+    def utilities(self) -> np.ndarray:
+        """``√(p̂(1 − p̂))`` per task: how much gradient a group of the task carries."""
+        p = self.pass_rates()
+        return np.sqrt(p * (1.0 - p))
+
+    def probabilities(self) -> np.ndarray:
+        """The sampling distribution over tasks."""
+        n = len(self.passes)
+        uniform = np.full(n, 1.0 / n)
+        if self.cfg.mode == "uniform":
+            return uniform
+        u = self.utilities()
+        weights = u / u.sum() if u.sum() > 0 else uniform
+        return (1.0 - self.cfg.epsilon) * weights + self.cfg.epsilon * uniform
+
+    def update(self, outcomes: Iterable[tuple[int, bool]]) -> None:
+        """Decay the evidence once, then count ``(task index, passed)`` outcomes."""
+        self.passes *= self.cfg.decay
+        self.trials *= self.cfg.decay
+        for task, passed in outcomes:
+            self.trials[task] += 1.0
+            self.passes[task] += float(passed)
+
+    def metrics(self) -> dict[str, float]:
+        """``utility_mean`` (expected utility of a drawn task), ``learnable_share`` (tasks with
+        ``p̂`` in the band) and ``pass_rate_mean`` (mean ``p̂``)."""
+        p, q = self.pass_rates(), self.probabilities()
+        low, high = self.cfg.band
+        return {
+            "utility_mean": float(q @ self.utilities()),
+            "learnable_share": float(np.mean((p >= low) & (p <= high))),
+            "pass_rate_mean": float(p.mean()),
+        }
+
+    def get_state(self) -> dict[str, Any]:
+        return {"passes": self.passes.copy(), "trials": self.trials.copy()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if len(state["passes"]) != len(self.passes):
+            raise ValueError(
+                f"curriculum state has {len(state['passes'])} tasks, the config {len(self.passes)}:"
+                " resume with the curriculum section the run was saved with"
+            )
+        self.passes, self.trials = np.array(state["passes"]), np.array(state["trials"])
+
+
+# ----- the schedule (env-runner processes) ---------------------------------------------------
+class TaskSchedule:
+    """One process's view of the curriculum: tasks, distribution, draws, finished outcomes."""
+
+    #: memoised draws kept (older ``(stream, k)`` are forgotten)
+    MAX_MEMO = 4096
+
+    def __init__(self) -> None:
+        self.tasks: list[int] = []
+        self.probs = np.zeros(0)
+        self.memo: dict[tuple[int, ...], int] = {}
+        self.outbox: list[tuple[tuple[int, ...], int, bool]] = []
+
+    def ensure(self, tasks: list[int]) -> None:
+        """Start with ``tasks`` uniformly unless the driver already pushed them."""
+        if self.tasks != list(tasks):
+            self.tasks, self.probs = list(tasks), np.full(len(tasks), 1.0 / len(tasks))
+            self.memo = {}
+
+    def push(self, tasks: list[int], probs: np.ndarray) -> None:
+        """The driver's distribution (draws made before keep their task)."""
+        self.ensure(tasks)
+        self.probs = np.asarray(probs, dtype=float)
+
+    def draw(self, stream: tuple[int, ...], k: int) -> int:
+        """The task index of the ``k``-th task of ``stream``."""
+        key = (*stream, k)
+        if key not in self.memo:
+            u = float(np.random.default_rng([*stream, k]).random())
+            cdf = np.cumsum(self.probs)
+            self.memo[key] = int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(cdf) - 1))
+            if len(self.memo) > self.MAX_MEMO:
+                del self.memo[next(iter(self.memo))]
+        return self.memo[key]
+
+    def record(self, stream: tuple[int, ...], k: int, task: int, passed: bool) -> None:
+        self.outbox.append(((*stream, k), task, passed))
+
+    def drain(self) -> list[tuple[tuple[int, ...], int, bool]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "tasks": list(self.tasks),
+            "probs": self.probs.copy(),
+            "memo": dict(self.memo),
+            "outbox": list(self.outbox),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.tasks, self.probs = list(state["tasks"]), np.array(state["probs"])
+        self.memo, self.outbox = dict(state["memo"]), list(state["outbox"])
+
+
+#: this process's schedule (env runners and, with ``num_env_runners: 0``, the driver)
+SCHEDULE = TaskSchedule()
+
+
+def passed(outcome: Any, threshold: float | None) -> bool:
+    """Whether a finished episode's ``Outcome`` counts as a pass (module doc)."""
+    if threshold is not None:
+        return float(outcome.reward) >= threshold
+    return bool(outcome.success)
+
+
+def drain_outcomes(env_runner: Any = None) -> list[tuple[tuple[int, ...], int, bool]]:
+    """``foreach_env_runner`` function: this process's finished outcomes, drained."""
+    return SCHEDULE.drain()
+
+
+def push_distribution(env_runner: Any = None, *, tasks: list[int], probs: Any) -> None:
+    """``foreach_env_runner`` function: set this process's distribution."""
+    SCHEDULE.push(tasks, probs)
+
+
+# ----- the driver ------------------------------------------------------------------------------
+class Curriculum:
+    """The driver's side (module doc): one per training run, updated once per iteration."""
+
+    def __init__(self, cfg: CurriculumConfig) -> None:
+        self.cfg = cfg
+        self.tasks = cfg.task_seeds()
+        self.sampler = LearnabilitySampler(cfg, len(self.tasks))
+        self.level_of = self._levels()
+
+    def _levels(self) -> np.ndarray | None:
+        if self.cfg.levels is None:
+            return None
+        per_level = len(self.tasks) // len(self.cfg.levels)
+        return np.repeat(np.asarray(self.cfg.levels, dtype=float), per_level)
+
+    @classmethod
+    def start(cls, cfg: Any, algo: Any) -> Curriculum | None:
+        """The run's curriculum (``None``: inactive), with the state a resumed ``algo`` brought
+        (``trainers.resume``), attached to ``algo`` for checkpoints and pushed to its runners."""
+        if not cfg.curriculum.active:
+            return None
+        cur = cls(cfg.curriculum)
+        saved = getattr(algo, "marl_curriculum_state", None)
+        if saved is not None:
+            cur.sampler.set_state(saved)
+        algo.marl_curriculum = cur
+        cur.push(algo)
+        return cur
+
+    def push(self, algo: Any) -> None:
+        fn = functools.partial(
+            push_distribution, tasks=self.tasks, probs=self.sampler.probabilities()
+        )
+        _foreach_runner(algo, fn)
+
+    def step(self, algo: Any) -> dict[str, float]:
+        """Drain outcomes, update, push; the iteration's ``curriculum/*`` metrics."""
+        outcomes = [o for part in _foreach_runner(algo, drain_outcomes) for o in part]
+        self.sampler.update((task, ok) for _, task, ok in outcomes)
+        self.push(algo)
+        return {PREFIX + k: v for k, v in self.metrics(outcomes).items()}
+
+    def metrics(self, outcomes: list[tuple[tuple[int, ...], int, bool]]) -> dict[str, float]:
+        """The sampler's metrics, ``difficulty`` (expected level of a drawn task, with levels),
+        and of this iteration's outcomes ``episodes``, ``pass_rate`` and ``informative_share``
+        (share of groups, i.e. rollouts of one draw, with both passes and failures)."""
+        out = self.sampler.metrics()
+        if self.level_of is not None:
+            out["difficulty"] = float(self.sampler.probabilities() @ self.level_of)
+        out["episodes"] = float(len(outcomes))
+        if outcomes:
+            out["pass_rate"] = float(np.mean([ok for _, _, ok in outcomes]))
+            out["informative_share"] = informative_share(outcomes)
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        return self.sampler.get_state()
+
+
+def informative_share(outcomes: Iterable[tuple[Any, int, bool]]) -> float:
+    """Share of groups (outcomes with the same draw key) whose rollouts both pass and fail."""
+    groups: dict[Any, set[bool]] = {}
+    for key, _, ok in outcomes:
+        groups.setdefault(key, set()).add(bool(ok))
+    return float(np.mean([len(v) == 2 for v in groups.values()])) if groups else 0.0
+
+
+def _foreach_runner(algo: Any, fn: Any) -> list[Any]:
+    group = getattr(algo, "env_runner_group", None)
+    if group is None:
+        return [fn(algo.env_runner)]
+    return list(group.foreach_env_runner(fn, local_env_runner=True))
