@@ -109,7 +109,12 @@ def test_levels_need_the_scenario_to_read_them_from_the_seed() -> None:
         to_algorithm_config(cfg)
     cfg = cfg.replace(**{"scenario_kwargs.difficulty": "seed"})
     env = to_algorithm_config(cfg).env_config
-    assert env["curriculum"]["tasks"] == [0, 1, 2 * LEVEL_STRIDE, 2 * LEVEL_STRIDE + 1]
+    assert env["curriculum"]["tasks"] == [
+        LEVEL_STRIDE,
+        LEVEL_STRIDE + 1,
+        3 * LEVEL_STRIDE,
+        3 * LEVEL_STRIDE + 1,
+    ]
 
 
 # ----- difficulty knob -------------------------------------------------------------------------
@@ -123,11 +128,15 @@ def test_delegate_active_parts_knob() -> None:
         assert status == [PENDING] * pending + [SOLVED] * (3 - pending)
     same = np.random.default_rng(level_seed(2, 7))
     assert s.initial_state(same) == hard.initial_state(np.random.default_rng(level_seed(2, 7)))
+    for plain in (7, 1_000_000, 9 * LEVEL_STRIDE):  # seeds level_seed did not make: hardest
+        state = s.initial_state(np.random.default_rng(plain))
+        assert state == hard.initial_state(np.random.default_rng(plain))
     easy = s.oracle_value(np.random.default_rng(level_seed(0, 7)))
     assert easy > hard.oracle_value(np.random.default_rng(level_seed(2, 7)))
-    assert Delegate("star:3", parts=3, difficulty=0).initial_state(
-        np.random.default_rng(7)
-    ) == s.initial_state(np.random.default_rng(level_seed(0, 7)))
+    fixed = Delegate("star:3", parts=3, difficulty=0)  # level 0 whatever the seed
+    for seed in (7, level_seed(0, 7), level_seed(2, 7)):
+        state = fixed.initial_state(np.random.default_rng(seed))
+        assert [state["status"][i] for i in range(3)] == [PENDING, SOLVED, SOLVED]
     with pytest.raises(ScenarioError, match=r"difficulty=5 is not a level"):
         Delegate("star:3", parts=3, difficulty=5)
 
