@@ -13,7 +13,8 @@ One module per claim, each runnable as ``python -m experiments.<claim>`` with ``
 * :mod:`experiments.spread_benchmark` — IPPO-style training on ``spread`` next to published
   numbers;
 * :mod:`experiments.judge_voting` — a majority of noisy judges vs the exact verifier as reward
-  (scripted judges: :mod:`experiments.judges`).
+  (scripted judges: :mod:`experiments.judges`);
+* :mod:`experiments.curriculum` — learnability curriculum vs uniform task sampling.
 
 :mod:`experiments.harness` runs one config per seed and writes one JSON per (condition, seed)
 under ``experiments/results/<claim>/<budget>/``; :mod:`experiments.report` rebuilds the report
@@ -32,4 +33,5 @@ CLAIMS: tuple[str, ...] = (
     "spread_benchmark",
     "judge_voting",
     "turn_credit",
+    "curriculum",
 )

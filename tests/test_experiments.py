@@ -296,6 +296,20 @@ def synthetic(claim: str) -> list[dict[str, Any]]:
                 },
             }
         )
+    elif claim == "curriculum":
+        for name, end in (("uniform", 0.3), ("learnability", 0.6), ("learnability-levels", 0.5)):
+            out += [
+                run_record(
+                    claim,
+                    name,
+                    s,
+                    {"arm": name},
+                    team_return=(0, end),
+                    success=(0, end),
+                    **{"curriculum/utility_mean": (0.5, 0.4), "curriculum/difficulty": (1, 3)},
+                )
+                for s in seeds
+            ]
     return out
 
 
@@ -325,6 +339,7 @@ def test_report_covers_every_claim_on_synthetic_results(tmp_path: Path) -> None:
     assert "-133.54 ± 3.08" in text
     assert "majority-5 is higher than noisy-1 on every seed" in text
     assert "step groups (GiGPO) is higher than episode credit on every seed" in text
+    assert "final training success: learnability is higher than uniform on every seed" in text
 
 
 # ----- the numbers behind the tables ---------------------------------------------------------
