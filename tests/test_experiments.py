@@ -180,8 +180,25 @@ def turn_credit_records() -> list[dict[str, Any]]:
     return out
 
 
+def curriculum_records() -> list[dict[str, Any]]:
+    """Synthetic records of the curriculum claim."""
+    arms = (("uniform", 0.3), ("learnability", 0.6), ("learnability-levels", 0.5))
+    curves = {"curriculum/utility_mean": (0.5, 0.4), "curriculum/difficulty": (1, 3)}
+    return [
+        run_record(
+            "curriculum", name, s, {"arm": name}, team_return=(0, end), success=(0, end), **curves
+        )
+        for name, end in arms
+        for s in range(3)
+    ]
+
+
 #: claims whose synthetic records come from their own function
-SYNTHETIC = {"judge_voting": judge_voting_records, "turn_credit": turn_credit_records}
+SYNTHETIC = {
+    "judge_voting": judge_voting_records,
+    "turn_credit": turn_credit_records,
+    "curriculum": curriculum_records,
+}
 
 
 def synthetic(claim: str) -> list[dict[str, Any]]:
@@ -296,20 +313,6 @@ def synthetic(claim: str) -> list[dict[str, Any]]:
                 },
             }
         )
-    elif claim == "curriculum":
-        for name, end in (("uniform", 0.3), ("learnability", 0.6), ("learnability-levels", 0.5)):
-            out += [
-                run_record(
-                    claim,
-                    name,
-                    s,
-                    {"arm": name},
-                    team_return=(0, end),
-                    success=(0, end),
-                    **{"curriculum/utility_mean": (0.5, 0.4), "curriculum/difficulty": (1, 3)},
-                )
-                for s in seeds
-            ]
     return out
 
 
