@@ -52,6 +52,14 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+#: learnability vs uniform, per seed
+CHECKS: tuple[an.Check, ...] = (
+    ("final training success", an.final, "success"),
+    ("greedy evaluation success", an.eval_value, "success"),
+    ("greedy evaluation return", an.eval_value, "return"),
+)
+
+
 def conditions(budget: str) -> list[Condition]:
     """The three arms for ``budget``."""
     b = BUDGETS[budget]
@@ -132,20 +140,8 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
     ]
     uniform, learn = groups.get("uniform"), groups.get("learnability")
     if uniform and learn:
-        out += [
-            "**Computed findings:**",
-            "",
-            *an.findings(
-                learn,
-                uniform,
-                ("learnability", "uniform"),
-                [
-                    ("final training success", an.final, "success"),
-                    ("greedy evaluation success", an.eval_value, "success"),
-                    ("greedy evaluation return", an.eval_value, "return"),
-                ],
-            ),
-        ]
+        names = ("learnability", "uniform")
+        out += ["**Computed findings:**", "", *an.findings(learn, uniform, names, CHECKS)]
         levels = groups.get("learnability-levels")
         if levels:
             out += an.findings(
