@@ -52,6 +52,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+HEADERS = (
+    "arm|seeds|env steps|episodes|training success|greedy eval success|greedy eval return|"
+    "utility|learnable|difficulty"
+).split("|")
 #: learnability vs uniform, per seed
 CHECKS: tuple[an.Check, ...] = (
     ("final training success", an.final, "success"),
@@ -121,21 +125,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         "hardest level; *utility* is the expected √(p̂(1−p̂)) of a drawn task; *learnable* the "
         "share of tasks with p̂ in [0.1, 0.9]; *difficulty* the expected number of active parts.",
         "",
-        an.table(
-            [
-                "arm",
-                "seeds",
-                "env steps",
-                "episodes",
-                "training success",
-                "greedy eval success",
-                "greedy eval return",
-                "utility",
-                "learnable",
-                "difficulty",
-            ],
-            rows,
-        ),
+        an.table(HEADERS, rows),
         "",
     ]
     uniform, learn = groups.get("uniform"), groups.get("learnability")
