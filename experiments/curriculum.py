@@ -52,10 +52,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-HEADERS = (
-    "arm|seeds|env steps|episodes|training success|greedy eval success|greedy eval return|"
-    "utility|learnable|difficulty"
-).split("|")
+HEADERS = ["arm", "seeds", "env steps", "episodes", "training success", "greedy eval success",
+           "greedy eval return", "utility", "learnable", "difficulty"]  # fmt: skip
 #: learnability vs uniform, per seed
 CHECKS: tuple[an.Check, ...] = (
     ("final training success", an.final, "success"),
