@@ -17,7 +17,8 @@ checkpoint on fresh tasks at the hardest level (every arm), and the curriculum's
 PPO updates per env step, not per group: there is no group whose signal dynamic sampling could
 throw away, so what the curriculum can buy here is only *which* tasks are practised.
 
-Run: ``python -m experiments.curriculum`` (``--full`` for a larger budget, ``--smoke``).
+Run: ``python -m experiments.curriculum`` (``--full`` for a larger budget, ``--smoke``;
+``--arms uniform learnability`` runs only those arms).
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def conditions(budget: str) -> list[Condition]:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run the claim (see the module docstring); returns the records."""
     p = harness.parser(CLAIM, "Learnability curriculum vs uniform task sampling on delegate.")
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="arms to run")
     args = p.parse_args(argv)
     ctx = harness.context(CLAIM, args, argv)
-    return harness.run_claim(ctx, conditions(ctx.budget), args.seeds)
+    chosen = [c for c in conditions(ctx.budget) if c.name in args.arms]
+    return harness.run_claim(ctx, chosen, args.seeds)
 
 
 # ----- report -------------------------------------------------------------------------------
