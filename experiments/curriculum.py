@@ -116,7 +116,7 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
             an.fmt([an.final(r, "curriculum/learnable_share") for r in rs], pct=True),
             an.fmt([an.final(r, "curriculum/difficulty") for r in rs], digits=2)
             if name == "learnability-levels"
-            else "3 parts",
+            else "2 (fixed)",
         ]
         for name, rs in groups.items()
     ]
@@ -124,7 +124,8 @@ def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
         "*Training success* is the share of training episodes that solved every part (last "
         f"{an.LAST} iterations); *greedy eval* runs the final checkpoint on fresh tasks at the "
         "hardest level; *utility* is the expected √(p̂(1−p̂)) of a drawn task; *learnable* the "
-        "share of tasks with p̂ in [0.1, 0.9]; *difficulty* the expected number of active parts.",
+        "share of tasks with p̂ in [0.1, 0.9]; *difficulty* the expected level index of a drawn "
+        "task (0: one part pending, 2: all three; the hardest-level arms have only level 2).",
         "",
         an.table(HEADERS, rows),
         "",

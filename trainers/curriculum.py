@@ -337,7 +337,8 @@ class Curriculum:
         return {PREFIX + k: v for k, v in self.metrics(outcomes).items()}
 
     def metrics(self, outcomes: list[tuple[tuple[int, ...], int, bool]]) -> dict[str, float]:
-        """The sampler's metrics, ``difficulty`` (expected level of a drawn task, with levels),
+        """The sampler's metrics, ``difficulty`` (expected level index of a drawn task, with
+        levels),
         and of this iteration's outcomes ``episodes``, ``pass_rate`` and ``informative_share``
         (share of groups, i.e. rollouts of one draw, with both passes and failures)."""
         out = self.sampler.metrics()
