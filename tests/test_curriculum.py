@@ -156,6 +156,9 @@ def test_a_draw_keeps_its_task_when_the_distribution_changes() -> None:
     sched.push([10, 11, 12, 13], np.array([0.0, 0.0, 0.0, 1.0]))
     assert [sched.draw((0, 1), k) for k in range(8)] == first  # memoised: groups stay whole
     assert {sched.draw((0, 1), k) for k in range(8, 20)} == {3}
+    sched.record((0, 1), 0, 3, True)
+    sched.push([10, 11, 12, 13], np.array([0.25, 0.25, 0.25, 0.25]), fresh=True)  # a new run
+    assert sched.outbox == [] and [sched.draw((0, 1), k) for k in range(8)] == first
 
 
 # ----- half the tasks unlearnable -------------------------------------------------------------

@@ -236,10 +236,13 @@ class TaskSchedule:
             self.tasks, self.probs = list(tasks), np.full(len(tasks), 1.0 / len(tasks))
             self.memo = {}
 
-    def push(self, tasks: list[int], probs: np.ndarray) -> None:
-        """The driver's distribution (draws made before keep their task)."""
+    def push(self, tasks: list[int], probs: np.ndarray, fresh: bool = False) -> None:
+        """The driver's distribution (draws made before keep their task; ``fresh``: a new run
+        starts, so draws and outcomes of an earlier run in this process are forgotten)."""
         self.ensure(tasks)
         self.probs = np.asarray(probs, dtype=float)
+        if fresh:
+            self.memo, self.outbox = {}, []
 
     def draw(self, stream: tuple[int, ...], k: int) -> int:
         """The task index of the ``k``-th task of ``stream``."""
@@ -288,9 +291,12 @@ def drain_outcomes(env_runner: Any = None) -> list[tuple[tuple[int, ...], int, b
     return SCHEDULE.drain()
 
 
-def push_distribution(env_runner: Any = None, *, tasks: list[int], probs: Any) -> None:
-    """``foreach_env_runner`` function: set this process's distribution."""
-    SCHEDULE.push(tasks, probs)
+def push_distribution(
+    env_runner: Any = None, *, tasks: list[int], probs: Any, fresh: bool = False
+) -> None:
+    """``foreach_env_runner`` function: set this process's distribution (see
+    :meth:`TaskSchedule.push`)."""
+    SCHEDULE.push(tasks, probs, fresh)
 
 
 # ----- the driver ------------------------------------------------------------------------------
@@ -320,13 +326,12 @@ class Curriculum:
         if saved is not None:
             cur.sampler.set_state(saved)
         algo.marl_curriculum = cur
-        cur.push(algo)
+        cur.push(algo, fresh=saved is None)  # resumed: the runners' restored draws stay
         return cur
 
-    def push(self, algo: Any) -> None:
-        fn = functools.partial(
-            push_distribution, tasks=self.tasks, probs=self.sampler.probabilities()
-        )
+    def push(self, algo: Any, fresh: bool = False) -> None:
+        probs = self.sampler.probabilities()
+        fn = functools.partial(push_distribution, tasks=self.tasks, probs=probs, fresh=fresh)
         _foreach_runner(algo, fn)
 
     def step(self, algo: Any) -> dict[str, float]:
