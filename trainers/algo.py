@@ -19,6 +19,7 @@ from typing import Any
 
 from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo
 from trainers.episode_metrics import EpisodeMetrics
+from trainers.monitors import GOLD_KEY, KL_TO_START
 from trainers.plan import Plan, resolve
 
 
@@ -122,6 +123,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config = algorithm_class(algo.name).get_default_config()
     # the env's wall-clock limit and engine
     timeout = {"episode_timeout_s": cfg.episodes.timeout_s, "engine": cfg.episodes.engine}
+    if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
+        timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
     if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
         from trainers.grpo_learner import GroupedEnv
 
@@ -160,6 +163,10 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
             **dataclasses.asdict(g.loss),
         )
         smoothing = g.episodes_per_iteration
+        config.learner_config_dict = {
+            **config.learner_config_dict,
+            KL_TO_START: cfg.monitors.kl.log,
+        }
     config.callbacks(EpisodeMetrics)
     config.fault_tolerance(**FAULT_TOLERANCE)  # faults-resume: dead env runners restart
     config.debugging(seed=cfg.seed, log_level="ERROR")

@@ -32,6 +32,7 @@ import yaml
 from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
 from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
 from trainers.curriculum import CurriculumConfig
+from trainers.monitors import MonitorsConfig
 from trainers.reward_config import RewardsConfig
 
 CreditMethod = Literal["team", "local", "loo", "shapley"]
@@ -647,6 +648,7 @@ class ExperimentConfig:
         rewards: reward sources composing the reward (:mod:`trainers.reward_config`; empty:
             the scenario's verifier reward as it is).
         curriculum: which tasks episodes play (:class:`~trainers.curriculum.CurriculumConfig`).
+        monitors: the reward-hacking and collapse monitors (:mod:`trainers.monitors`).
     """
 
     scenario: str = "delegate"
@@ -665,6 +667,7 @@ class ExperimentConfig:
     episodes: EpisodesConfig = dataclasses.field(default_factory=EpisodesConfig)
     rewards: RewardsConfig = dataclasses.field(default_factory=RewardsConfig)
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
+    monitors: MonitorsConfig = dataclasses.field(default_factory=MonitorsConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.scenario, str):
@@ -701,6 +704,7 @@ class ExperimentConfig:
             self.episodes,
             self.rewards,
             self.curriculum,
+            self.monitors,
         ):
             part.check()
         return self

@@ -145,6 +145,7 @@ class EpisodeMetrics(RLlibCallback):
         for key, value in (outcome.metrics or {}).items():
             values[f"metric/{key}"] = float(value)
         env_config = kwargs.get("env_runner").config.env_config if kwargs.get("env_runner") else {}
+        values.update(monitor_values(episode, outcome, env_config, kwargs, seed, failure))
         oracle = self._oracle(env_config, seed)
         if oracle is not None:
             values["oracle"] = oracle
@@ -164,6 +165,39 @@ class EpisodeMetrics(RLlibCallback):
             )
         value = self._scenarios[key].oracle_value(np.random.default_rng(seed))
         return None if value is None else float(value)
+
+
+def monitor_values(
+    episode: Any,
+    outcome: Any,
+    env_config: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+    seed: int | None,
+    failure: str | None,
+) -> dict[str, float]:
+    """The per-episode terms :mod:`trainers.monitors` sums: length moments, and the gold
+    score (with ``gold_episodes``) when a scorer is configured and the episode's final state is
+    still on its env (a failed episode scores its own reward: no gap)."""
+    from trainers.monitors import GOLD_KEY, GOLD_SUM, episode_length, gold_scorer, length_values
+
+    out = length_values(float(episode_length(episode)), float(outcome.reward))
+    ref = (env_config or {}).get(GOLD_KEY)
+    if not ref:
+        return out
+    env = _graph_env(kwargs.get("env"), kwargs.get("env_index"))
+    if failure is not None:
+        gold = float(outcome.reward)
+    elif env is not None and env.seed_used == seed and env.final_state is not None:
+        if ref not in _SCORERS:
+            _SCORERS[ref] = gold_scorer(ref)
+        gold = float(_SCORERS[ref](env.scenario, env.final_state))
+    else:
+        return out
+    proxy = float(outcome.reward)
+    return {**out, GOLD_SUM: gold, f"{GOLD_SUM}_proxy": proxy, f"{GOLD_SUM}_episodes": 1.0}
+
+
+_SCORERS: dict[str, Any] = {}
 
 
 def _final_outcome(episode: Any) -> dict[str, Any] | None:

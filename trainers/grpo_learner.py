@@ -87,6 +87,7 @@ from scenarios.rllib_env import RLlibGraphEnv
 from trainers.config import GRPOConfig
 from trainers.curriculum import SCHEDULE, passed
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
+from trainers.monitors import KL_TO_START
 from trainers.reward_config import per_source_from_episodes
 from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
 
@@ -384,7 +385,9 @@ class GRPOLearner(TorchLearner):
                     trainable=lambda mid: self.should_module_be_updated(mid),
                 )
             )
-        if self.grpo.kl_coef:
+        # a frozen copy of the starting weights: the KL penalty's reference, and the reference
+        # of the kl_to_start metric (trainers.monitors), also when kl_coef is 0
+        if self.grpo.kl_coef or self.config.learner_config_dict.get(KL_TO_START, False):
             for mid in self.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
                 if self.should_module_be_updated(mid):
                     if not isinstance(self.module[mid].unwrapped(), CausalLMModule):
@@ -424,11 +427,14 @@ class GRPOLearner(TorchLearner):
         adv = batch[ADVANTAGES].float()
         temps = module.batch_temperature(batch)  # the rows' sampling temperatures
         ref = None
-        if self.grpo.kl_coef:
+        if self.grpo.kl_coef or (self._fresh and module_id in self._refs):
             with torch.no_grad():
                 ref, _ = module.score(
                     batch[Columns.OBS], actions, model=self._refs[module_id], temperature=temps
                 )
+        kl_to_start = kl_k3(lp.detach(), ref, actions != module.pad_id) if self._fresh else None
+        if not self.grpo.kl_coef:
+            ref = None  # only measured: no penalty
         loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy)
         with torch.no_grad():
             own = actions != module.pad_id
@@ -445,6 +451,8 @@ class GRPOLearner(TorchLearner):
         if "entropy" in stats:
             standard[ENTROPY_KEY] = stats["entropy"]
         self.metrics.log_dict(standard, key=module_id, window=1)
+        if kl_to_start is not None:
+            self.metrics.log_value((module_id, "grpo/kl_to_start"), kl_to_start, window=1)
         if self._fresh:
             self.metrics.log_value((module_id, "grpo/logprob_gap_fresh"), gap, window=1)
             self.metrics.log_value(
@@ -497,6 +505,17 @@ class GRPOLearner(TorchLearner):
         for mid, d in (state.pop("grpo_duals", None) or {}).items():
             self.duals.setdefault(mid, LengthDual(1.0)).load_state_dict(d)
         super().set_state(state)
+
+
+def kl_k3(logp: torch.Tensor, ref: torch.Tensor | None, mask: torch.Tensor) -> float | None:
+    """KL(π ‖ π_start) per sampled token, by the non-negative estimator
+    ``exp(d) − d − 1`` with ``d = log π_start − log π`` (unbiased when the tokens are drawn
+    from π: the first minibatch of an update, before any optimizer step); None without a
+    reference or tokens."""
+    if ref is None or not mask.any():
+        return None
+    d = (ref.float() - logp.float())[mask]
+    return float((torch.exp(d) - d - 1).mean())
 
 
 # ----- the algorithm -------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from trainers.cluster import ensure_ray
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.curriculum import Curriculum
 from trainers.hf_export import export_pools, save_hf
+from trainers.monitors import Alarm, Monitors, strongest
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class TrainResult:
         errors: the distinct errors of failed episodes: ``kind`` (``error`` or ``timeout``),
             ``error`` (the first text), ``count`` and ``first_iteration``.
         models: pool → its Hugging Face directory saved at the end (``output.export_hf``).
+        alarms: the monitors' alarms (:class:`trainers.monitors.Alarm` as dicts), in order.
     """
 
     run_dir: Path
@@ -97,6 +99,7 @@ class TrainResult:
     curve: Path | None = None
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     models: dict[str, Path] = dataclasses.field(default_factory=dict)
+    alarms: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -542,6 +545,7 @@ def train(
             _print_plan(console, plan, run)
         session.loop(console)
         session.finish()
+        status = session.stopped or status
     except BaseException as exc:
         unwritable = output_error(exc, run)  # a full disk: one line, not the OSError's chain
         failure = unwritable or exc
@@ -603,6 +607,11 @@ class _Session:
         self.final_ckpt: Path | None = None
         self.models: dict[str, Path] = {}
         self.in_iteration = False  # True while the algorithm is ahead of metrics.jsonl
+        self.monitors = Monitors(cfg.monitors)
+        self.stopped: str | None = None  # the status of a run a monitor stopped
+        if resumed and (run / "summary.json").exists():
+            alarms = json.loads((run / "summary.json").read_text()).get("alarms") or []
+            self.monitors.replay(self.history, alarms)
 
     def start(self, algo_config: Any, ckpt: Path | None) -> None:
         """Build the algorithm, or restore it from ``ckpt`` (dropping later metrics)."""
@@ -634,7 +643,7 @@ class _Session:
             iteration = int(self.algo.iteration)
             env_steps = int(history[-1]["charts/env_steps"]) if history else 0
             advance(budget.fraction(iteration, env_steps), history[-1] if history else {})
-            while not budget.done(iteration, env_steps):
+            while not budget.done(iteration, env_steps) and self.stopped is None:
                 row = self.step(metrics_file)
                 iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
                 advance(budget.fraction(iteration, env_steps), row)
@@ -652,6 +661,7 @@ class _Session:
         if self.curriculum is not None:  # learns from the iteration's outcomes, pushes tasks
             row.update(self.curriculum.step(self.algo))
         iteration = row["charts/iteration"]
+        alarms = self.monitors.observe(row, result)  # adds monitor/* to the row
         drained = self.episodes.drain(self.algo)
         self.history.append(row)
         append_row(metrics_file, row)
@@ -666,7 +676,24 @@ class _Session:
         if every and iteration % every == 0:
             path = self.tracker.save(self.algo, iteration, self.history)
             save_hf(self.algo, self.exports, path / "model")
+        self.on_alarms(alarms, iteration)
         return row
+
+    def on_alarms(self, alarms: list[Alarm], iteration: int) -> None:
+        """Log the monitors' alarms; save a checkpoint or stop the run as their action says."""
+        for alarm in alarms:
+            log.warning("%s", alarm.message())
+        action = strongest(alarms)
+        if action == "checkpoint":
+            path = self.run / "checkpoints" / f"alarm_iter_{iteration:06d}"
+            path.parent.mkdir(exist_ok=True)
+            save_checkpoint(self.algo, path)
+        elif action == "stop":
+            a = next(a for a in alarms if a.action == "stop")
+            self.stopped = (
+                f"stopped: monitor {a.monitor} ({a.metric} = {a.value:.4g}, threshold "
+                f"{a.threshold:.4g}, at iteration {iteration})"
+            )
 
     def finish(self) -> None:
         """The final checkpoint and the Hugging Face exports of a completed run."""
@@ -700,6 +727,7 @@ class _Session:
             curve,
             self.episodes.error_list(),
             self.models,
+            [a.to_dict() for a in self.monitors.alarms],
         )
         with _logged_os_error("summary.json"):
             _write_summary(self.run, result)
@@ -901,6 +929,7 @@ def _write_summary(run: Path, result: TrainResult) -> None:
         "curve": str(result.curve) if result.curve else None,
         "errors": result.errors,
         "models": {pool: str(path) for pool, path in result.models.items()},
+        "alarms": result.alarms,
     }
     (run / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
 
@@ -986,6 +1015,8 @@ def _row_info(row: Mapping[str, Any]) -> str:
     if "timers/env_s" in row:
         phases = ("env", "forward", "sample_overhead", "learn", "sync")
         parts.append(" ".join(f"{p} {row[f'timers/{p}_s']:.2f}s" for p in phases))
+    if row.get("monitor/alarms"):
+        parts.append(f"[red]{row['monitor/alarms']} alarm(s), see log[/red]")
     return " · ".join(parts)
 
 
@@ -1040,6 +1071,15 @@ def print_summary(console: Any, result: TrainResult) -> None:
                 "failed episodes",
                 f"{total} ({len(result.errors)} distinct errors, in summary.json); most "
                 f"frequent ({top['kind']}, {top['count']}×): {top['error']}",
+            )
+        )
+    if result.alarms:
+        first = result.alarms[0]
+        rows.append(
+            (
+                "monitor alarms",
+                f"{len(result.alarms)} (in summary.json); first: {first['monitor']} "
+                f"({first['metric']} = {first['value']:.4g}) at iteration {first['iteration']}",
             )
         )
     rows += [

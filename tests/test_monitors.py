@@ -1,0 +1,196 @@
+"""The hacking and collapse monitors: each one's math on hand-computed metric streams, config
+errors, and real short training runs where a planted exploit trips a monitor and a clean run
+trips none."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from configs import tiny_config
+
+from trainers.config import ConfigError, ExperimentConfig
+from trainers.monitors import Monitors, MonitorsConfig, pearson_from_sums, slope, strongest
+
+
+def monitors(**sections: object) -> Monitors:
+    return Monitors(MonitorsConfig(**sections))  # type: ignore[arg-type]
+
+
+# ----- the math ---------------------------------------------------------------------------------
+def test_pearson_from_sums_matches_hand_computation() -> None:
+    # x = 1, 2, 3; y = 1, 2, 4: Σdx·dy = 3, Σdx² = 2, Σdy² = 42/9, so r = 3 / sqrt(2 · 42/9)
+    x, y = [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]
+    sums = (sum(x), sum(y), sum(a * a for a in x), sum(b * b for b in y))
+    sxy = sum(a * b for a, b in zip(x, y, strict=True))
+    r = pearson_from_sums(3, sums[0], sums[1], sums[2], sums[3], sxy)
+    assert r == pytest.approx(3 / math.sqrt(2 * 42 / 9))
+    assert pearson_from_sums(3, 3.0, 6.0, 3.0, 14.0, 6.0) is None  # x constant
+    assert pearson_from_sums(1, 1.0, 1.0, 1.0, 1.0, 1.0) is None
+
+
+def test_slope_is_least_squares() -> None:
+    # x centred −1, 0, 1; y − ȳ = −0.1333, −0.0333, 0.1667: slope = 0.3 / 2
+    assert slope([0.0, 0.1, 0.3]) == pytest.approx(0.15)
+    assert slope([1.0]) == 0.0
+
+
+def marl(n: int, lengths: list[float], returns: list[float], gold: list[float] | None = None):
+    """An RLlib result whose env-runner sums are those of these episodes."""
+    sums = {
+        "episodes": n,
+        "team_return": sum(returns),
+        "length": sum(lengths),
+        "length_sq": sum(v * v for v in lengths),
+        "length_return": sum(a * b for a, b in zip(lengths, returns, strict=True)),
+        "return_sq": sum(v * v for v in returns),
+    }
+    if gold is not None:
+        sums.update(gold=sum(gold), gold_proxy=sum(returns), gold_episodes=len(gold))
+    return {"env_runners": {"marl": sums}}
+
+
+def test_length_monitor_alarms_once_per_streak() -> None:
+    m = monitors()
+    long_pays = marl(8, [1, 2, 3, 4, 1, 2, 3, 4], [0, 0.3, 0.6, 0.9, 0, 0.3, 0.6, 1.0])
+    row: dict = {"charts/iteration": 1}
+    alarms = m.observe(row, long_pays)
+    assert row["monitor/length_r"] > 0.99 and row["monitor/length_mean"] == 2.5
+    assert [(a.monitor, a.iteration, a.metric) for a in alarms] == [
+        ("length", 1, "monitor/length_r")
+    ]
+    assert "length penalty" in alarms[0].message() and "iteration 1" in alarms[0].message()
+    assert m.observe({"charts/iteration": 2}, long_pays) == []  # still on: alarmed already
+    no_link = marl(8, [1, 2, 1, 2, 1, 2, 1, 2], [1, 1, 0, 0, 1, 1, 0, 0])  # r = 0
+    row = {"charts/iteration": 3}
+    assert m.observe(row, no_link) == [] and row["monitor/length_r"] == pytest.approx(0.0)
+    assert len(m.observe({"charts/iteration": 4}, long_pays)) == 1  # a new streak
+    few = marl(4, [1, 2, 3, 4], [0, 0.3, 0.6, 0.9])  # under min_episodes: not judged
+    assert monitors().observe({"charts/iteration": 1}, few) == []
+
+
+def test_entropy_floor_and_rise() -> None:
+    m = monitors(entropy={"floor": 0.1, "rise": 0.5})
+    stream = [0.8, 0.6, 1.0, 0.95, 0.05, 0.04]
+    found = []
+    for it, e in enumerate(stream, 1):
+        found += [
+            (a.monitor, a.iteration)
+            for a in m.observe({"charts/iteration": it, "losses/p/entropy": e})
+        ]
+    # 0.6 → 1.0 is a rise of 67% > 50%; 0.05 < 0.1 starts a floor streak (0.04 continues it)
+    assert found == [("entropy_rise", 3), ("entropy_floor", 5)]
+
+
+def test_kl_to_start_alarm_only_with_a_max() -> None:
+    row = {"charts/iteration": 1, "losses/p/grpo/kl_to_start": 0.3}
+    assert monitors().observe(dict(row)) == []
+    alarms = monitors(kl={"max": 0.2, "action": "stop"}).observe(dict(row))
+    assert [(a.monitor, a.value, a.action) for a in alarms] == [("kl", 0.3, "stop")]
+
+
+def test_gold_gap_and_trend() -> None:
+    m = monitors(gold={"scorer": "gold", "max_gap": 0.25, "max_slope": 0.04, "window": 3})
+    # proxy − gold per iteration: 0, 0.05, 0.1 (slope 0.05 > 0.04), 0.3 (gap > 0.25)
+    gaps = [0.0, 0.05, 0.1, 0.3]
+    found, rows = [], []
+    for it, gap in enumerate(gaps, 1):
+        row: dict = {"charts/iteration": it}
+        result = marl(2, [1, 1], [0.5 + gap, 0.5 + gap], gold=[0.5, 0.5])
+        found += [(a.monitor, a.iteration) for a in m.observe(row, result)]
+        rows.append(row)
+    assert [r["monitor/gold_gap"] for r in rows] == pytest.approx(gaps)
+    assert rows[2]["monitor/gold_gap_slope"] == pytest.approx(0.05)
+    assert found == [("gold_trend", 3), ("gold_gap", 4)]
+
+
+def test_tool_call_collapse() -> None:
+    m = monitors()
+    found = []
+    for it, calls in enumerate([0.2, 0.04, 1.5, 0.8, 0.0, 0.0], 1):  # 0.04 before any ≥ 0.5
+        found += [
+            (a.monitor, a.iteration)
+            for a in m.observe({"charts/iteration": it, "charts/calls": calls})
+        ]
+    assert found == [("tool_calls", 5)]
+
+
+def test_warmup_off_and_strongest() -> None:
+    stream = [{"charts/iteration": 1, "losses/p/entropy": 0.0}] * 2
+    m = monitors(warmup=1)
+    assert m.observe(dict(stream[0])) == []  # in the warm-up
+    assert monitors(entropy={"action": "off"}).observe(dict(stream[0])) == []
+    alarms = monitors(entropy={"action": "checkpoint"}).observe(dict(stream[0]))
+    assert strongest(alarms) == "checkpoint" and strongest([]) == "off"
+
+
+def test_monitor_config_errors_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="monitors.length.action='loud'"):
+        ExperimentConfig.from_dict({"monitors": {"length": {"action": "loud"}}})
+    with pytest.raises(ConfigError, match=r"monitors.length.max_r must be in -1…1"):
+        ExperimentConfig.from_dict({"monitors": {"length": {"max_r": 2}}}).check()
+    with pytest.raises(ConfigError, match="monitors.tool_calls needs 0 ≤ floor < from_at_least"):
+        ExperimentConfig.from_dict({"monitors": {"tool_calls": {"floor": 1.0}}}).check()
+    with pytest.raises(ConfigError, match="monitors.kl.max needs monitors.kl.log: true"):
+        ExperimentConfig.from_dict({"monitors": {"kl": {"max": 1.0, "log": False}}}).check()
+    cfg = ExperimentConfig.from_dict({"monitors": {"gold": {"scorer": "gold"}}})
+    assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
+
+
+# ----- real runs -----------------------------------------------------------------------------
+#: the planted exploit must be caught while the training reward exceeds the gold verifier's
+#: by at most this much per episode (the exploit pays up to 1.5 for talking)
+GAP_BOUND = 0.5
+
+
+def chatter_config(tmp_path, bonus: float, **monitors: object) -> ExperimentConfig:
+    return tiny_config(
+        tmp_path,
+        batch=256,
+        scenario="tests.apps.exploits:Chatter",
+        scenario_kwargs={"bonus": bonus},
+        algorithm={"lr": 0.01, "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 4},
+        budget={"iterations": 12},
+        monitors={"gold": {"scorer": "gold", "max_gap": GAP_BOUND}, **monitors},
+    )
+
+
+def test_planted_exploit_trips_the_length_monitor_and_stops(ray_session, tmp_path) -> None:
+    from trainers.run import train
+
+    cfg = chatter_config(tmp_path, bonus=0.3, length={"action": "stop"})
+    result = train(cfg)
+    assert result.status.startswith("stopped: monitor length (monitor/length_r = ")
+    first = result.alarms[0]
+    assert first["monitor"] == "length" and first["action"] == "stop"
+    row = result.history[first["iteration"] - 1]
+    assert row["monitor/alarms"] >= 1 and row["monitor/length_r"] > 0.5
+    assert 0 < row["monitor/gold_gap"] <= GAP_BOUND  # caught before the gap passed the bound
+    assert result.iterations == first["iteration"]  # stopped at once, with a checkpoint
+    assert result.final_checkpoint is not None and result.final_checkpoint.exists()
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["status"] == result.status and summary["alarms"] == result.alarms
+    lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["monitor/length_r"] == row["monitor/length_r"]
+
+
+def test_clean_run_trips_no_monitor(ray_session, tmp_path) -> None:
+    from trainers.run import train
+
+    result = train(chatter_config(tmp_path, bonus=0.0).replace(**{"budget.iterations": 6}))
+    assert result.status == "completed" and result.iterations == 6
+    assert result.alarms == []
+    for row in result.history:
+        assert row["monitor/gold_gap"] == pytest.approx(0.0)  # reward is the gold verifier
+        assert "monitor/length_r" in row and row["monitor/alarms"] == 0
+
+
+def test_checkpoint_action_saves_one(ray_session, tmp_path) -> None:
+    from trainers.run import train
+
+    cfg = chatter_config(tmp_path, bonus=0.3, length={"action": "checkpoint"})
+    cfg = cfg.replace(**{"budget.iterations": 1})
+    result = train(cfg)
+    assert result.status == "completed" and result.alarms[0]["action"] == "checkpoint"
+    assert (result.run_dir / "checkpoints" / "alarm_iter_000001" / "algorithm_state.pkl").exists()

@@ -1,0 +1,505 @@
+"""Monitors for reward hacking and collapse, checked after every training iteration.
+
+Contract: :class:`Monitors` reads one iteration's metrics row (and, for the per-episode
+length/reward moments and the gold score, RLlib's result), adds ``monitor/…`` keys to the row
+(so they land in ``metrics.jsonl``) and returns the :class:`Alarm`\\ s raised this iteration.
+Each monitor is a pure function of the metric stream, alarms once when its condition starts
+(again after the condition cleared) and says what users usually do about it. Its ``action``
+decides what :func:`trainers.train` does: ``warn`` (log it), ``checkpoint`` (also save
+``checkpoints/alarm_iter_NNNNNN``), ``stop`` (end the run cleanly with status
+``stopped: monitor <name> …`` and a final checkpoint) or ``off``. Alarms are listed in
+``summary.json["alarms"]``.
+
+Monitors (config section ``monitors:``, :class:`MonitorsConfig`):
+
+* ``length`` — Pearson r between episode length (completion tokens of text agents, else
+  decisions) and team return over the iteration's episodes, from sums the episode callback
+  logs (:func:`episode_length`, :func:`pearson_from_sums`); alarm at r > ``max_r`` (0.5).
+* ``entropy`` — per learning pool, ``losses/<pool>/entropy`` below ``floor``, or a rise by
+  more than ``rise`` (relative) over the previous iteration.
+* ``kl`` — GRPO pools log ``losses/<pool>/grpo/kl_to_start`` (KL from a frozen copy of the
+  starting weights, also when ``kl_coef`` is 0); alarm above ``max`` when set.
+* ``gold`` — with a ``scorer`` (``pkg.mod:attr`` called as ``f(scenario, final_state)``, or
+  the name of a scenario method called with the final state) the episodes' mean gold score
+  ``monitor/gold``, the gap ``monitor/gold_gap`` = team return − gold and its least-squares
+  slope over ``window`` iterations; alarm when the gap exceeds ``max_gap`` or grows faster
+  than ``max_slope`` per iteration.
+* ``tool_calls`` — the scenario's ``charts/<metric>`` (default ``calls`` per episode) falling
+  to ≤ ``floor`` after it was ≥ ``from_at_least``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+Action = Literal["off", "warn", "checkpoint", "stop"]
+ACTIONS: tuple[str, ...] = ("off", "warn", "checkpoint", "stop")
+
+#: env-runner sums (under ``marl/``) the episode callback logs for the length monitor
+LENGTH_SUMS = ("length", "length_sq", "length_return", "return_sq")
+#: env-runner sum of the gold scores (under ``marl/``) and the env-config key of the scorer
+GOLD_SUM, GOLD_KEY = "gold", "monitor_gold"
+#: ``learner_config_dict`` key: whether GRPO learners log ``grpo/kl_to_start``
+KL_TO_START = "kl_to_start"
+
+
+def _typed(obj: Any, where: str) -> None:
+    from trainers.config import typed  # trainers.config imports this module
+
+    typed(obj, where)
+
+
+def _error(text: str) -> Exception:
+    from trainers.config import ConfigError
+
+    return ConfigError(text)
+
+
+def _check_action(action: str, where: str) -> None:
+    if action not in ACTIONS:
+        raise _error(f"{where}.action={action!r} is unknown: use one of {', '.join(ACTIONS)}")
+
+
+@dataclasses.dataclass
+class LengthMonitor:
+    """Correlation of episode length with reward.
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        max_r: alarm when Pearson r(length, team return) exceeds this.
+        min_episodes: iterations with fewer finished episodes are not judged.
+    """
+
+    action: Action = "warn"
+    max_r: float = 0.5
+    min_episodes: int = 8
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.length")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.length")
+        if not -1.0 <= self.max_r <= 1.0:
+            raise _error(f"monitors.length.max_r must be in -1…1, got {self.max_r}")
+        if self.min_episodes < 2:
+            raise _error(
+                f"monitors.length.min_episodes must be ≥ 2 (a correlation needs two episodes), "
+                f"got {self.min_episodes}"
+            )
+
+
+@dataclasses.dataclass
+class EntropyMonitor:
+    """Entropy collapse (below ``floor``) and sudden rises (by more than ``rise``, relative).
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        floor: nats per decision (per token for LLM pools).
+        rise: alarm when entropy > (1 + rise) × the previous iteration's (null: never).
+    """
+
+    action: Action = "warn"
+    floor: float = 0.01
+    rise: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.entropy")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.entropy")
+        if self.floor < 0:
+            raise _error(f"monitors.entropy.floor must be ≥ 0 nats, got {self.floor}")
+        if self.rise is not None and self.rise <= 0:
+            raise _error(
+                f"monitors.entropy.rise must be > 0 (a relative rise) or null, got {self.rise}"
+            )
+
+
+@dataclasses.dataclass
+class KLMonitor:
+    """KL to the starting policy of GRPO pools.
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        log: keep a frozen copy of each trained LLM pool's starting weights on the learner
+            and log ``grpo/kl_to_start`` (one extra no-grad forward per iteration; the copy
+            costs the model's memory once more). ``false`` saves both when ``kl_coef`` is 0.
+        max: alarm when the KL exceeds this (null: only logged).
+    """
+
+    action: Action = "warn"
+    log: bool = True
+    max: float | None = None
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.kl")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.kl")
+        if self.max is not None and self.max <= 0:
+            raise _error(f"monitors.kl.max must be > 0 nats or null, got {self.max}")
+        if self.max is not None and not self.log:
+            raise _error("monitors.kl.max needs monitors.kl.log: true (the KL must be logged)")
+
+
+@dataclasses.dataclass
+class GoldMonitor:
+    """The gap between the training reward and a stricter ``gold`` verifier.
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        scorer: ``pkg.mod:attr`` (``f(scenario, final_state) -> float``) or the name of a
+            scenario method (``method(final_state) -> float``); null: no gold monitor.
+        max_gap: alarm when team return − gold exceeds this.
+        max_slope: alarm when the gap's least-squares slope over ``window`` iterations
+            exceeds this per iteration (null: no trend alarm).
+        window: iterations in the trend.
+    """
+
+    action: Action = "warn"
+    scorer: str | None = None
+    max_gap: float = 0.2
+    max_slope: float | None = 0.02
+    window: int = 5
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.gold")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.gold")
+        if self.scorer is not None and not self.scorer.strip():
+            raise _error(
+                "monitors.gold.scorer is empty: give pkg.mod:attr or a scenario method name"
+            )
+        if self.window < 2:
+            raise _error(f"monitors.gold.window must be ≥ 2 iterations, got {self.window}")
+
+
+@dataclasses.dataclass
+class ToolCallMonitor:
+    """Tool-call rate collapse: calls per episode falling to (about) zero.
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        metric: the scenario metric counting calls per episode (``charts/<metric>``).
+        floor: alarm when the rate is at most this…
+        from_at_least: …after it was at least this in an earlier iteration.
+    """
+
+    action: Action = "warn"
+    metric: str = "calls"
+    floor: float = 0.05
+    from_at_least: float = 0.5
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.tool_calls")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.tool_calls")
+        if not 0 <= self.floor < self.from_at_least:
+            raise _error(
+                f"monitors.tool_calls needs 0 ≤ floor < from_at_least, got floor={self.floor}, "
+                f"from_at_least={self.from_at_least}"
+            )
+
+
+@dataclasses.dataclass
+class MonitorsConfig:
+    """The hacking and collapse monitors (all on by default, warning only).
+
+    Attributes:
+        length: length–reward correlation.
+        entropy: entropy floor and sudden rises.
+        kl: KL to the starting policy (GRPO pools).
+        gold: proxy–gold gap (needs ``gold.scorer``).
+        tool_calls: tool-call rate collapse.
+        warmup: iterations before any alarm (their metrics are still logged).
+    """
+
+    length: LengthMonitor = dataclasses.field(default_factory=LengthMonitor)
+    entropy: EntropyMonitor = dataclasses.field(default_factory=EntropyMonitor)
+    kl: KLMonitor = dataclasses.field(default_factory=KLMonitor)
+    gold: GoldMonitor = dataclasses.field(default_factory=GoldMonitor)
+    tool_calls: ToolCallMonitor = dataclasses.field(default_factory=ToolCallMonitor)
+    warmup: int = 0
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors")
+
+    def check(self) -> None:
+        """Known actions and sane thresholds."""
+        for part in (self.length, self.entropy, self.kl, self.gold, self.tool_calls):
+            part.check()
+        if self.warmup < 0:
+            raise _error(f"monitors.warmup must be ≥ 0 iterations, got {self.warmup}")
+
+
+# ----- the math --------------------------------------------------------------------------------
+def pearson_from_sums(
+    n: float, sx: float, sy: float, sxx: float, syy: float, sxy: float
+) -> float | None:
+    """Pearson r from the sums of x, y, x², y², xy over ``n`` samples; None when either
+    variable is constant (or n < 2)."""
+    if n < 2:
+        return None
+    vx = sxx - sx * sx / n
+    vy = syy - sy * sy / n
+    if vx <= 1e-12 * max(1.0, sxx) or vy <= 1e-12 * max(1.0, syy):
+        return None
+    r = (sxy - sx * sy / n) / math.sqrt(vx * vy)
+    return max(-1.0, min(1.0, r))
+
+
+def slope(values: Sequence[float]) -> float:
+    """Least-squares slope of ``values`` against 0, 1, 2, … (0 for fewer than two)."""
+    if len(values) < 2:
+        return 0.0
+    x = np.arange(len(values), dtype=float)
+    y = np.asarray(values, dtype=float)
+    x -= x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def episode_length(episode: Any) -> int:
+    """An episode's length for the length monitor: the completion tokens of text agents (ids
+    before the padding value ``nvec − 1`` of a ``MultiDiscrete`` action), one per decision of
+    other agents."""
+    total = 0
+    for agent_episode in episode.agent_episodes.values():
+        actions = agent_episode.get_actions()
+        if len(actions) == 0:
+            continue
+        space = getattr(agent_episode, "action_space", None)
+        nvec = getattr(space, "nvec", None)
+        arr = np.asarray(actions)
+        if nvec is not None and arr.ndim == 2 and np.size(nvec) == arr.shape[1]:
+            is_pad = arr == np.asarray(nvec).reshape(-1)[0] - 1
+            first = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), arr.shape[1])
+            total += int(first.sum())
+        else:
+            total += len(actions)
+    return total
+
+
+def length_values(length: float, team_return: float) -> dict[str, float]:
+    """The per-episode terms of :data:`LENGTH_SUMS` (summed per iteration by the callback)."""
+    return dict(
+        zip(
+            LENGTH_SUMS,
+            (length, length * length, length * team_return, team_return * team_return),
+            strict=True,
+        )
+    )
+
+
+def gold_scorer(ref: str) -> Any:
+    """``f(scenario, final_state) -> float`` for a ``pkg.mod:attr`` reference or a scenario
+    method name."""
+    if ":" in ref:
+        import importlib
+
+        mod, _, attr = ref.partition(":")
+        try:
+            obj: Any = importlib.import_module(mod)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise _error(
+                f"monitors.gold.scorer={ref!r} cannot be imported ({exc}): give pkg.mod:attr "
+                "of a function f(scenario, final_state) -> float on the Python path"
+            ) from None
+        return obj
+
+    def method(scenario: Any, state: Any) -> float:
+        fn = getattr(scenario, ref, None)
+        if not callable(fn):
+            raise _error(
+                f"monitors.gold.scorer={ref!r}: scenario {type(scenario).__name__} has no such "
+                "method; give a method name it has or pkg.mod:attr"
+            )
+        return fn(state)
+
+    return method
+
+
+# ----- alarms and the per-iteration check ------------------------------------------------------
+ADVICE = {
+    "length": "reward rises with episode length: check that the reward or judge does not pay "
+    "for length; add a length penalty or budget (grpo.length_budget), cap max_new_tokens, or "
+    "train on a stricter verifier",
+    "entropy_floor": "the policy has collapsed to (nearly) deterministic actions: raise "
+    "entropy_coeff or the sampling temperature, lower lr, or restart from an earlier checkpoint",
+    "entropy_rise": "entropy jumped: the update destabilised the policy; lower lr, tighten "
+    "clipping or grad_clip, and compare with the checkpoint before the jump",
+    "kl": "the policy drifted far from its starting point: set grpo.kl_coef > 0, lower lr, or "
+    "check the outputs for reward hacking (transcripts/)",
+    "gold_gap": "the training reward outruns the gold verifier (reward hacking): inspect "
+    "transcripts/, fix or tighten the reward, and keep the checkpoint where gold was best",
+    "gold_trend": "the proxy–gold gap is growing: the policy is learning to game the reward; "
+    "inspect transcripts/ and tighten the reward before the gap grows further",
+    "tool_calls": "agents stopped calling tools (interaction collapse): add a per-call reward, "
+    "raise entropy, or check that tool results reach the agents",
+}
+
+
+@dataclasses.dataclass
+class Alarm:
+    """One alarm: which monitor, the metric and its value, the iteration and the advice."""
+
+    monitor: str
+    metric: str
+    value: float
+    threshold: float
+    iteration: int
+    action: str
+    advice: str
+
+    def message(self) -> str:
+        return (
+            f"monitor {self.monitor}: {self.metric} = {self.value:.4g} (threshold "
+            f"{self.threshold:.4g}) at iteration {self.iteration}: {self.advice}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Monitors:
+    """The configured monitors' state over one run (see the module doc)."""
+
+    def __init__(self, cfg: MonitorsConfig, pools: Sequence[str] = ()) -> None:
+        self.cfg = cfg
+        self.pools = list(pools)
+        self.alarms: list[Alarm] = []
+        self.active: set[str] = set()  # conditions currently on (alarmed once)
+        self.entropy: dict[str, float] = {}  # pool → the previous iteration's entropy
+        self.gaps: list[float] = []
+        self.calls_seen = False
+        self.seen = 0  # iterations judged
+
+    @staticmethod
+    def extract(result: Mapping[str, Any], row: dict[str, Any]) -> None:
+        """Add ``monitor/length_r``, ``monitor/length_mean``, ``monitor/gold`` and
+        ``monitor/gold_gap`` to ``row`` from RLlib's ``result``."""
+        marl = (result.get("env_runners") or {}).get("marl") or {}
+        n = float(marl.get("episodes", 0) or 0)
+        if n <= 0:
+            return
+        row["monitor/episodes"] = n
+        if all(k in marl for k in LENGTH_SUMS):
+            sx, sxx, sxy, syy = (float(marl[k]) for k in LENGTH_SUMS)
+            sy = float(marl.get("team_return", 0.0))
+            row["monitor/length_mean"] = sx / n
+            r = pearson_from_sums(n, sx, sy, sxx, syy, sxy)
+            if r is not None:
+                row["monitor/length_r"] = r
+        scored = float(marl.get(f"{GOLD_SUM}_episodes", 0) or 0)
+        if scored > 0:  # over the episodes the scorer saw
+            gold = float(marl[GOLD_SUM]) / scored
+            row["monitor/gold"] = gold
+            row["monitor/gold_gap"] = float(marl[f"{GOLD_SUM}_proxy"]) / scored - gold
+
+    def observe(self, row: dict[str, Any], result: Mapping[str, Any] | None = None) -> list[Alarm]:
+        """Judge one iteration: adds ``monitor/*`` keys to ``row``; returns the new alarms."""
+        if result is not None:
+            self.extract(result, row)
+        it = int(row.get("charts/iteration", self.seen + 1))
+        self.seen += 1
+        found: list[tuple[str, str, str, float, float, Action]] = []
+        found += self._length(row)
+        found += self._entropy(row)
+        found += self._kl(row)
+        found += self._gold(row)
+        found += self._tool_calls(row)
+        on = {key for key, *_ in found}
+        new = []
+        for key, name, metric, value, threshold, action in found:
+            if key in self.active or action == "off" or self.seen <= self.cfg.warmup:
+                continue
+            new.append(Alarm(name, metric, value, threshold, it, action, ADVICE[name]))
+        self.active = on
+        self.alarms += new
+        row["monitor/alarms"] = len(new)
+        return new
+
+    def replay(self, history: Sequence[Mapping[str, Any]], alarms: Sequence[Mapping]) -> None:
+        """Rebuild the state of a resumed run from its metrics rows and recorded alarms."""
+        for h in history:
+            self.observe(dict(h))
+        self.alarms = [Alarm(**a) for a in alarms]
+
+    # each returns (condition key, monitor, metric, value, threshold, action) per condition on
+    def _length(self, row: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        c = self.cfg.length
+        r = row.get("monitor/length_r")
+        if r is None or row.get("monitor/episodes", 0) < c.min_episodes or r <= c.max_r:
+            return []
+        return [("length", "length", "monitor/length_r", r, c.max_r, c.action)]
+
+    def _entropy(self, row: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        c, out = self.cfg.entropy, []
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] != "losses" or parts[2] != "entropy":
+                continue
+            pool, e = parts[1], float(value)
+            if e < c.floor:
+                out.append((f"floor:{pool}", "entropy_floor", key, e, c.floor, c.action))
+            prev = self.entropy.get(pool)
+            if c.rise is not None and prev is not None and prev > c.floor:
+                bound = (1 + c.rise) * prev
+                if e > bound:
+                    out.append((f"rise:{pool}", "entropy_rise", key, e, bound, c.action))
+            self.entropy[pool] = e
+        return out
+
+    def _kl(self, row: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        c, out = self.cfg.kl, []
+        if c.max is None:
+            return out
+        for key, value in row.items():
+            if key.startswith("losses/") and key.endswith("/grpo/kl_to_start") and value > c.max:
+                out.append((f"kl:{key}", "kl", key, float(value), c.max, c.action))
+        return out
+
+    def _gold(self, row: dict[str, Any]) -> list[tuple[Any, ...]]:
+        c, out = self.cfg.gold, []
+        gap = row.get("monitor/gold_gap")
+        if gap is None:
+            return out
+        self.gaps = [*self.gaps, float(gap)][-c.window :]
+        if gap > c.max_gap:
+            out.append(("gold_gap", "gold_gap", "monitor/gold_gap", gap, c.max_gap, c.action))
+        if len(self.gaps) >= c.window:
+            s = slope(self.gaps)
+            row["monitor/gold_gap_slope"] = s
+            if c.max_slope is not None and s > c.max_slope:
+                metric = "monitor/gold_gap_slope"
+                out.append(("gold_trend", "gold_trend", metric, s, c.max_slope, c.action))
+        return out
+
+    def _tool_calls(self, row: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        c = self.cfg.tool_calls
+        key = f"charts/{c.metric}"
+        if key not in row:
+            return []
+        rate = float(row[key])
+        if rate >= c.from_at_least:
+            self.calls_seen = True
+        if self.calls_seen and rate <= c.floor:
+            return [("tool_calls", "tool_calls", key, rate, c.floor, c.action)]
+        return []
+
+
+def strongest(alarms: Sequence[Alarm]) -> str:
+    """The strongest action among ``alarms`` (``stop`` > ``checkpoint`` > ``warn``)."""
+    order = {"off": 0, "warn": 1, "checkpoint": 2, "stop": 3}
+    return max((a.action for a in alarms), key=order.__getitem__, default="off")
