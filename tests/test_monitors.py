@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from configs import tiny_config
@@ -126,13 +127,15 @@ def test_warmup_off_and_strongest() -> None:
 
 
 def test_monitor_config_errors_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="monitors.length.action='loud'"):
+    with pytest.raises(ConfigError, match=re.escape("monitors.length.action='loud'")):
         ExperimentConfig.from_dict({"monitors": {"length": {"action": "loud"}}})
-    with pytest.raises(ConfigError, match=r"monitors.length.max_r must be in -1…1"):
+    with pytest.raises(ConfigError, match=re.escape("monitors.length.max_r must be in -1…1")):
         ExperimentConfig.from_dict({"monitors": {"length": {"max_r": 2}}}).check()
-    with pytest.raises(ConfigError, match="monitors.tool_calls needs 0 ≤ floor < from_at_least"):
+    with pytest.raises(
+        ConfigError, match=re.escape("monitors.tool_calls needs 0 ≤ floor < from_at_least")
+    ):
         ExperimentConfig.from_dict({"monitors": {"tool_calls": {"floor": 1.0}}}).check()
-    with pytest.raises(ConfigError, match="monitors.kl.max needs monitors.kl.log: true"):
+    with pytest.raises(ConfigError, match=re.escape("monitors.kl.max needs monitors.kl.log: true")):
         ExperimentConfig.from_dict({"monitors": {"kl": {"max": 1.0, "log": False}}}).check()
     cfg = ExperimentConfig.from_dict({"monitors": {"gold": {"scorer": "gold"}}})
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
