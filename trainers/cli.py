@@ -165,8 +165,21 @@ def eval_command(
     transcripts: Annotated[
         int, typer.Option(help="Print this many episodes as transcripts: who saw and did what.")
     ] = 0,
+    k: Annotated[
+        int | None,
+        typer.Option(
+            "--k", help="Sample each of the --episodes tasks k times: pass@k, mean@k, best@k."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="With --k, compare with: init (the run's starting point), a checkpoint, none."
+        ),
+    ] = "init",
 ) -> None:
-    """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency."""
+    """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency;
+    with --k, pass@k of the trained team and its starting point side by side."""
     from trainers.evaluate import EVAL_SEED, evaluate
 
     cwd_on_path()
@@ -177,6 +190,8 @@ def eval_command(
             seed=EVAL_SEED if seed is None else seed,
             credit=credit,
             transcripts=transcripts,
+            k=k,
+            baseline=baseline,
         )
 
 

@@ -6,6 +6,11 @@ team return, the fraction of the oracle's expected return on the same tasks (whe
 has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
 the scenario's latency metric and the wall time per decision. With ``transcripts=N`` the first
 ``N`` episodes are also kept as transcripts (:mod:`trainers.transcripts`) and printed.
+
+With ``k``, each of the ``episodes`` tasks is instead sampled ``k`` times with the team's
+exploration policy (seeds fixed) and pass@k, mean@k and best@k (:mod:`trainers.passk`) are
+reported for the checkpoint and, side by side, for its ``baseline`` (default ``"init"``: the
+run's starting point; a checkpoint path; ``"none"``).
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ class EvalResult:
         credit: agent → mean credit (empty for ``team``).
         transcripts: the first ``transcripts`` episodes as
             :meth:`~scenarios.engine.GraphEnv.transcript` data (with ``credit``).
+        passk: with ``k``: ``"trained"`` (and ``"baseline"``) → :func:`trainers.passk.passk_table`.
     """
 
     episodes: list[dict[str, Any]]
     summary: dict[str, float]
     credit: dict[str, float]
     transcripts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    passk: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 class TeamPolicy:
@@ -55,8 +62,9 @@ class TeamPolicy:
         """Forget recurrent state (call at every episode start)."""
         self.state = {}
 
-    def act(self, observations: Mapping[str, Any]) -> dict[str, Any]:
-        """Greedy actions for ``observations`` (agent id → observation)."""
+    def act(self, observations: Mapping[str, Any], explore: bool = False) -> dict[str, Any]:
+        """Greedy actions for ``observations`` (agent id → observation); with ``explore``,
+        actions sampled as in training (``forward_exploration``, torch's global RNG)."""
         import torch
         from ray.rllib.core.columns import Columns
 
@@ -73,15 +81,19 @@ class TeamPolicy:
                         init = {k: v[None] for k, v in module.get_initial_state().items()}
                     batch[Columns.OBS] = x[:, None]
                     batch[Columns.STATE_IN] = init
-                out = module.forward_inference(batch)
+                out = (module.forward_exploration if explore else module.forward_inference)(batch)
                 if stateful:
                     self.state[agent] = out[Columns.STATE_OUT]
                 if Columns.ACTIONS in out:
                     action = out[Columns.ACTIONS]
                 else:
                     logits = out[Columns.ACTION_DIST_INPUTS]
-                    dist = module.get_inference_action_dist_cls().from_logits(logits)
-                    action = dist.to_deterministic().sample()
+                    if explore:
+                        dist = module.get_exploration_action_dist_cls().from_logits(logits)
+                        action = dist.sample()
+                    else:
+                        dist = module.get_inference_action_dist_cls().from_logits(logits)
+                        action = dist.to_deterministic().sample()
                 action = np.asarray(
                     action.detach().cpu().numpy() if hasattr(action, "detach") else action
                 )
@@ -121,6 +133,8 @@ def evaluate(
     show: bool = True,
     make_env: Callable[[Mapping[str, Any]], Any] | None = None,
     transcripts: int = 0,
+    k: int | None = None,
+    baseline: str | Path = "init",
 ) -> EvalResult:
     """Run ``episodes`` greedy episodes of the team in ``checkpoint`` and print a table.
 
@@ -135,6 +149,10 @@ def evaluate(
             default: a new environment with the run's ``episodes.timeout_s``.
         transcripts: keep (and with ``show``, print) the first this many episodes as readable
             transcripts.
+        k: sample each of the ``episodes`` tasks this many times and report pass@k (see the
+            module doc) instead of greedy episodes.
+        baseline: with ``k``: ``"init"`` (the run's starting point), a checkpoint, or
+            ``"none"``.
 
     Returns:
         An :class:`EvalResult`.
@@ -149,8 +167,15 @@ def evaluate(
         raise ConfigError(f"seed must be an integer ≥ 0 (the first episode's seed), got {seed!r}")
     if credit is not None and credit not in CREDIT_METHODS:
         raise ConfigError(f"credit={credit!r} is unknown: use one of {', '.join(CREDIT_METHODS)}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ConfigError(f"k must be an integer ≥ 1 (samples per task), got {k!r}")
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
+    if k is not None:
+        env = make_env(plan.env_config) if make_env else _make_env(plan.env_config)
+        return evaluate_passk(
+            cfg, plan, policy, env, range(seed, seed + episodes), k, baseline, show
+        )
     method = credit or cfg.credit.method
     if make_env is None:
         env = _make_env(plan.env_config)
@@ -170,6 +195,53 @@ def evaluate(
     if show:
         _print(result, plan, checkpoint, method)
     return result
+
+
+def evaluate_passk(
+    cfg: ExperimentConfig,
+    plan: Any,
+    policy: TeamPolicy,
+    env: Any,
+    tasks: range,
+    k: int,
+    baseline: str | Path,
+    show: bool,
+) -> EvalResult:
+    """pass@k of ``policy`` and of its ``baseline`` on ``tasks`` (see :func:`evaluate`)."""
+    from trainers.passk import initial_modules, passk_table, sample_trials
+
+    env.episode_timeout_s = cfg.episodes.timeout_s
+    tables = {"trained": passk_table(sample_trials(env, policy, tasks, k, cfg.seed))}
+    if str(baseline) != "none":
+        if str(baseline) == "init":
+            base = TeamPolicy(initial_modules(cfg, plan), plan.agent_to_pool)
+        else:
+            base = load_team(baseline)[2]
+        tables["baseline"] = passk_table(sample_trials(env, base, tasks, k, cfg.seed))
+    result = EvalResult([], tables["trained"], {}, passk=tables)
+    if show:
+        _print_passk(tables, plan, baseline)
+    return result
+
+
+def _print_passk(tables: Mapping[str, Mapping[str, float]], plan: Any, baseline: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    trained = tables["trained"]
+    table = Table(
+        title=f"pass@k · {plan.scenario_id} · {int(trained['tasks'])} tasks × "
+        f"{int(trained['samples'])} samples",
+        title_justify="left",
+    )
+    table.add_column("metric", style="bold")
+    table.add_column("trained", justify="right")
+    if "baseline" in tables:
+        table.add_column(f"baseline ({baseline})", justify="right")
+    for key in trained:
+        if "@" in key:
+            table.add_row(key, *(f"{t[key]:.3f}" for t in tables.values()))
+    Console().print(table)
 
 
 def _make_env(env_config: Mapping[str, Any]) -> Any:
