@@ -14,7 +14,8 @@ One module per claim, each runnable as ``python -m experiments.<claim>`` with ``
   numbers;
 * :mod:`experiments.judge_voting` — a majority of noisy judges vs the exact verifier as reward
   (scripted judges: :mod:`experiments.judges`);
-* :mod:`experiments.curriculum` — learnability curriculum vs uniform task sampling.
+* :mod:`experiments.curriculum` — learnability curriculum vs uniform task sampling;
+* :mod:`experiments.passk` — pass@1…pass@16 before and after GRPO on ``text-delegate``.
 
 :mod:`experiments.harness` runs one config per seed and writes one JSON per (condition, seed)
 under ``experiments/results/<claim>/<budget>/``; :mod:`experiments.report` rebuilds the report
@@ -34,4 +35,5 @@ CLAIMS: tuple[str, ...] = (
     "judge_voting",
     "turn_credit",
     "curriculum",
+    "passk",
 )

@@ -112,7 +112,6 @@ def initial_modules(cfg: Any, plan: Any) -> Any:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
     from marl_agents.modules import module_spec
-
     from trainers.algo import algorithm_class
 
     default = algorithm_class(cfg.algorithm.name).get_default_config().get_default_rl_module_spec()
