@@ -197,3 +197,51 @@ def test_checkpoint_action_saves_one(ray_session, tmp_path) -> None:
     result = train(cfg)
     assert result.status == "completed" and result.alarms[0]["action"] == "checkpoint"
     assert (result.run_dir / "checkpoints" / "alarm_iter_000001" / "algorithm_state.pkl").exists()
+
+
+# ----- KL to the starting policy on the GRPO learner (no Ray) ------------------------------------
+def test_grpo_learner_logs_kl_to_start_at_kl_coef_zero() -> None:
+    import numpy as np
+    import torch
+    from llm_modules import learner_config
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    from scenarios.text_space import TextSpaces
+    from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP, kl_to_start
+    from trainers.monitors import KL_TO_START
+
+    # hand-computed: δ = log π_start − log π = 0, log 2 on the two unmasked tokens
+    lp, ref = torch.tensor([[0.0, 0.0, 5.0]]), torch.tensor([[0.0, math.log(2), 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    assert kl_to_start(lp, ref, mask) == pytest.approx((0 + 2 - math.log(2) - 1) / 2)
+    assert kl_to_start(lp, None, mask) is None
+
+    spaces = TextSpaces(vocab_size=384, max_prompt_tokens=16, max_new_tokens=6)
+    both = (spaces.observation_space, spaces.action_space)
+    config = learner_config(spaces, kl_coef=0.0)
+    config.learner_config_dict = {**config.learner_config_dict, KL_TO_START: True}
+    learner = config.build_learner(spaces={"trained": both, "frozen": both})
+    assert set(learner._refs) == {"trained"}  # a frozen copy of the start, for the metric only
+    module = learner.module["trained"].unwrapped()
+    obs = torch.as_tensor(np.stack([spaces.encode_prompt([5, 6, 7, 8 + i]) for i in range(6)]))
+    kls = []
+    for it in range(2):
+        torch.manual_seed(it)
+        with torch.no_grad():
+            out = module.forward_exploration({Columns.OBS: obs})
+        batch = {Columns.OBS: obs, **out}
+        batch[ADVANTAGES] = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0])
+        batch[GRPO_KEEP] = torch.ones(6, dtype=torch.bool)
+        numpy_batch = {k: v.numpy() for k, v in batch.items()}
+        results = learner.update(
+            batch=MultiAgentBatch({"trained": SampleBatch(numpy_batch)}, env_steps=6)
+        )
+        kls.append(results["trained"]["grpo/kl_to_start"].peek())
+    assert kls[0] == pytest.approx(0.0, abs=1e-9)  # still the starting weights
+    assert kls[1] > 0  # one update later the policy has moved
+    assert "frozen" not in learner._refs
+    plain = learner_config(spaces, kl_coef=0.0).build_learner(
+        spaces={"trained": both, "frozen": both}
+    )
+    assert plain._refs == {}  # off unless asked for (train() asks: monitors.kl.log)

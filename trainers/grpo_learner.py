@@ -86,7 +86,7 @@ from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
 from trainers.config import GRPOConfig
 from trainers.curriculum import SCHEDULE, passed
-from trainers.grpo import LengthDual, compute_advantages, grpo_loss, sampler_kl
+from trainers.grpo import LengthDual, compute_advantages, grpo_loss, kl_k3, sampler_kl
 from trainers.monitors import KL_TO_START
 from trainers.reward_config import per_source_from_episodes
 from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
@@ -432,7 +432,7 @@ class GRPOLearner(TorchLearner):
                 ref, _ = module.score(
                     batch[Columns.OBS], actions, model=self._refs[module_id], temperature=temps
                 )
-        kl_to_start = kl_k3(lp.detach(), ref, actions != module.pad_id) if self._fresh else None
+        drift = kl_to_start(lp, ref, actions != module.pad_id) if self._fresh else None
         if not self.grpo.kl_coef:
             ref = None  # only measured: no penalty
         loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy)
@@ -451,8 +451,8 @@ class GRPOLearner(TorchLearner):
         if "entropy" in stats:
             standard[ENTROPY_KEY] = stats["entropy"]
         self.metrics.log_dict(standard, key=module_id, window=1)
-        if kl_to_start is not None:
-            self.metrics.log_value((module_id, "grpo/kl_to_start"), kl_to_start, window=1)
+        if drift is not None:
+            self.metrics.log_value((module_id, "grpo/kl_to_start"), drift, window=1)
         if self._fresh:
             self.metrics.log_value((module_id, "grpo/logprob_gap_fresh"), gap, window=1)
             self.metrics.log_value(
@@ -507,15 +507,13 @@ class GRPOLearner(TorchLearner):
         super().set_state(state)
 
 
-def kl_k3(logp: torch.Tensor, ref: torch.Tensor | None, mask: torch.Tensor) -> float | None:
-    """KL(π ‖ π_start) per sampled token, by the non-negative estimator
-    ``exp(d) − d − 1`` with ``d = log π_start − log π`` (unbiased when the tokens are drawn
-    from π: the first minibatch of an update, before any optimizer step); None without a
-    reference or tokens."""
+def kl_to_start(logp: torch.Tensor, ref: torch.Tensor | None, mask: torch.Tensor) -> float | None:
+    """KL(π ‖ π_start) per sampled token (:func:`~trainers.grpo.kl_k3`, unbiased when the
+    tokens are drawn from π: the first minibatch of an update, before any optimizer step);
+    None without a reference or tokens."""
     if ref is None or not mask.any():
         return None
-    d = (ref.float() - logp.float())[mask]
-    return float((torch.exp(d) - d - 1).mean())
+    return float(kl_k3(logp.detach().double(), ref.double())[mask].mean())
 
 
 # ----- the algorithm -------------------------------------------------------------------------
