@@ -121,6 +121,7 @@ def test_warmup_off_and_strongest() -> None:
     stream = [{"charts/iteration": 1, "losses/p/entropy": 0.0}] * 2
     m = monitors(warmup=1)
     assert m.observe(dict(stream[0])) == []  # in the warm-up
+    assert [a.iteration for a in m.observe({**stream[1], "charts/iteration": 2})] == [2]
     assert monitors(entropy={"action": "off"}).observe(dict(stream[0])) == []
     alarms = monitors(entropy={"action": "checkpoint"}).observe(dict(stream[0]))
     assert strongest(alarms) == "checkpoint" and strongest([]) == "off"

@@ -425,7 +425,7 @@ class Monitors:
             if key in self.active or action == "off" or self.seen <= self.cfg.warmup:
                 continue
             new.append(Alarm(name, metric, value, threshold, it, action, ADVICE[name]))
-        self.active = on
+        self.active = on if self.seen > self.cfg.warmup else set()  # judged after warm-up
         self.alarms += new
         row["monitor/alarms"] = len(new)
         return new
