@@ -61,7 +61,8 @@ def passk_record(ctx: harness.Context, record: Mapping[str, Any]) -> dict[str, A
     path = ctx.dir / f"{name}.json"
     if path.exists():
         saved = harness.read_json(path)
-        if saved.get("run_dir") == record["run_dir"] and saved.get("k") == b["k"]:
+        same = saved.get("run_dir") == record["run_dir"] and saved.get("k") == b["k"]
+        if same and "solved" in saved:
             return saved
     ckpt = Path(record["run_dir"]) / "checkpoint"
     result = evaluate(ckpt, b["tasks"], seed=EVAL_SEED, k=b["k"], baseline="init", show=False)
@@ -73,6 +74,7 @@ def passk_record(ctx: harness.Context, record: Mapping[str, Any]) -> dict[str, A
         "k": b["k"],
         "trained": result.passk["trained"],
         "baseline": result.passk["baseline"],
+        "solved": {arm: {str(t): c for t, c in s.items()} for arm, s in result.solved.items()},
     }
     harness.save_extra(ctx, name, data)
     return data
@@ -137,6 +139,7 @@ def _findings(data: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> list[str]
     else:
         verdict = "RL left pass@{hi} unchanged (|Δ| ≤ 0.02): sharper, not broader"
     return [
+        *_overlap(data),
         f"- pass@{lo}: Δ = {mean1:+.3f} on average (per seed: "
         + ", ".join(f"{x:+.3f}" for x in d1)
         + ").",
@@ -145,6 +148,23 @@ def _findings(data: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> list[str]
         + ").",
         "- " + verdict.format(hi=hi) + " (rule: mean Δpass@k over seeds beyond ±0.02).",
     ]
+
+
+def _overlap(data: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per seed: tasks solved (in any of the k samples) by the start only, GRPO only, both."""
+    lines = []
+    for d in data:
+        solved = d.get("solved")
+        if not solved:
+            continue
+        start = {t for t, c in solved["baseline"].items() if c > 0}
+        after = {t for t, c in solved["trained"].items() if c > 0}
+        lines.append(
+            f"- seed {d['seed']}: of {d['tasks']} tasks, solved in {d['k']} samples by the start "
+            f"only: {len(start - after)}, by GRPO only: {len(after - start)}, by both: "
+            f"{len(start & after)}, by neither: {d['tasks'] - len(start | after)}."
+        )
+    return lines
 
 
 def _plot(data: Sequence[Mapping[str, Any]], ks: Sequence[int], fig: an.Figures) -> str:

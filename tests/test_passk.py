@@ -58,14 +58,17 @@ def test_passk_table_averages_tasks() -> None:
 
 
 def test_eval_k_cli_prints_trained_and_baseline(ray_session, tmp_path) -> None:
-    from trainers.evaluate import evaluate
+    from trainers.evaluate import EVAL_SEED, evaluate
     from trainers.run import train
 
     cfg = tiny_config(tmp_path, scenario="tests.apps.exploits:Chatter", budget={"iterations": 1})
     run = train(cfg).run_dir
-    a = evaluate(run, 3, k=4, show=False).passk
-    b = evaluate(run, 3, k=4, show=False).passk
+    first = evaluate(run, 3, k=4, show=False)
+    a, b = first.passk, evaluate(run, 3, k=4, show=False).passk
     assert a == b and set(a) == {"trained", "baseline"}  # seeds fixed: the same trials
+    solved = first.solved["trained"]
+    assert set(solved) == {EVAL_SEED, EVAL_SEED + 1, EVAL_SEED + 2}
+    assert a["trained"]["pass@4"] == pytest.approx(np.mean([c > 0 for c in solved.values()]))
     assert 0.0 <= a["trained"]["pass@1"] <= a["trained"]["pass@4"] <= 1.0
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), COLUMNS="160")

@@ -41,6 +41,7 @@ class EvalResult:
         transcripts: the first ``transcripts`` episodes as
             :meth:`~scenarios.engine.GraphEnv.transcript` data (with ``credit``).
         passk: with ``k``: ``"trained"`` (and ``"baseline"``) → :func:`trainers.passk.passk_table`.
+        solved: with ``k``: the same keys → task seed → how many of its ``k`` samples succeeded.
     """
 
     episodes: list[dict[str, Any]]
@@ -48,6 +49,7 @@ class EvalResult:
     credit: dict[str, float]
     transcripts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     passk: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    solved: dict[str, dict[int, int]] = dataclasses.field(default_factory=dict)
 
 
 class TeamPolicy:
@@ -211,14 +213,18 @@ def evaluate_passk(
     from trainers.passk import initial_modules, passk_table, sample_trials
 
     env.episode_timeout_s = cfg.episodes.timeout_s
-    tables = {"trained": passk_table(sample_trials(env, policy, tasks, k, cfg.seed))}
-    if str(baseline) != "none":
-        if str(baseline) == "init":
-            base = TeamPolicy(initial_modules(cfg, plan), plan.agent_to_pool)
-        else:
-            base = load_team(baseline)[2]
-        tables["baseline"] = passk_table(sample_trials(env, base, tasks, k, cfg.seed))
-    result = EvalResult([], tables["trained"], {}, passk=tables)
+    policies = {"trained": policy}
+    if str(baseline) == "init":
+        policies["baseline"] = TeamPolicy(initial_modules(cfg, plan), plan.agent_to_pool)
+    elif str(baseline) != "none":
+        policies["baseline"] = load_team(baseline)[2]
+    trials = {arm: sample_trials(env, p, tasks, k, cfg.seed) for arm, p in policies.items()}
+    tables = {arm: passk_table(t) for arm, t in trials.items()}
+    solved = {
+        arm: {task: sum(int(x["success"] > 0.5) for x in runs) for task, runs in t.items()}
+        for arm, t in trials.items()
+    }
+    result = EvalResult([], tables["trained"], {}, passk=tables, solved=solved)
     if show:
         _print_passk(tables, plan, baseline)
     return result
