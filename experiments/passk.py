@@ -191,7 +191,7 @@ def _plot(data: Sequence[Mapping[str, Any]], ks: Sequence[int], fig: an.Figures)
     ax.set_ylabel("pass@k")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="center right")
     f.tight_layout()
     return fig.save(f, "passk", "pass@k before and after GRPO, one line per seed")
 
