@@ -389,8 +389,9 @@ class GRPOLearner(TorchLearner):
         # of the kl_to_start metric (trainers.monitors), also when kl_coef is 0
         if self.grpo.kl_coef or self.config.learner_config_dict.get(KL_TO_START, False):
             for mid in self.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
-                if self.should_module_be_updated(mid):
-                    if not isinstance(self.module[mid].unwrapped(), CausalLMModule):
+                llm = isinstance(self.module[mid].unwrapped(), CausalLMModule)
+                if self.should_module_be_updated(mid) and (llm or self.grpo.kl_coef):
+                    if not llm:  # kl_to_start alone is only measured for LLM modules
                         raise ValueError(
                             f"GRPO kl_coef > 0 needs LLM modules (a reference model); module "
                             f"{mid!r} is {type(self.module[mid].unwrapped()).__name__}"
