@@ -160,6 +160,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         config.grpo(
             group_size=g.group_size,
             groups_per_iteration=g.groups_per_iteration,
+            async_sampling=g.async_sampling.enabled,
+            max_staleness=g.async_sampling.max_staleness,
             **dataclasses.asdict(g.loss),
         )
         smoothing = g.episodes_per_iteration

@@ -48,6 +48,7 @@ __all__ = [
     "CREDIT_METHODS",
     "APPOAlgo",
     "AlgoConfig",
+    "AsyncSampling",
     "BudgetConfig",
     "ConfigError",
     "CreditConfig",
@@ -135,6 +136,18 @@ class CreditConfig:
             )
 
 
+def _check_async_runners(cfg: Any) -> None:
+    """Asynchronous GRPO sampling overlaps remote env runners with the driver's learner."""
+    grpo = getattr(cfg.algorithm, "grpo", None)
+    runners = cfg.resources.num_env_runners
+    if grpo is not None and grpo.async_sampling.enabled and runners < 1:
+        raise ConfigError(
+            f"algorithm.grpo.async_sampling.enabled=true with resources.num_env_runners="
+            f"{runners}: asynchronous sampling runs on remote env runners; set "
+            "resources.num_env_runners: 1 (or more), or enabled: false"
+        )
+
+
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
@@ -215,6 +228,37 @@ class GRPOConfig:
 
 
 @dataclasses.dataclass
+class AsyncSampling:
+    """``algorithm.grpo.async_sampling``: overlap sampling with learning (one-step off-policy).
+
+    With ``enabled``, iteration ``k`` launches the sample for ``k+1`` on the remote env runners
+    before its learner update, so the batch an update learns from was drawn by a policy
+    ``staleness`` updates old; the GRPO ratio against the stored behaviour logprobs corrects
+    for it (:mod:`trainers.async_sampling`). Needs ``resources.num_env_runners ≥ 1``.
+
+    Attributes:
+        enabled: overlap sampling of iteration ``k+1`` with the update of iteration ``k``.
+        max_staleness: largest policy-version gap between an episode's oldest step and the
+            update that learns from it (≥ 1). Weights reach the runners only as often as this
+            bound needs (every update at 1); an episode over it is dropped and counted.
+    """
+
+    enabled: bool = False
+    max_staleness: int = 1
+
+    def __post_init__(self) -> None:
+        typed(self, "async_sampling")
+
+    def check(self, where: str = "algorithm.grpo.async_sampling") -> None:
+        """``max_staleness ≥ 1``."""
+        if self.max_staleness < 1:
+            raise ConfigError(
+                f"{where}.max_staleness={self.max_staleness}: must be ≥ 1 (the overlapped "
+                "sample is one update old); for on-policy sampling set enabled: false"
+            )
+
+
+@dataclasses.dataclass
 class GRPOSettings(GRPOConfig):
     """The ``grpo`` section of algorithm ``GRPO``: the loss knobs and the group schedule.
 
@@ -228,11 +272,13 @@ class GRPOSettings(GRPOConfig):
         groups_per_iteration: tasks per iteration: ``G · groups`` finished episodes per
             iteration.
         minibatch_size: rows per gradient step (``None``: the whole iteration).
+        async_sampling: overlap sampling with learning (:class:`AsyncSampling`; off).
     """
 
     group_size: int = 8
     groups_per_iteration: int = 8
     minibatch_size: int | None = None
+    async_sampling: AsyncSampling = dataclasses.field(default_factory=AsyncSampling)
 
     @property
     def episodes_per_iteration(self) -> int:
@@ -263,6 +309,7 @@ class GRPOSettings(GRPOConfig):
                 f"{where}.minibatch_size={self.minibatch_size} must be in 1…{n} "
                 "(group_size · groups_per_iteration), or null for the whole iteration"
             )
+        self.async_sampling.check(f"{where}.async_sampling")
 
 
 @dataclasses.dataclass
@@ -707,6 +754,7 @@ class ExperimentConfig:
             self.monitors,
         ):
             part.check()
+        _check_async_runners(self)
         return self
 
     # ----- conversions ---------------------------------------------------------------------

@@ -84,6 +84,7 @@ import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subag
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
+from trainers.async_sampling import SamplePipeline
 from trainers.config import GRPOConfig
 from trainers.curriculum import SCHEDULE, passed
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, kl_k3, sampler_kl
@@ -531,6 +532,8 @@ class GRPOAlgorithmConfig(PPOConfig):
         self.groups_per_iteration = 4
         self.batch_mode = "complete_episodes"
         self.learner_config_dict = {CONFIG_KEY: {}}
+        self.async_sampling = False
+        self.max_staleness = 1
 
     @property
     def episodes_per_iteration(self) -> int:
@@ -542,9 +545,12 @@ class GRPOAlgorithmConfig(PPOConfig):
         *,
         group_size: int | None = None,
         groups_per_iteration: int | None = None,
+        async_sampling: bool | None = None,
+        max_staleness: int | None = None,
         **knobs: Any,
     ) -> GRPOAlgorithmConfig:
-        """Set the group schedule and :class:`~trainers.grpo.GRPOConfig` knobs.
+        """Set the group schedule, asynchronous sampling (:mod:`trainers.async_sampling`) and
+        :class:`~trainers.grpo.GRPOConfig` knobs.
 
         Raises:
             ValueError: an unknown knob or a bad value (checked by ``GRPOConfig``).
@@ -553,6 +559,10 @@ class GRPOAlgorithmConfig(PPOConfig):
             self.group_size = int(group_size)
         if groups_per_iteration is not None:
             self.groups_per_iteration = int(groups_per_iteration)
+        if async_sampling is not None:
+            self.async_sampling = bool(async_sampling)
+        if max_staleness is not None:
+            self.max_staleness = int(max_staleness)
         names = {f.name for f in dataclasses.fields(GRPOConfig)}
         unknown = sorted(set(knobs) - names)
         if unknown:
@@ -571,6 +581,11 @@ class GRPOAlgorithmConfig(PPOConfig):
         super().validate()
         if self.group_size < 1 or self.groups_per_iteration < 1:
             self._value_error("group_size and groups_per_iteration must be >= 1")
+        if self.async_sampling and (self.num_env_runners < 1 or self.max_staleness < 1):
+            self._value_error(
+                "async_sampling needs num_env_runners >= 1 (it overlaps remote env runners "
+                "with the learner) and max_staleness >= 1"
+            )
 
 
 class GRPO(PPO):
@@ -582,20 +597,61 @@ class GRPO(PPO):
         return GRPOAlgorithmConfig(cls)
 
     @override
-    def training_step(self) -> None:
+    def setup(self, config: Any) -> None:
+        super().setup(config)
         cfg = self.config
+        self.pipeline = (
+            SamplePipeline(max_staleness=cfg.max_staleness) if cfg.async_sampling else None
+        )
+
+    @override
+    def training_step(self) -> None:
+        if self.pipeline is not None:
+            self._training_step_async(self.pipeline)
+            return
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, runner_metrics = sample_episodes(
-                self.env_runner_group, cfg.episodes_per_iteration
+                self.env_runner_group, self.config.episodes_per_iteration
             )
             if not episodes:
                 return
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        learner_results = self._update(episodes)
+        if learner_results is not None:
+            self._sync_weights(learner_results)
+
+    def _training_step_async(self, pipe: SamplePipeline) -> None:
+        """Learn from the batch sampled during the last iteration while the runners sample
+        the next one (:mod:`trainers.async_sampling`)."""
+        group, n = self.env_runner_group, self.config.episodes_per_iteration
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            if pipe.pending is None:  # first iteration (or a lost sample): sample now
+                pipe.wait(group, pipe.launch(group, n))
+            episodes, runner_metrics = pipe.take() or ([], [])
+            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        requests = pipe.launch(group, n)  # overlaps the update below
+        episodes, stats = pipe.filter(episodes)
+        learner_results = self._update(episodes) if episodes else None
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            pipe.wait(group, requests)
+        if learner_results is None:
+            return
+        pipe.learner_version += 1
+        for module_id in set(learner_results[0]) - {ALL_MODULES}:
+            for key, value in stats.items():
+                self.metrics.log_value((LEARNER_RESULTS, module_id, key), value, window=1)
+        if pipe.needs_sync():
+            self._sync_weights(learner_results)
+            pipe.runner_version = pipe.learner_version
+
+    def _update(self, episodes: list[Any]) -> Any:
+        """One learner update on ``episodes`` (``None``: no trained module acted, skipped)."""
+        cfg = self.config
         if not any(self._trains(m) for m in episode_modules(episodes)):
             # no trained agent acted (e.g. a frozen agent used up every turn): nothing to learn,
             # and RLlib's learner cannot update on a batch without a trained module
             self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, SKIPPED_UPDATES), 1, reduce="sum")
-            return
+            return None
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             learner_results = self.learner_group.update(
                 episodes=episodes,
@@ -613,6 +669,9 @@ class GRPO(PPO):
                 shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
             )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        return learner_results
+
+    def _sync_weights(self, learner_results: Any) -> None:
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             modules = set(learner_results[0].keys()) - {ALL_MODULES}
             self.env_runner_group.sync_weights(

@@ -10,6 +10,8 @@ the curriculum's pass-rate estimates and each process's task schedule, the proce
 and ``marl_state.json`` with the iteration); :func:`restore` puts them back after
 ``Algorithm.from_checkpoint`` (and gives remote env runners the learner's weights, which it does
 not), so the resumed run samples, learns and reports what the uninterrupted one would have.
+Asynchronous GRPO has no sample in flight between iterations: the batch sampled ahead is saved
+with its policy versions (:mod:`trainers.async_sampling`), so nothing is lost.
 
 An episode in progress is rebuilt by replaying its recorded actions from its seed (scenarios are
 deterministic given seed and actions); a replay that does not reproduce the recorded
@@ -45,6 +47,7 @@ RUNNER_ATTRS = (
     "_cached_to_module",
     "_shared_data",
     "_weights_seq_no",
+    "_marl_policy_version",  # trainers.async_sampling.RUNNER_VERSION
 )
 
 
@@ -64,6 +67,7 @@ def save(algo: Any, path: Path) -> None:
             "runners": _capture_runners(algo),
             "learners": _foreach_learner(algo, capture_learner),
             "curriculum": _curriculum_state(algo),
+            "pipeline": _pipeline(algo).state() if _pipeline(algo) else None,
         }
         data = cloudpickle.dumps(state)
     except Exception as exc:  # any capture failure costs exactness, not the checkpoint
@@ -106,8 +110,13 @@ def restore(algo: Any, path: Path) -> bool:
     state = cloudpickle.loads(file.read_bytes())
     runners: dict[int, bytes] = state["runners"]
     group = getattr(algo, "env_runner_group", None)
+    pipe = _pipeline(algo)
+    if pipe is not None and state.get("pipeline"):
+        pipe.set_state(state["pipeline"])  # the batch sampled ahead, and the policy versions
     if group is not None:
-        _push_learner_weights(algo)
+        if pipe is None or pipe.runner_version == pipe.learner_version:
+            # (runners that lag by design keep the checkpoint's env-runner weights: last sync)
+            _push_learner_weights(algo)
         restored = group.foreach_env_runner(
             lambda r: restore_runner(r, runners), local_env_runner=False
         )
@@ -138,6 +147,11 @@ def _push_learner_weights(algo: Any) -> None:
     algo.env_runner_group.foreach_env_runner(
         lambda r: r.module.set_state(state), local_env_runner=True
     )
+
+
+def _pipeline(algo: Any) -> Any:
+    """Asynchronous GRPO's :class:`~trainers.async_sampling.SamplePipeline` (None: sync)."""
+    return getattr(algo, "pipeline", None)
 
 
 def checkpoint_iteration(path: Path) -> int | None:
