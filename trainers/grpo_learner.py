@@ -581,7 +581,8 @@ class GRPOAlgorithmConfig(PPOConfig):
         super().validate()
         if self.group_size < 1 or self.groups_per_iteration < 1:
             self._value_error("group_size and groups_per_iteration must be >= 1")
-        if self.async_sampling and (self.num_env_runners < 1 or self.max_staleness < 1):
+        bad = self.num_env_runners < 1 or self.max_staleness < 1
+        if self.async_sampling and not self.in_evaluation and bad:
             self._value_error(
                 "async_sampling needs num_env_runners >= 1 (it overlaps remote env runners "
                 "with the learner) and max_staleness >= 1"

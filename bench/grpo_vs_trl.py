@@ -1,0 +1,262 @@
+"""Our GRPO fine-tuning path against TRL's ``GRPOTrainer`` on the same task, model and batch.
+
+The task is ``text-delegate`` (level ``easy``, ``star:8``, scripted subagents): one prompt per
+episode, the orchestrator's completion is scored by the real environment
+(:class:`~scenarios.engine.GraphEnv`, the same reward both sides). The model is the tiny
+in-code Qwen2 (:func:`marl_agents.llm.tiny.make_tiny_model`, same seed), sampled at
+temperature 1, top-p 1. Both sides use the same group size ``G``, prompts per update ``B``,
+generation length, learning rate, clip range (0.2 / 0.28), no KL, token-mean loss, one
+epoch over each batch:
+
+* ``ours``: :func:`trainers.finetune.run_finetune` (what ``marl finetune`` runs): RLlib
+  sampling through the LangGraph env, token-level GRPO learner;
+* ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
+  same env seeds, reward = the env's reward for the completion's token ids.
+
+Each side runs in a fresh subprocess, one after the other, with one torch thread. Printed per
+side (the first update left out as warm-up): generated tokens/s (completion tokens sampled
+per update / wall time of the update) and median wall time per update (sampling + learning),
+and the ratio ours / TRL. The ``sampler`` column is ``transformers`` for both; ``--sampler
+vllm`` also runs our side with the vLLM sampler where the pool model has one
+(``sampler: vllm``), else it prints ``n/a``.
+
+TRL is a bench-only dependency (``pip install .[bench]``), kept out of the shared venv: a
+venv that sees the shared one's packages and adds TRL::
+
+    python3 -m venv /work/venv-trl
+    echo "$PWD/.venv/lib/python3.11/site-packages" \\
+        > /work/venv-trl/lib/python3.11/site-packages/shared-venv.pth
+    /work/venv-trl/bin/pip install trl
+
+    PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py --trl-python /work/venv-trl/bin/python
+    # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 [--sampler vllm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPOLOGY = "star:8"
+LEVEL = "easy"
+
+
+# ----- the task (both sides) ------------------------------------------------------------------
+def make_env(max_new_tokens: int) -> Any:
+    """The text-delegate env both sides are scored by."""
+    from scenarios.engine import GraphEnv
+    from scenarios.text_delegate import TextDelegate
+
+    return GraphEnv(TextDelegate(TOPOLOGY, level=LEVEL, max_new_tokens=max_new_tokens))
+
+
+def env_reward(env: Any, seed: int, completion_ids: list[int]) -> float:
+    """The env's reward for answering the prompt of ``seed`` with ``completion_ids``."""
+    env.reset(seed=seed)
+    spaces = env.scenario.spaces
+    action = spaces.encode_action(list(completion_ids)[: spaces.max_new_tokens])
+    total = 0.0
+    while env.agents:
+        _, rewards, *_ = env.step({a: action for a in env.agents})
+        total += float(sum(rewards.values()))
+    return total
+
+
+# ----- ours -----------------------------------------------------------------------------------
+def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from trainers.config import BudgetConfig, OutputConfig
+    from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
+    from trainers.run import RETURN_KEY
+
+    orch = OrchestratorConfig(model="tiny", tiny_seed=args.seed, temperature=1.0, top_p=1.0)
+    if args.sampler != "transformers":
+        if "sampler" not in {f.name for f in dataclasses.fields(OrchestratorConfig)}:
+            return {"skipped": f"no '{args.sampler}' sampler for trained pools on this branch"}
+        orch = dataclasses.replace(orch, sampler=args.sampler)  # type: ignore[call-arg]
+    job = FinetuneJob(
+        orchestrator=orch,
+        topology=TOPOLOGY,
+        scenario_kwargs={"level": LEVEL, "max_new_tokens": args.max_new_tokens},
+        training=TrainingConfig(
+            group_size=args.group_size, groups_per_iteration=args.prompts, lr=args.lr
+        ),
+        budget=BudgetConfig(iterations=args.updates),
+        output=OutputConfig(dir=str(out), name="ours", export_hf=False, checkpoint_every=0),
+        seed=args.seed,
+    )
+    job.logging.progress, job.logging.wandb = False, "disabled"
+    result = run_finetune(job)
+    per_update = []
+    for h in result.history:
+        tokens = h.get("losses/orchestrator/grpo/completion_tokens_mean", 0.0) * h[
+            "charts/episodes"
+        ]
+        per_update.append({"wall_s": h["charts/iteration_s"], "tokens": tokens})
+    return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
+
+
+# ----- TRL ------------------------------------------------------------------------------------
+def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from marl_agents.llm.tiny import make_tiny_model
+
+    tok, model = make_tiny_model(seed=args.seed)
+    tok.padding_side = "left"
+    env = make_env(args.max_new_tokens)
+    spaces = env.scenario.spaces
+    seeds = [int(s) for s in np.random.default_rng(args.seed).integers(2**31, size=args.prompts * args.updates)]  # fmt: skip
+    prompts = []
+    for s in seeds:
+        obs, _ = env.reset(seed=s)
+        prompts.append(spaces.prompt_text(obs["orchestrator"], tok))
+
+    def reward(prompts: list[str], completions: list[str], completion_ids: list[list[int]],
+               seed: list[int], **_: Any) -> list[float]:  # fmt: skip
+        return [env_reward(env, s, ids) for s, ids in zip(seed, completion_ids, strict=True)]
+
+    steps: list[dict[str, float]] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            steps.append({"wall_s": time.perf_counter() - self.t0, "tokens": 0.0})
+
+        def on_log(self, *a: Any, logs: dict[str, Any] | None = None, **k: Any) -> None:
+            if logs and "completions/mean_length" in logs and steps:
+                steps[-1]["tokens"] = logs["completions/mean_length"] * n
+
+    n = args.group_size * args.prompts
+    config = GRPOConfig(
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=n,
+        gradient_accumulation_steps=1,
+        num_generations=args.group_size,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.lr,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        num_iterations=1,
+        max_steps=args.updates,
+        max_grad_norm=1.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=args.seed,
+        shuffle_dataset=False,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tok,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts, "seed": seeds}),
+        callbacks=[Timer()],
+    )
+    torch.manual_seed(args.seed)
+    trainer.train()
+    return {"updates": steps}
+
+
+# ----- driver ---------------------------------------------------------------------------------
+def summary(res: dict[str, Any]) -> dict[str, float]:
+    ups = res["updates"][1:] or res["updates"]  # the first update is warm-up
+    wall = [u["wall_s"] for u in ups]
+    return {
+        "update_s": statistics.median(wall),
+        "tokens_per_s": sum(u["tokens"] for u in ups) / sum(wall),
+        "tokens_per_update": sum(u["tokens"] for u in ups) / len(ups),
+    }
+
+
+def child(args: argparse.Namespace, side: str, python: str, out: Path) -> dict[str, Any]:
+    """Run one side in a fresh process (one torch thread), return its JSON result."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    result = out / f"{side}.json"
+    cmd = [python, __file__, "--side", side, "--result", str(result), *args.passthrough]
+    subprocess.run(cmd, env=env, check=True)
+    return json.loads(result.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=8, help="prompts (groups) per update")
+    parser.add_argument("--max-new-tokens", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sampler", default="transformers", choices=["transformers", "vllm"])
+    parser.add_argument("--trl-python", default=sys.executable, help="an interpreter with trl")
+    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        import torch
+
+        torch.set_num_threads(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            res = (run_ours if args.side == "ours" else run_trl)(args, Path(tmp))
+        Path(args.result).write_text(json.dumps(res))
+        return
+    keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
+    args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        runs = {("ours", "transformers"): child(args, "ours", sys.executable, out)}
+        runs[("trl", "transformers")] = child(args, "trl", args.trl_python, out)
+        if args.sampler != "transformers":
+            args.passthrough += ["--sampler", args.sampler]
+            runs[("ours", args.sampler)] = child(args, "ours", sys.executable, out)
+    print(
+        f"text-delegate {LEVEL} {TOPOLOGY}, tiny model, G={args.group_size}, "
+        f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
+        f"{args.updates} updates (first left out)"
+    )
+    print(f"{'trainer':8} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}")
+    stats = {}
+    for (side, sampler), res in runs.items():
+        if "skipped" in res:
+            print(f"{side:8} {sampler:13} n/a ({res['skipped']})")
+            continue
+        s = stats[side, sampler] = summary(res)
+        print(
+            f"{side:8} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
+            f"{s['update_s']:9.3f}"
+        )
+    ours, trl = stats.get(("ours", "transformers")), stats.get(("trl", "transformers"))
+    if ours and trl:
+        print(
+            f"ours / TRL (transformers sampler): tokens/s ×{ours['tokens_per_s'] / trl['tokens_per_s']:.2f}, "  # noqa: E501
+            f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
+        )
+    vllm = stats.get(("ours", "vllm"))
+    if vllm and ours:
+        print(f"ours vllm / transformers tokens/s: ×{vllm['tokens_per_s'] / ours['tokens_per_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
