@@ -59,7 +59,9 @@ def _ongoing(runner: Any) -> list[Any]:
 
 def staleness(episodes: list[Any], learner_version: int) -> list[int]:
     """Updates between each episode's oldest step and ``learner_version``."""
-    return [learner_version - int(e.custom_data.get(POLICY_VERSION, learner_version)) for e in episodes]
+    return [
+        learner_version - int(e.custom_data.get(POLICY_VERSION, learner_version)) for e in episodes
+    ]
 
 
 @dataclasses.dataclass
