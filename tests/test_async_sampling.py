@@ -124,26 +124,30 @@ def untimed(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in h.items() if not any(t in k for t in timed)} for h in history]
 
 
-@pytest.fixture(scope="module")
-def async_run(tmp_path_factory: Any, ray_session: Any) -> tuple[Any, Any]:
+@pytest.fixture(scope="module", params=[1, 2], ids=["bound1", "bound2"])
+def async_run(request: Any, tmp_path_factory: Any, ray_session: Any) -> tuple[Any, Any]:
+    """3 async iterations with ``max_staleness`` 1 (a sync after every update) and 2 (after
+    every other: the runners lag the learner after iterations 1 and 3)."""
     from trainers.run import train
 
     tmp = tmp_path_factory.mktemp("async")
-    cfg = grpo_experiment(tmp, "full", **ASYNC)
+    bound = {"algorithm.grpo.async_sampling.max_staleness": request.param}
+    cfg = grpo_experiment(tmp, "full", **ASYNC, **bound)
     return cfg, train(cfg)
 
 
 def test_async_run_logs_staleness_within_the_bound(async_run: Any) -> None:
-    _, result = async_run
+    cfg, result = async_run
+    bound = cfg.algorithm.grpo.async_sampling.max_staleness
     assert result.status == "completed"
     assert [h["charts/iteration"] for h in result.history] == [1, 2, 3]
     key = "losses/orchestrator/grpo/staleness_max"
     learnt = [h for h in result.history if key in h]
     assert learnt, "no update logged staleness"
     for h in learnt:
-        assert 0 <= h["losses/orchestrator/grpo/staleness_mean"] <= h[key] <= 1
+        assert 0 <= h["losses/orchestrator/grpo/staleness_mean"] <= h[key] <= bound
         assert h["losses/orchestrator/grpo/stale_dropped"] == 0
-    assert any(h[key] == 1 for h in learnt)  # the overlapped batches are one update old
+    assert any(h[key] == bound for h in learnt)  # the overlapped batches reach the bound
     assert all(h["charts/episodes"] == 4 for h in result.history)
 
 
@@ -152,20 +156,22 @@ class Stop(Exception):
 
 
 def test_async_run_resumes_exactly(async_run: Any, tmp_path: Path) -> None:
-    """Stopped after iteration 2 (the batch sampled ahead is in the checkpoint) and resumed:
-    the uninterrupted run's metrics and weights."""
+    """Stopped (the batch sampled ahead is in the checkpoint; with bound 2 after iteration 1,
+    the runners one update behind the learner) and resumed: the uninterrupted run's metrics
+    and weights."""
     from trainers.run import train
 
     cfg, full = async_run
+    stop = 2 if cfg.algorithm.grpo.async_sampling.max_staleness == 1 else 1
 
-    def stop_after_two(row: dict[str, Any]) -> None:
-        if row["charts/iteration"] == 2:
+    def stop_after(row: dict[str, Any]) -> None:
+        if row["charts/iteration"] == stop:
             raise Stop
 
     with pytest.raises(Stop):
-        train(cfg.replace(**{"output.dir": str(tmp_path)}), report=stop_after_two)
+        train(cfg.replace(**{"output.dir": str(tmp_path)}), report=stop_after)
     part = tmp_path / "full"
-    assert [r["charts/iteration"] for r in rows(part)] == [1, 2]
+    assert [r["charts/iteration"] for r in rows(part)] == list(range(1, stop + 1))
     resumed = train(resume=part)
     assert resumed.status == "completed"
     assert untimed(rows(part)) == untimed(rows(full.run_dir))
