@@ -16,6 +16,20 @@ speed-up of ``async-remote`` over both sync modes. ``--epochs`` makes the update
 async hides is ``min(sample, update)``)::
 
     PYTHONPATH=$PWD .venv/bin/python bench/async_sampling.py --reps 2 --iterations 6
+
+Measured on the 2-core CPU box shared with other jobs (Nov 2026, load average 10–45, so the
+spread between reps is as large as any effect), G=8, B=8, median s/iteration:
+
+    epochs  sync-local  sync-remote  async-remote  async vs sync-remote
+    1            3.21         4.24          4.42                 ×0.96
+    4               –         6.65          9.30                 ×0.71 (reps: 10.8/7.0, 4.1/15.9)
+
+No speed-up here: with two cores and both busy, the runner's sampling and the driver's update
+have no idle core to overlap on, and a remote runner costs more than sampling in the driver
+(``sync-local`` is fastest). For the same reason a background *thread* sampling in the driver
+was not built: it would share the learner's core and GIL, so async needs a remote runner
+(``ConfigError`` otherwise). The overlap pays where the runners have cores (or a GPU) of
+their own: then an iteration takes ``max(sample, update)`` instead of their sum.
 """
 
 from __future__ import annotations

@@ -53,8 +53,9 @@ def sample_on_runner(runner: Any, num_episodes: int, version: int) -> tuple[list
 
 
 def _ongoing(runner: Any) -> list[Any]:
+    """The runner's episodes in progress that have stepped (a fresh one has no old step)."""
     ongoing = getattr(runner, "_ongoing_episodes", None) or []
-    return [e for e in ongoing if e is not None and hasattr(e, "custom_data")]
+    return [e for e in ongoing if e is not None and hasattr(e, "custom_data") and len(e) > 0]
 
 
 def staleness(episodes: list[Any], learner_version: int) -> list[int]:
