@@ -155,14 +155,10 @@ class Stop(Exception):
     """Raised from ``report`` to stop a run after a given iteration."""
 
 
-def test_async_run_resumes_exactly(async_run: Any, tmp_path: Path) -> None:
-    """Stopped (the batch sampled ahead is in the checkpoint; with bound 2 after iteration 1,
-    the runners one update behind the learner) and resumed: the uninterrupted run's metrics
-    and weights."""
+def assert_resumes_exactly(cfg: Any, full: Any, stop: int, tmp_path: Path) -> None:
+    """``cfg`` stopped after iteration ``stop`` and resumed gives ``full``'s metrics and
+    weights."""
     from trainers.run import train
-
-    cfg, full = async_run
-    stop = 2 if cfg.algorithm.grpo.async_sampling.max_staleness == 1 else 1
 
     def stop_after(row: dict[str, Any]) -> None:
         if row["charts/iteration"] == stop:
@@ -170,13 +166,31 @@ def test_async_run_resumes_exactly(async_run: Any, tmp_path: Path) -> None:
 
     with pytest.raises(Stop):
         train(cfg.replace(**{"output.dir": str(tmp_path)}), report=stop_after)
-    part = tmp_path / "full"
+    part = tmp_path / cfg.output.name
     assert [r["charts/iteration"] for r in rows(part)] == list(range(1, stop + 1))
     resumed = train(resume=part)
     assert resumed.status == "completed"
     assert untimed(rows(part)) == untimed(rows(full.run_dir))
     wa, wb = weights(part), weights(full.run_dir)
     assert wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_async_run_resumes_exactly(async_run: Any, tmp_path: Path) -> None:
+    """Stopped (the batch sampled ahead is in the checkpoint; with bound 2 after iteration 1,
+    the runners one update behind the learner) and resumed: the uninterrupted run."""
+    cfg, full = async_run
+    stop = 2 if cfg.algorithm.grpo.async_sampling.max_staleness == 1 else 1
+    assert_resumes_exactly(cfg, full, stop, tmp_path)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_sync_grpo_run_resumes_exactly(tmp_path: Path) -> None:
+    """The GRPO env's task-seed stream is in the checkpoint: a resumed run samples the tasks
+    the uninterrupted one would have (before, it drew them from the start of the stream)."""
+    from trainers.run import train
+
+    cfg = grpo_experiment(tmp_path / "full", "sync")
+    assert_resumes_exactly(cfg, train(cfg), 1, tmp_path / "part")
 
 
 @pytest.mark.usefixtures("ray_session")
