@@ -17,19 +17,21 @@ async hides is ``min(sample, update)``)::
 
     PYTHONPATH=$PWD .venv/bin/python bench/async_sampling.py --reps 2 --iterations 6
 
-Measured on the 2-core CPU box shared with other jobs (Nov 2026, load average 10–45, so the
-spread between reps is as large as any effect), G=8, B=8, median s/iteration:
+Measured on the 2-core CPU box (Nov 2026), G=8, B=8, median s/iteration over 2 reps:
 
-    epochs  sync-local  sync-remote  async-remote  async vs sync-remote
-    1            3.21         4.24          4.42                 ×0.96
-    4               –         6.65          9.30                 ×0.71 (reps: 10.8/7.0, 4.1/15.9)
+    epochs  load    sync-local  sync-remote  async-remote  async vs sync-local / -remote
+    1       quiet        1.43         2.01          0.81           ×1.76 / ×2.48
+    4       quiet        2.92         2.97          2.56           ×1.14 / ×1.16
+    1       busy         3.21         4.24          4.42           ×0.73 / ×0.96
+    4       busy            –         6.65          9.30               – / ×0.71
 
-No speed-up here: with two cores and both busy, the runner's sampling and the driver's update
-have no idle core to overlap on, and a remote runner costs more than sampling in the driver
-(``sync-local`` is fastest). For the same reason a background *thread* sampling in the driver
-was not built: it would share the learner's core and GIL, so async needs a remote runner
-(``ConfigError`` otherwise). The overlap pays where the runners have cores (or a GPU) of
-their own: then an iteration takes ``max(sample, update)`` instead of their sum.
+(quiet: load average 2–7; busy: 10–45 from other jobs, where reps of one mode differed 4×.)
+On a quiet machine the remote runner samples on the second core while the driver updates and
+writes the iteration's metrics: ×1.1–1.8 over the default (``sync-local``). On a busy one
+there is no idle core to overlap on and nothing is gained. A background *thread* sampling in
+the driver was not built: it would share the learner's core and GIL, so async needs a remote
+runner (``ConfigError`` otherwise). The overlap pays where the runners have cores (or a GPU)
+of their own: then an iteration takes ``max(sample, update)`` instead of their sum.
 """
 
 from __future__ import annotations
