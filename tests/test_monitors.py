@@ -190,6 +190,33 @@ def test_clean_run_trips_no_monitor(ray_session, tmp_path) -> None:
         assert "monitor/length_r" in row and row["monitor/alarms"] == 0
 
 
+def test_a_length_biased_judge_trips_the_length_monitor(ray_session, tmp_path) -> None:
+    """Issue #16: a judge that likes long transcripts (``experiments.judges:length_biased``),
+    paid as the whole reward of the clean scenario, trips the length monitor; the gold
+    verifier sees the gap it opens."""
+    from trainers.run import train
+
+    judge = {"ref": "experiments.judges:length_biased", "kwargs": {"bias": 1.0, "scale": 64}}
+    rewards = {"sources": [{"name": "judge", "kind": "judge", "vote": "mean", "judges": [judge]}]}
+    cfg = tiny_config(
+        tmp_path,
+        batch=256,
+        scenario="tests.apps.exploits:Chatter",
+        scenario_kwargs={"bonus": 0.0},  # the scenario's own reward is clean
+        algorithm={"lr": 0.01, "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 4},
+        budget={"iterations": 12},
+        rewards=rewards,
+        monitors={"gold": {"scorer": "gold"}, "length": {"action": "stop"}},
+    )
+    result = train(cfg)
+    assert result.status.startswith("stopped: monitor length"), result.status
+    (alarm,) = [a for a in result.alarms if a["monitor"] == "length"]
+    row = result.history[alarm["iteration"] - 1]
+    assert row["monitor/length_r"] > 0.5
+    assert row["charts/reward/judge_failures"] == 0.0
+    assert row["monitor/gold_gap"] > 0  # the judge pays for length, gold does not
+
+
 def test_checkpoint_action_saves_one(ray_session, tmp_path) -> None:
     from trainers.run import train
 
