@@ -343,6 +343,22 @@ def test_bad_rewards_config_is_one_line_naming_the_field(rewards, match):
     assert "\n" not in str(err.value)
 
 
+def test_counterfactual_credit_refuses_sources_its_replays_would_not_score():
+    from trainers.plan import resolve
+
+    shaping = {"name": "calls", "kind": "shaping", "when": "turn"}
+    cfg = ExperimentConfig(
+        scenario="toolchain", credit={"method": "loo"}, rewards={"sources": [shaping]}
+    )
+    with pytest.raises(ConfigError, match=r"credit 'loo' values agents by the scenario's verif"):
+        resolve(cfg, ray_workers=False)
+    plain = {"sources": [{"name": "exact", "kind": "verifier"}]}
+    resolve(
+        cfg.replace(rewards=plain), ray_workers=False
+    )  # the verifier alone is what replays score
+    resolve(cfg.replace(**{"credit.method": "team"}), ray_workers=False)
+
+
 def test_rewards_config_types_are_checked_at_construction():
     with pytest.raises(ConfigError, match=r"rewards\.sources\[0\]\.weight must be a number"):
         RewardsConfig(sources=[{"name": "a", "weight": "heavy"}])

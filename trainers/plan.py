@@ -138,6 +138,7 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
 
         check_extra_keys(cfg)
     check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
+    _check_credit_rewards(cfg)
     _check_resources(cfg)
     _check_memory(cfg, pools)
     has_oracle = type(scenario).has_oracle
@@ -357,6 +358,25 @@ def _lora_need(m: LLMModel) -> tuple[str | None, int]:
     from marl_agents.llm.lora import adapter_parameters, base_key
 
     return "/".join(map(str, base_key(m.path, m.dtype, m.tiny_seed))), adapter_parameters(m)
+
+
+def _check_credit_rewards(cfg: ExperimentConfig) -> None:
+    """Counterfactual and local credit score with the scenario's verifier alone, so they refuse
+    reward sources that would pay something else."""
+    if cfg.credit.method == "team":
+        return
+    other = [
+        s.name
+        for s in cfg.rewards.sources
+        if (s.kind, s.when, s.weight) != ("verifier", "end", 1.0)
+    ]
+    if other:
+        raise ConfigError(
+            f"credit {cfg.credit.method!r} values agents by the scenario's verifier (replays or "
+            f"Outcome.local), but rewards.sources {other} pay other rewards that this credit "
+            "would not see: use credit.method 'team' (turn credit still applies), or drop "
+            "those sources"
+        )
 
 
 def _check_resources(cfg: ExperimentConfig) -> None:
