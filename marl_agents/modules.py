@@ -296,6 +296,7 @@ def _llm_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
             "top_p": m.top_p,
             "inference_temperature": m.inference_temperature,
             **_lora_config(pool.id, m),
+            "sampler": m.sampler,
         },
         **_spaces(pool),
     )

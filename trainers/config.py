@@ -62,6 +62,7 @@ __all__ = [
     "OutputConfig",
     "PPOAlgo",
     "ResourcesConfig",
+    "TISConfig",
     "from_plain",
     "to_plain",
 ]
@@ -154,6 +155,41 @@ def _int_at_least(value: Any, low: int) -> bool:
 
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 TurnCredit = Literal["episode", "reward_to_go", "step_groups"]
+TISMode = Literal["auto", "token", "sequence", "off"]
+
+
+@dataclasses.dataclass
+class TISConfig:
+    """Truncated importance sampling for the sampler–learner mismatch (``grpo.tis``).
+
+    The GRPO ratio compares the learner's logprobs with its own recompute at the start of the
+    update (``lp_old``); each token's surrogate is multiplied by
+    ``w = min(exp(lp_old − lp_sampler), cap)`` (``token``) or by one such weight per sequence
+    from the summed differences (``sequence``), correcting for a sampler (vLLM) whose
+    numerics differ from the learner's (:func:`trainers.grpo.tis_weights`).
+
+    Attributes:
+        mode: ``"auto"`` (``token`` for pools sampled by vLLM, ``off`` otherwise),
+            ``"token"``, ``"sequence"`` or ``"off"`` (the ratio uses the sampler's logprobs
+            as old logprobs, no recompute).
+        cap: the weight's upper bound ``C`` (> 0; 2 by default).
+    """
+
+    mode: TISMode = "auto"
+    cap: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.mode is False:  # YAML 1.1 reads a bare `off` as false
+            self.mode = "off"
+        typed(self, "grpo.tis")
+        if not (self.cap > 0 and math.isfinite(self.cap)):
+            raise ConfigError(
+                f"grpo.tis.cap={self.cap} must be a finite number > 0 (2.0 is the usual choice)"
+            )
+
+    def active(self, sampler: str) -> bool:
+        """Whether the correction applies to a pool whose ``model.sampler`` is ``sampler``."""
+        return self.mode in ("token", "sequence") or (self.mode == "auto" and sampler == "vllm")
 
 
 @dataclasses.dataclass
@@ -185,6 +221,8 @@ class GRPOConfig:
             it) or ``"step_groups"`` (GiGPO: the episode advantage plus ``step_weight`` × the
             turn's reward-to-go normalised among the group's turns from the same anchor state).
         step_weight: weight of the step-group advantage (``turn_credit: step_groups``).
+        tis: truncated importance sampling against the sampler's logprobs
+            (:class:`TISConfig`; on for vLLM-sampled pools by default).
     """
 
     clip_low: float = 0.2
@@ -204,6 +242,7 @@ class GRPOConfig:
     loss_agg: LossAgg = "token_mean"
     turn_credit: TurnCredit = "episode"
     step_weight: float = 1.0
+    tis: TISConfig = dataclasses.field(default_factory=TISConfig)
 
     def __post_init__(self) -> None:
         typed(self, "grpo")
@@ -1002,6 +1041,7 @@ _SHORTHANDS: dict[type, typing.Callable[[str], dict[str, Any]]] = {
     AlgoConfig: lambda s: {"name": s},
     PoolConfig: lambda s: {"model": {"type": s}},
     CreditConfig: lambda s: {"method": s},
+    TISConfig: lambda s: {"mode": s},
 }
 
 

@@ -21,6 +21,10 @@ hand-computed numbers:
   happened to contain; pushing them up would sharpen the policy on noise.
 * **Length budget by a dual variable**: :class:`LengthDual` (update rule in its docstring).
 * **KL to a reference model**: :func:`kl_k3`, Schulman's k3 estimator, weighted ``kl_coef``.
+* **Truncated importance sampling** (TIS): with a sampler whose numerics differ from the
+  learner's (vLLM), the ratio's old logprobs are the learner's own recompute at the start of
+  the update and each token's surrogate is weighted by :func:`tis_weights`,
+  ``min(exp(lp_old − lp_sampler), cap)`` per token or per sequence (``GRPOConfig.tis``).
 * **Sampler–learner agreement**: :func:`sampler_kl`, the k3 estimate of
   ``KL(sampler ‖ learner)`` from the behaviour logprobs and the learner's recompute (≈ 0 at
   the sampler's weights when both score the same distribution, e.g. the same temperature).
@@ -60,6 +64,7 @@ __all__ = [
     "sampler_kl",
     "shape_rewards",
     "spurious_token_mask",
+    "tis_weights",
     "token_entropy",
     "token_logprobs",
 ]
@@ -330,6 +335,57 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+# ----- sampler–learner mismatch -----------------------------------------------------------
+def tis_weights(
+    learner_old: torch.Tensor,
+    sampler: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance weights of the learner's policy against the sampler's.
+
+    ``token``: ``w_t = min(exp(lp_old_t − lp_sampler_t), cap)``. ``sequence``: one weight per
+    row, ``min(exp(Σ_t mask_t (lp_old_t − lp_sampler_t)), cap)``, broadcast over its tokens.
+    ``off``: all ones (the mismatch is still measured). No gradient flows through the weights.
+
+    Args:
+        learner_old: ``[B, T]`` the learner's logprobs at the start of the update.
+        sampler: ``[B, T]`` the sampler's (behaviour) logprobs of the same tokens.
+        mask: ``[B, T]`` bool, the tokens that count.
+        mode: ``"token"``, ``"sequence"`` or ``"off"`` (``"auto"`` means ``"token"``).
+        cap: the upper bound ``C > 0``.
+
+    Returns:
+        ``([B, T] weights, metrics)``: ``mismatch_abs_logprob`` (mean ``|lp_old − lp_sampler|``
+        over the masked tokens), ``tis_clip_fraction`` (share of masked tokens — of rows with
+        a masked token, for ``sequence`` — whose weight was truncated at ``cap``) and
+        ``tis_weight_mean`` (mean weight over the masked tokens).
+    """
+    mask = mask.bool()
+    delta = (learner_old.detach() - sampler.detach()).double() * mask
+    if mode == "sequence":
+        raw = delta.sum(-1, keepdim=True).exp().expand_as(delta)
+        rows = mask.any(-1)
+        clipped = float((raw[:, 0] > cap)[rows].float().mean()) if rows.any() else 0.0
+    elif mode in ("token", "auto"):
+        raw = delta.exp()
+        clipped = float((raw > cap)[mask].float().mean()) if mask.any() else 0.0
+    elif mode == "off":
+        raw = torch.ones_like(delta)
+        clipped = 0.0
+    else:
+        raise ValueError(f"TIS mode {mode!r}: use 'token', 'sequence' or 'off'")
+    weights = raw.clamp(max=cap).float()
+    n = max(float(mask.sum()), 1.0)
+    metrics = {
+        "mismatch_abs_logprob": float(delta.abs().sum()) / n,
+        "tis_clip_fraction": clipped,
+        "tis_weight_mean": float((weights * mask).sum()) / n,
+    }
+    return weights, metrics
+
+
 # ----- losses -----------------------------------------------------------------------------
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of ``KL(π ‖ π_ref)`` on tokens sampled from ``π``.
@@ -411,17 +467,22 @@ def grpo_loss(
     *,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The token-level GRPO loss for one module.
 
     Args:
         logprobs: ``[B, T]`` current logprobs of the sampled tokens (with gradient).
-        old_logprobs: ``[B, T]`` sampling-time logprobs.
+        old_logprobs: ``[B, T]`` the ratio's old logprobs: the sampling-time ones, or with
+            ``sampler_logprobs`` the learner's recompute at the start of the update.
         advantages: ``[B, 1]`` (per sequence) or ``[B, T]`` (per token).
         mask: ``[B, T]`` bool, the agent's own sampled tokens (and kept groups).
         config: the knobs.
         ref_logprobs: ``[B, T]`` reference-model logprobs (needed when ``kl_coef > 0``).
         entropy: ``[B, T]`` next-token entropy (needed when ``spurious_mask``).
+        sampler_logprobs: ``[B, T]`` the sampler's logprobs: each token's surrogate is
+            weighted by :func:`tis_weights` (``config.tis``: mode and cap), and the metrics
+            gain ``mismatch_abs_logprob``, ``tis_clip_fraction`` and ``tis_weight_mean``.
 
     Returns:
         ``(loss, metrics)`` with metrics ``clip_frac_low``, ``clip_frac_high``,
@@ -444,6 +505,12 @@ def grpo_loss(
     per_token, low, high = clipped_token_loss(
         logprobs, old_logprobs, advantages, config.clip_low, config.clip_high
     )
+    tis: dict[str, float] = {}
+    if sampler_logprobs is not None:
+        weights, tis = tis_weights(
+            old_logprobs, sampler_logprobs, mask, config.tis.mode, config.tis.cap
+        )
+        per_token = per_token * weights
     kl = torch.zeros((), dtype=per_token.dtype)
     if config.kl_coef:
         if ref_logprobs is None:
@@ -463,5 +530,6 @@ def grpo_loss(
             "kl": float(kl),
             "ratio_mean": float((ratio * mask).sum()) / denom,
             "tokens": n,
+            **tis,
         }
     return loss, metrics

@@ -42,6 +42,13 @@ The pieces, each an RLlib seam:
   a frozen KL reference (scored at the same ``T``) when ``kl_coef > 0``, and the length
   dual's ``λ``. A module that is not a ``CausalLMModule`` (MLP, GRU, ...) gets the same
   clipped surrogate on its actions' logprobs (``_action_loss``; no value function, no KL).
+* :class:`LearnerOldLogprobs` (a learner connector piece after :class:`GRPOAdvantages`, only
+  for trained modules whose ``grpo.tis`` is active — by default those sampled by vLLM):
+  scores the batch's tokens with the learner's weights at the start of the update
+  (:data:`LEARNER_OLD_LOGP`). The loss then uses them as the ratio's old logprobs and
+  weights each token by the truncated importance ratio against the sampler's logprobs
+  (:func:`trainers.grpo.tis_weights`), logging ``mismatch_abs_logprob`` (mean
+  ``|Δ logprob|``), ``tis_clip_fraction`` and ``tis_weight_mean``.
 * :class:`GRPO` (a ``PPO`` subclass) samples exactly ``episodes_per_iteration`` finished
   episodes per iteration (so groups are whole) and updates the learners like PPO;
   :class:`GRPOAlgorithmConfig` carries the knobs (``config.grpo(...)``).
@@ -96,6 +103,9 @@ from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
 ADVANTAGES = "advantages"
 #: batch column: whether the row's group was kept by dynamic sampling.
 GRPO_KEEP = "grpo_keep"
+#: batch column: the learner's logprobs of the sampled tokens at the start of the update
+#: ``[B, max_new_tokens]`` (TIS's ``lp_old``; only for modules whose ``grpo.tis`` is active).
+LEARNER_OLD_LOGP = "learner_old_logp"
 #: ``learner_config_dict`` key holding the :class:`~trainers.grpo.GRPOConfig` fields.
 CONFIG_KEY = "grpo"
 #: learner-results counter (``ALL_MODULES``): iterations whose episodes had no step of a trained
@@ -357,6 +367,44 @@ def pad_episodes(values: np.ndarray, lens: list[int], module: Any) -> np.ndarray
     return np.stack(split_and_zero_pad_n_episodes(values, episode_lens=lens, max_seq_len=seq))
 
 
+class LearnerOldLogprobs(ConnectorV2):
+    """The learner's logprobs of each row's tokens before the update (:data:`LEARNER_OLD_LOGP`).
+
+    Runs once per update, before minibatching, so every minibatch and epoch sees the
+    logprobs of the weights the update started from (scored at each row's sampling
+    temperature, without gradient).
+
+    Args:
+        active: a predicate ``module_id -> bool``: the modules to score (TIS active).
+    """
+
+    def __init__(
+        self,
+        input_observation_space: Any = None,
+        input_action_space: Any = None,
+        *,
+        active: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.active = active or (lambda mid: False)
+
+    @override
+    def __call__(self, *, rl_module: Any, batch: dict[str, Any], **kwargs: Any) -> Any:
+        for module_id, module_batch in batch.items():
+            if not self.active(module_id) or Columns.ACTIONS not in module_batch:
+                continue
+            module = rl_module[module_id].unwrapped()
+            with torch.no_grad():
+                lp, _ = module.score(
+                    module_batch[Columns.OBS],
+                    module_batch[Columns.ACTIONS],
+                    temperature=module.batch_temperature(module_batch),
+                )
+            module_batch[LEARNER_OLD_LOGP] = lp.detach()
+        return batch
+
+
 # ----- the learner ---------------------------------------------------------------------------
 class GRPOLearner(TorchLearner):
     """Token-level GRPO for :class:`~marl_agents.llm.rl_module.CausalLMModule` modules, and
@@ -386,6 +434,7 @@ class GRPOLearner(TorchLearner):
                     trainable=lambda mid: self.should_module_be_updated(mid),
                 )
             )
+            self._learner_connector.append(LearnerOldLogprobs(active=self.tis_active))
         # a frozen copy of the starting weights: the KL penalty's reference, and the reference
         # of the kl_to_start metric (trainers.monitors), also when kl_coef is 0
         if self.grpo.kl_coef or self.config.learner_config_dict.get(KL_TO_START, False):
@@ -401,6 +450,14 @@ class GRPOLearner(TorchLearner):
                     for p in ref.parameters():
                         p.requires_grad_(False)
                     self._refs[mid] = ref.eval()
+
+    def tis_active(self, module_id: str) -> bool:
+        """Whether ``module_id`` is trained with the TIS correction (``grpo.tis``)."""
+        if not self.should_module_be_updated(module_id):
+            return False
+        module = self.module[module_id].unwrapped()
+        sampler = getattr(module, "sampler", "transformers")
+        return isinstance(module, CausalLMModule) and self.grpo.tis.active(sampler)
 
     @override
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
@@ -421,7 +478,7 @@ class GRPOLearner(TorchLearner):
             return self._action_loss(module_id, module, batch, fwd_out)
         lp = fwd_out[TOKEN_LOGP]
         entropy = fwd_out.get(TOKEN_ENTROPY)
-        old = batch[TOKEN_LOGP].float()
+        old = batch[TOKEN_LOGP].float()  # the sampler's (behaviour) logprobs
         actions = batch[Columns.ACTIONS]
         mask = actions != module.pad_id  # the module's own sampled tokens only
         if GRPO_KEEP in batch:
@@ -437,12 +494,30 @@ class GRPOLearner(TorchLearner):
         drift = kl_to_start(lp, ref, actions != module.pad_id) if self._fresh else None
         if not self.grpo.kl_coef:
             ref = None  # only measured: no penalty
-        loss, stats = grpo_loss(lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy)
+        learner_old = batch.get(LEARNER_OLD_LOGP)
+        if learner_old is not None:  # TIS: ratio against the learner, weights against the sampler
+            loss, stats = grpo_loss(
+                lp,
+                learner_old.float(),
+                adv,
+                mask,
+                self.grpo,
+                ref_logprobs=ref,
+                entropy=entropy,
+                sampler_logprobs=old,
+            )
+        else:
+            loss, stats = grpo_loss(
+                lp, old, adv, mask, self.grpo, ref_logprobs=ref, entropy=entropy
+            )
         with torch.no_grad():
             own = actions != module.pad_id
             gap = float(((lp - old).abs() * own).max()) if own.any() else 0.0
             stats["logprob_gap"] = gap
             stats["sampler_kl"] = sampler_kl(old, lp.detach(), own)
+            if learner_old is None and self._fresh and own.any():
+                # no recompute: at the sampler's weights the learner's logprobs are lp_old
+                stats["mismatch_abs_logprob"] = float((lp - old).abs()[own].mean())
             stats["sampling_temperature"] = float(temps.mean()) if len(temps) else 0.0
             if entropy is not None and own.any():
                 stats["entropy"] = float((entropy * own).sum() / own.sum())
