@@ -13,6 +13,12 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   (the behaviour policy: the ``old_logprobs`` of the GRPO ratio) — and the temperature
   ``T`` of each row as the extra model output :data:`SAMPLING_TEMPERATURE`, so the
   temperature travels with the batch to the learner.
+* **Sampler** (``model_config["sampler"]``): ``"transformers"`` samples with the module's LM
+  as above; ``"vllm"`` with a vLLM engine in this process
+  (:class:`~marl_agents.llm.vllm_sampler.VLLMSampler`) that loads the module's weights
+  whenever :meth:`CausalLMModule.set_state` (RLlib's weight sync) moved
+  :attr:`~CausalLMModule.weights_version` since its last sample; its behaviour logprobs are
+  vLLM's, at the same temperature (the learner's TIS correction absorbs kernel differences).
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
   ``model_config["inference_temperature"]`` says otherwise.
 * **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
@@ -35,6 +41,7 @@ trained distribution is the one that sampled the tokens.
 * ``tiny_seed`` (default 0), ``dtype`` (``"float32"``, ``"bfloat16"``, …).
 * ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling. Training needs
   ``temperature > 0`` and ``top_p = 1`` (:meth:`CausalLMModule.check_trainable`).
+* ``sampler`` (``"transformers"``): or ``"vllm"`` (see above).
 * ``inference_temperature`` (0.0): evaluation sampling (0 = greedy). Its rows carry their own
   temperature, so were they ever trained on they would be scored at it (greedy ones raise).
 * ``lora`` (a :class:`~marl_agents.pools.LoRAConfig` or its dict) and/or ``adapter`` (a peft
@@ -218,16 +225,63 @@ class CausalLMModule(TorchRLModule):
             )
         return temps
 
-    def generate(self, prompts: list[list[int]], temperature: float) -> list[Generation]:
-        """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM."""
-        from marl_agents.llm.hf_backend import HFBackend
+    @property
+    def sampler(self) -> str:
+        """What samples this module: ``"transformers"`` (its own LM) or ``"vllm"``."""
+        return str((self.model_config or {}).get("sampler", "transformers"))
 
+    @property
+    def weights_version(self) -> int:
+        """How many times :meth:`set_state` replaced the weights (0: as loaded in setup)."""
+        return int(getattr(self, "_weights_version", 0))
+
+    @override
+    def set_state(self, state: Any) -> None:
+        # RLlib syncs the learner's weights into env-runner modules here: a new version,
+        # which a vLLM sampler loads before its next generate
+        super().set_state(state)
+        self._weights_version = self.weights_version + 1
+
+    def generate(self, prompts: list[list[int]], temperature: float) -> list[Generation]:
+        """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM:
+        in process with transformers, or with the module's vLLM engine (``sampler: vllm``),
+        which first loads the module's weights if they changed since its last sample."""
         params = SamplingParams(
             temperature=temperature,
             top_p=self.top_p if temperature > 0 else 1.0,
             max_new_tokens=self.spaces.max_new_tokens,
         )
+        if self.sampler == "vllm":
+            return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
+        if self.sampler != "transformers":
+            raise ValueError(
+                f"model_config['sampler']={self.sampler!r}: use 'transformers' or 'vllm'"
+            )
+        from marl_agents.llm.hf_backend import HFBackend
+
         return HFBackend(self.model, self.tokenizer).generate(prompts, params)
+
+    def vllm_sampler(self) -> Any:
+        """This module's :class:`~marl_agents.llm.vllm_sampler.VLLMSampler`, holding the
+        module's current weights (started on first use, synced when the version moved)."""
+        from marl_agents.llm.vllm_sampler import VLLMSampler
+
+        sampler = getattr(self, "_vllm_sampler", None)
+        version = self.weights_version
+        if sampler is None:
+            name = str((self.model_config or {}).get("model", "tiny"))
+            path = None if name == "tiny" else str(Path(name).expanduser())
+            sampler = VLLMSampler(
+                self.model,
+                self.tokenizer,
+                path=path,
+                version=version if path is None else 0,  # a directory holds setup's weights
+                max_model_len=self.spaces.max_prompt_tokens + self.spaces.max_new_tokens + 8,
+            )
+            self._vllm_sampler = sampler
+        if sampler.version != version:
+            sampler.sync(self.model, version)
+        return sampler
 
     def _act(self, batch: Mapping[str, Any], temperature: float) -> dict[str, Any]:
         obs = batch[Columns.OBS]

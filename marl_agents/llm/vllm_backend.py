@@ -74,6 +74,11 @@ class VLLMBackend:
             HF backend to ~1e-5.
         max_model_len: context length to reserve KV cache for.
         seed: engine seed (per-request seeds come from :class:`SamplingParams`).
+        behaviour_logprobs: run the engine with ``logprobs_mode="processed_logprobs"`` and
+            return each sampled token's logprob under the distribution that drew it
+            (``log softmax(logits / T)``, top-p 1) as ``Generation.sampling_logprobs`` — and
+            as ``Generation.logprobs``, which then holds the tempered values too (the engine
+            gives one kind); greedy tokens get ``0.0``, as from the HF backend.
         **engine_kwargs: more ``vllm.LLM`` arguments.
 
     Raises:
@@ -88,15 +93,32 @@ class VLLMBackend:
         dtype: str = "float32",
         max_model_len: int = 1024,
         seed: int = 0,
+        behaviour_logprobs: bool = False,
         **engine_kwargs: Any,
     ) -> None:
         vllm = import_vllm()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self._vllm = vllm
         self.tokenizer = _tokenizer(model, tokenizer)
+        self.behaviour_logprobs = behaviour_logprobs
+        if behaviour_logprobs:
+            engine_kwargs["logprobs_mode"] = "processed_logprobs"
         self.llm = vllm.LLM(
             model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, **engine_kwargs
         )
+
+    def load_weights(self, named_tensors: Any) -> None:
+        """Copy ``(name, tensor)`` pairs (Hugging Face names) into the engine's model.
+
+        Runs vLLM's in-place reload (``Worker.reload_weights`` with checkpoint-format tensors:
+        the model's ``load_weights`` fuses q/k/v and gate/up projections, then each layer's
+        kernel-format post-processing runs again, as the CPU backend needs) on the engine's
+        worker through ``collective_rpc``, then drops the prefix cache (its KV entries were
+        computed with the old weights). With ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the
+        worker is this process and the tensors are not copied over IPC.
+        """
+        self.llm.collective_rpc(_load_weights, args=(list(named_tensors),))
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
         """Generate one completion per prompt in one engine call (vLLM batches them)."""
@@ -120,10 +142,13 @@ class VLLMBackend:
             [TokensPrompt(prompt_token_ids=i) for i in ids], sps, use_tqdm=False
         )
         gens = []
-        for prompt_ids, out in zip(ids, outs, strict=True):
+        for prompt_ids, out, p in zip(ids, outs, plist, strict=True):
             comp = out.outputs[0]
             tokens = list(comp.token_ids)
             lps = [float(comp.logprobs[k][t].logprob) for k, t in enumerate(tokens)]
+            behaviour = None
+            if self.behaviour_logprobs:
+                behaviour = [0.0] * len(tokens) if p.greedy else lps
             gens.append(
                 Generation(
                     prompt_ids=prompt_ids,
@@ -131,9 +156,16 @@ class VLLMBackend:
                     logprobs=lps,
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
+                    sampling_logprobs=behaviour,
                 )
             )
         return gens
+
+
+def _load_weights(worker: Any, named_tensors: list[tuple[str, Any]]) -> int:
+    """Runs on a vLLM worker (``collective_rpc``): reload its model from HF-named tensors."""
+    worker.reload_weights(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
+    return len(named_tensors)
 
 
 class OpenAIServerBackend:

@@ -1,0 +1,109 @@
+"""``VLLMSampler``: a vLLM engine in this process that samples for a trained LLM module.
+
+Contract (``model.sampler: vllm`` of an LLM pool, used by
+:meth:`CausalLMModule.generate <marl_agents.llm.rl_module.CausalLMModule.generate>`):
+
+* **Where.** One engine per module per process, started on the module's first sample in
+  that process (an env runner: the driver with ``num_env_runners: 0``), with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core, its executor and the model run in
+  this process, so weights move by reference, never over IPC. Start: ~30–65 s on CPU.
+* **Weights.** The engine starts from the module's weights at the time (a model directory:
+  loaded from it, then overwritten if the module's weights have changed since setup; the
+  in-code tiny model: saved to a temp directory first). :meth:`sync` copies the module's
+  state dict into the engine's model (vLLM's ``load_weights`` through ``collective_rpc``)
+  and records the module's weights version; :meth:`generate` takes the version the caller
+  holds and raises :class:`StaleWeightsError` if the engine holds another one.
+* **Outputs.** Token ids exactly as vLLM sampled them; behaviour logprobs under
+  ``softmax(logits / T)`` (``logprobs_mode="processed_logprobs"``, top-p 1), what the GRPO
+  learner scores and what TIS (``grpo.tis``) compares against.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from marl_agents.llm.backend import Generation, SamplingParams
+from marl_agents.llm.vllm_backend import VLLMBackend, import_vllm
+
+
+class StaleWeightsError(RuntimeError):
+    """The engine holds other weights than the module asking it to sample."""
+
+
+def _dtype_name(model: Any) -> str:
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+class VLLMSampler:
+    """An in-process vLLM engine serving one module's current weights (module doc).
+
+    Args:
+        model: the module's Hugging Face LM (its weights seed the engine and are synced).
+        tokenizer: its tokenizer.
+        path: the directory the LM was loaded from (``None``: save ``model`` to a temp dir).
+        version: the module's weights version that ``model`` holds now.
+        max_model_len: context length to reserve KV cache for.
+        seed: the engine's sampling seed.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        version: int = 0,
+        max_model_len: int = 1024,
+        seed: int = 0,
+    ) -> None:
+        import_vllm()
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="marl-vllm-")
+            path = Path(self._tmp.name) / "model"
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        start = time.perf_counter()
+        self.backend = VLLMBackend(
+            path,
+            tokenizer=tokenizer,
+            dtype=_dtype_name(model),
+            max_model_len=max_model_len,
+            seed=seed,
+            behaviour_logprobs=True,
+        )
+        #: seconds the engine took to start.
+        self.start_s = time.perf_counter() - start
+        #: the module weights version the engine holds.
+        self.version = version
+        #: seconds the last :meth:`sync` took.
+        self.sync_s = 0.0
+
+    def sync(self, model: Any, version: int) -> None:
+        """Load ``model``'s weights into the engine and record them as ``version``."""
+        start = time.perf_counter()
+        self.backend.load_weights((name, t.detach()) for name, t in model.state_dict().items())
+        self.version = version
+        self.sync_s = time.perf_counter() - start
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, version: int
+    ) -> list[Generation]:
+        """Sample one completion per prompt with the engine's weights.
+
+        Raises:
+            StaleWeightsError: the engine holds weights ``self.version``, not ``version``.
+        """
+        if version != self.version:
+            raise StaleWeightsError(
+                f"the vLLM engine holds weights version {self.version} but the module is at "
+                f"{version}: call sync(model, version) after every weight update"
+            )
+        return self.backend.generate([list(p) for p in prompts], params)
