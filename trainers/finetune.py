@@ -72,6 +72,7 @@ class OrchestratorConfig:
         dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
         temperature: sampling temperature while exploring (> 0: GRPO needs distinct samples).
         top_p: nucleus sampling while exploring.
+        sampler: ``"transformers"`` or ``"vllm"`` (:attr:`~marl_agents.pools.LLMModel.sampler`).
     """
 
     model: str = "tiny"
@@ -79,6 +80,7 @@ class OrchestratorConfig:
     dtype: str = "float32"
     temperature: float = 1.0
     top_p: float = 1.0
+    sampler: Literal["transformers", "vllm"] = "transformers"
 
 
 @dataclasses.dataclass
@@ -247,6 +249,7 @@ class FinetuneJob:
             dtype=o.dtype,
             temperature=o.temperature,
             top_p=o.top_p,
+            sampler=o.sampler,
         )
 
     def to_experiment(self) -> ExperimentConfig:

@@ -61,9 +61,11 @@ class VLLMSampler:
         max_model_len: int = 1024,
         seed: int = 0,
     ) -> None:
-        import_vllm()
+        vllm = import_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # an engine started earlier in this process froze vLLM's env cache: read it afresh
+        getattr(vllm.envs, "disable_envs_cache", lambda: None)()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="marl-vllm-")
@@ -81,6 +83,12 @@ class VLLMSampler:
         )
         #: seconds the engine took to start.
         self.start_s = time.perf_counter() - start
+        client = type(self.backend.llm.llm_engine.engine_core).__name__
+        if client != "InprocClient":
+            raise RuntimeError(
+                f"the vLLM engine core runs behind {client}, not in this process: weight syncs "
+                "would cross process boundaries; unset VLLM_ENABLE_V1_MULTIPROCESSING overrides"
+            )
         #: the module weights version the engine holds.
         self.version = version
         #: seconds the last :meth:`sync` took.
