@@ -23,17 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-
-TEXTS = [
-    "Add 12 and 30.",
-    "What is the capital of France?",
-    "Count the words in: the quick brown fox.",
-    "Multiply 6 by 7.",
-    "Name a prime number above 10.",
-    "Reverse the string 'plan'.",
-    "Sum the parts 1, 2, 3.",
-    "Give the result of 100 / 4.",
-]
+from llm_rollout import TASKS as TEXTS  # bench/ is the script's directory
 
 
 def build(sampler: str, new_tokens: int) -> Any:
@@ -55,7 +45,8 @@ def obs_batch(module: Any, n: int) -> torch.Tensor:
     from scenarios.text_space import encode_prompt
 
     rows = [
-        module.spaces.encode_prompt(encode_prompt(module.tokenizer, TEXTS[i % 8])) for i in range(n)
+        module.spaces.encode_prompt(encode_prompt(module.tokenizer, TEXTS[i % len(TEXTS)]))
+        for i in range(n)
     ]
     return torch.as_tensor(np.stack(rows))
 
