@@ -215,7 +215,8 @@ def test_weight_sync_moves_the_engine_exactly_as_the_learner(
 
 # ----- train() with vLLM-sampled pools -------------------------------------------------------
 def vllm_experiment(tmp_path: Path) -> object:
-    """text-toolchain chain:2: agent_0 frozen (greedy), agent_1 trained, both sampled by vLLM."""
+    """text-toolchain chain:2: agent_0 trained (it acts first), agent_1 frozen (greedy), both
+    sampled by vLLM."""
     from trainers.config import ExperimentConfig
 
     return ExperimentConfig.from_dict(
@@ -224,15 +225,24 @@ def vllm_experiment(tmp_path: Path) -> object:
             "topology": "chain:2",
             "sharing": "agent",
             "pools": {
-                "agent_0": {"model": {"type": "llm", "temperature": 0.0, "sampler": "vllm"}},
-                "agent_1": {"model": {"type": "llm", "tiny_seed": 1, "sampler": "vllm"}},
+                "agent_0": {"model": {"type": "llm", "tiny_seed": 1, "sampler": "vllm"}},
+                "agent_1": {"model": {"type": "llm", "temperature": 0.0, "sampler": "vllm"}},
             },
-            "train": ["agent_1"],
+            "train": ["agent_0"],
             "algorithm": {
                 "name": "GRPO",
                 "lr": 1e-2,
                 "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2, "dynamic_sampling": False},
+                # a length penalty from the start: rewards differ within groups (a random
+                # tiny model's answers all score the same), so the first update moves weights
+                # and the second iteration must sample with them
+                "grpo": {
+                    "group_size": 2,
+                    "groups_per_iteration": 2,
+                    "dynamic_sampling": False,
+                    "length_budget": 4.0,
+                    "dual_init": 1.0,
+                },
             },
             "budget": {"iterations": 2},
             "seed": 0,
@@ -259,12 +269,12 @@ def test_train_with_vllm_sampler_syncs_every_iteration(vllm_run: tuple) -> None:
     rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["charts/iteration"] for r in rows] == [1, 2]
     for row in rows:
-        pre = "losses/agent_1/grpo/"
+        pre = "losses/agent_0/grpo/"
         assert row[pre + "mismatch_abs_logprob"] < 1e-4, row[pre + "mismatch_abs_logprob"]
         assert row[pre + "tis_clip_fraction"] == 0.0
         assert row[pre + "tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
         assert 0 <= row[pre + "sampler_kl_fresh"] < 1e-6
-        assert not any(k.startswith("losses/agent_0/") for k in row)  # frozen: no loss
+        assert not any(k.startswith("losses/agent_1/") for k in row)  # frozen: no loss
 
 
 def test_frozen_vllm_pool_stays_bit_identical(vllm_run: tuple) -> None:
@@ -274,7 +284,7 @@ def test_frozen_vllm_pool_stays_bit_identical(vllm_run: tuple) -> None:
 
     _, result = vllm_run
     ckpt = result.final_checkpoint
-    frozen, trained = checkpoint_weights(ckpt, "agent_0"), checkpoint_weights(ckpt, "agent_1")
+    frozen, trained = checkpoint_weights(ckpt, "agent_1"), checkpoint_weights(ckpt, "agent_0")
     for seed, weights, equal in ((0, frozen, True), (1, trained, False)):
         _, lm = make_tiny_model(seed=seed)
         start = {f"model.{k}": v.numpy() for k, v in lm.state_dict().items()}

@@ -276,10 +276,7 @@ class CausalLMModule(TorchRLModule):
                 self.tokenizer,
                 path=path,
                 version=version if path is None else 0,  # a directory holds setup's weights
-                max_model_len=min(  # the text spaces' longest row, within the model's reach
-                    self.spaces.max_prompt_tokens + self.spaces.max_new_tokens,
-                    int(getattr(self.model.config, "max_position_embeddings", 1 << 30)),
-                ),
+                max_model_len=self.spaces.max_prompt_tokens + self.spaces.max_new_tokens,
             )
             self._vllm_sampler = sampler
         if sampler.version != version:

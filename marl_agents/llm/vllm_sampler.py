@@ -72,6 +72,12 @@ class VLLMSampler:
             path = Path(self._tmp.name) / "model"
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
+        extra: dict[str, Any] = {}
+        if max_model_len > int(getattr(model.config, "max_position_embeddings", max_model_len)):
+            # the text spaces allow longer rows than the config's positions: transformers
+            # computes RoPE for any position, vLLM only up to its cache (beyond it the CPU
+            # kernel aborts), so size the engine's positions to the rows
+            extra["hf_overrides"] = {"max_position_embeddings": max_model_len}
         start = time.perf_counter()
         self.backend = VLLMBackend(
             path,
@@ -80,6 +86,7 @@ class VLLMSampler:
             max_model_len=max_model_len,
             seed=seed,
             behaviour_logprobs=True,
+            **extra,
         )
         #: seconds the engine took to start.
         self.start_s = time.perf_counter() - start
