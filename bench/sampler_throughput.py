@@ -74,7 +74,8 @@ def weight_syncs(module: Any, syncs: int) -> tuple[list[float], float, float]:
     times, pickles = [], []
     for _ in range(syncs):
         state = {
-            k: v + 1e-3 * torch.randn(v.shape, generator=gen) for k, v in module.get_state().items()
+            k: torch.as_tensor(v) + 1e-3 * torch.randn(v.shape, generator=gen)
+            for k, v in module.get_state().items()
         }
         module.set_state(state)
         module.vllm_sampler()  # reloads the engine: the version moved
