@@ -60,6 +60,20 @@ def test_yaml_shorthands_and_full_round_trip(tmp_path):
     job.check()
 
 
+def test_lora_orchestrator_and_async_sampling_reach_the_experiment():
+    job = FinetuneJob.from_yaml(
+        "orchestrator: {model: tiny, lora: {r: 4, alpha: 8}}\nsubagents: [scripted]\n"
+        "training: {async_sampling: {enabled: true, max_staleness: 2}}\n"
+        "resources: {num_env_runners: 1}\n"
+    )
+    assert FinetuneJob.from_yaml(job.to_yaml()) == job
+    exp = job.check().to_experiment()
+    model = exp.pools["orchestrator"].model
+    assert model.is_lora and (model.lora.r, model.lora.alpha) == (4, 8.0)
+    assert exp.algorithm.grpo.async_sampling.enabled
+    assert exp.algorithm.grpo.async_sampling.max_staleness == 2
+
+
 # ----- config errors -------------------------------------------------------------------------
 ERRORS = [
     ("orchestrator:\n  model: /nonexistent/model\n", "save_pretrained"),
@@ -83,6 +97,9 @@ ERRORS = [
     ("training: {num_epochs: 0}\n", "num_epochs"),
     ("training: {minibatch_size: 1000}\n", "minibatch_size"),
     ("training: {grad_clip: 0}\n", "grad_clip"),
+    ("orchestrator:\n  lora: {r: 0}\n", "lora.r=0"),
+    ("orchestrator:\n  lora: {rank: 4}\n", r"unknown field\(s\) \['rank'\]"),
+    ("training: {async_sampling: {enabled: true}}\n", "num_env_runners"),
     ("grpo: {clip_low: 1.5}\n", "clip_low"),
     ("grpo: {loss_agg: mean}\n", "loss_agg"),
     ("grpo: {bogus: 1}\n", "unknown field"),

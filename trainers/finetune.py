@@ -39,8 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from marl_agents.pools import LLMModel, PoolConfig, PoolError
+from marl_agents.pools import LLMModel, LoRAConfig, PoolConfig, PoolError
 from trainers.config import (
+    AsyncSampling,
     BudgetConfig,
     ConfigError,
     ExperimentConfig,
@@ -73,6 +74,11 @@ class OrchestratorConfig:
         temperature: sampling temperature while exploring (> 0: GRPO needs distinct samples).
         top_p: nucleus sampling while exploring.
         sampler: ``"transformers"`` or ``"vllm"`` (:attr:`~marl_agents.pools.LLMModel.sampler`).
+        lora: train a LoRA adapter on ``model`` instead of the whole model
+            (:class:`~marl_agents.pools.LoRAConfig`: ``r``, ``alpha``, ``dropout``,
+            ``target_modules``, ``export_merged``); exported as a peft adapter directory.
+        adapter: a peft adapter directory to start from
+            (:attr:`~marl_agents.pools.LLMModel.adapter`).
     """
 
     model: str = "tiny"
@@ -81,6 +87,8 @@ class OrchestratorConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     sampler: Literal["transformers", "vllm"] = "transformers"
+    lora: LoRAConfig | None = None
+    adapter: str | None = None
 
 
 @dataclasses.dataclass
@@ -138,6 +146,8 @@ class TrainingConfig:
         num_epochs: passes over each iteration's batch.
         minibatch_size: rows per gradient step (``None``: the whole batch).
         grad_clip: gradient-norm clip (``None``: off).
+        async_sampling: overlap sampling with learning
+            (:class:`~trainers.config.AsyncSampling`; off; needs ``num_env_runners ≥ 1``).
     """
 
     group_size: int = 8
@@ -146,6 +156,7 @@ class TrainingConfig:
     num_epochs: int = 1
     minibatch_size: int | None = None
     grad_clip: float | None = 1.0
+    async_sampling: AsyncSampling = dataclasses.field(default_factory=AsyncSampling)
 
 
 @dataclasses.dataclass
@@ -250,6 +261,8 @@ class FinetuneJob:
             temperature=o.temperature,
             top_p=o.top_p,
             sampler=o.sampler,
+            lora=o.lora,
+            adapter=o.adapter,
         )
 
     def to_experiment(self) -> ExperimentConfig:
@@ -273,6 +286,7 @@ class FinetuneJob:
                 group_size=t.group_size,
                 groups_per_iteration=t.groups_per_iteration,
                 minibatch_size=t.minibatch_size,
+                async_sampling=dataclasses.replace(t.async_sampling),
                 **dataclasses.asdict(self.grpo),
             )
         except ValueError as exc:
