@@ -1,5 +1,5 @@
-"""The GPU learner path: PPO (with Shapley credit in the learner), GRPO on the tiny LLM and on
-a Qwen2 checkpoint.
+"""The GPU learner path: PPO (with Shapley credit in the learner), GRPO on the tiny LLM, on
+a Qwen2 checkpoint, and with vLLM sampling (weight sync, a frozen vLLM pool).
 
 Opt-in (``--gpu``; needs CUDA): CI has no GPU. Each test builds the algorithm from the same
 config ``train()`` uses, asks the remote learner where its module lives, trains two
@@ -85,3 +85,26 @@ def test_grpo_on_a_qwen2_checkpoint_learns_on_the_gpu(ray_session: Any, tmp_path
     cfg = job.to_experiment()
     cfg = cfg.replace(output=dataclasses.replace(cfg.output, dir=str(tmp_path)))
     trains_on_gpu(cfg, "orchestrator")
+
+
+def test_grpo_with_vllm_sampling_and_a_frozen_vllm_pool_on_the_gpu(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """Issue #12 point 5: the GPU learner trains a vLLM-sampled pool next to a frozen
+    vLLM-sampled pool (text-toolchain chain:2, as ``test_llm_vllm``); every update starts from
+    the engine's own logprobs (weights synced) and the frozen pool stays bit-identical. Needs
+    vLLM's CUDA build (``pip install vllm``) on the GPU machine."""
+    pytest.importorskip("vllm", reason="vLLM is not installed: pip install vllm")
+    import json
+
+    from test_llm_vllm import test_frozen_vllm_pool_stays_bit_identical, vllm_experiment
+
+    from trainers.run import train
+
+    cfg = on_gpu(vllm_experiment(tmp_path))
+    result = train(cfg)
+    assert result.status == "completed" and result.iterations == 2
+    for line in (result.run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row["losses/agent_0/grpo/mismatch_abs_logprob"] < 1e-3
+    test_frozen_vllm_pool_stays_bit_identical((cfg, result))
