@@ -70,6 +70,20 @@ class _Bridge(FastBridge):
             raise _Fallback(str(exc)) from exc
 
 
+def needs_langgraph(reason: str) -> None:
+    """Say that the calling node needs LangGraph's runtime (its run config, callbacks): inside
+    a fast run (a live stepped episode or a fast replay) the run falls back to LangGraph, which
+    carries the episode on; elsewhere nothing happens. Code that reads LangGraph's run config
+    to find its episode (``marl_agents.llm.env_chat_model.in_env_run``) calls it, since the fast
+    executor has no such config and would otherwise run the node as if outside any episode."""
+    bridge = FAST_BRIDGE.get()
+    if bridge is None:
+        return
+    if isinstance(bridge, _Bridge):
+        raise _Fallback(reason)  # a BaseException: a node's ``except Exception`` lets it pass
+    raise Unsupported(reason)
+
+
 class SteppedRun:
     """One episode of ``fast`` on ``inputs``, stepped like :class:`~scenarios.bridge.GraphRun`.
 

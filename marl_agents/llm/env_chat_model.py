@@ -77,7 +77,10 @@ def in_env_run() -> bool:
     from langgraph.config import get_config
 
     from scenarios.bridge import BRIDGE_KEY
+    from scenarios.stepped import needs_langgraph
 
+    # the fast executor runs nodes without LangGraph's config: it falls back to LangGraph here
+    needs_langgraph("a chat model in a node finds its episode through LangGraph's run config")
     try:
         config = get_config()
     except RuntimeError:  # not inside a runnable at all
