@@ -627,6 +627,9 @@ class OutputConfig:
         export_hf: also save every trained LLM pool in Hugging Face format (model and
             tokenizer, ``save_pretrained``): ``<checkpoint>/model/<pool>`` with each periodic
             checkpoint and ``<run>/model/<pool>`` at the end.
+        rollouts: save what every learner update consumed (episodes, behaviour log-probs,
+            update arguments, RNG state), compressed, as ``<run>/rollouts/iter_NNNNNN.npz``;
+            ``trainers.rollouts.replay_updates`` redoes the updates from a checkpoint.
     """
 
     dir: str = "runs"
@@ -635,6 +638,7 @@ class OutputConfig:
     plot: bool = True
     transcripts: int = 2
     export_hf: bool = False
+    rollouts: bool = False
 
     def __post_init__(self) -> None:
         typed(self, "output")

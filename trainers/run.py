@@ -627,6 +627,10 @@ class _Session:
         from trainers.phase_timers import instrument_algo
 
         self.clock = instrument_algo(self.algo)  # timers/learn_s, timers/sync_s
+        if self.cfg.output.rollouts:
+            from trainers.rollouts import DUMP_DIR, record
+
+            record(self.algo, self.run / DUMP_DIR)  # after the timers: dumping is not learn_s
         self.episodes.drain(self.algo)  # tells the env runners how many transcripts to keep
         self.curriculum = Curriculum.start(self.cfg, self.algo)  # pushes the task distribution
         self.wb = _wandb_init(self.cfg, self.run, resumed=self.resumed)

@@ -1,0 +1,259 @@
+"""Rollout dumps (``output.rollouts``) and exact replay of learner updates from them.
+
+Contract:
+
+* :func:`record` wraps ``algo.learner_group.update``: before every call it writes what the call
+  gets — the episodes (``get_state()``, taken before the learner connectors touch them), the
+  keyword arguments (``timesteps``, ``num_epochs``, ``minibatch_size``, ``shuffle…``) and the
+  driver's RNG states (minibatch shuffling draws from them) — to
+  ``<run>/rollouts/iter_NNNNNN.npz`` (``np.savez_compressed``; ``NNNNNN`` is the iteration the
+  update belongs to; several updates of one iteration are kept in order in the same file).
+  Beside the ``episodes`` blob each file holds per-module arrays for inspection:
+  ``<module>/obs``, ``/actions``, ``/action_logp``, ``/rewards``, ``/episode`` (index into
+  ``episode_ids``); observations that are not fixed-shape numbers (text) are only in the blob.
+* :func:`replay_updates` restores a checkpoint of the run and calls ``learner_group.update``
+  again with each dumped call of the iterations after it, without sampling: the learner's
+  weights come out bit-identical to the run's (exact where the learner runs in the driver,
+  ``resources.num_learners: 0``; remote learners' RNGs are not captured).
+* A missing, truncated or foreign dump file is a :class:`RolloutDumpError` naming the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainers.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+DUMP_DIR = "rollouts"
+FORMAT = 1
+_MARK = "_marl_rollouts"
+
+
+class RolloutDumpError(ConfigError):
+    """A rollout dump that is missing, unreadable or not a dump of this format."""
+
+
+def dump_path(rollouts: Path, iteration: int) -> Path:
+    """The dump file of ``iteration`` under ``rollouts``."""
+    return rollouts / f"iter_{iteration:06d}.npz"
+
+
+def _episode_state(episode: Any) -> tuple[str, dict[str, Any]]:
+    return type(episode).__name__, episode.get_state()
+
+
+def _from_state(kind: str, state: dict[str, Any]) -> Any:
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    cls = {"MultiAgentEpisode": MultiAgentEpisode, "SingleAgentEpisode": SingleAgentEpisode}
+    if kind not in cls:
+        raise RolloutDumpError(f"rollout dump holds an episode of unknown type {kind!r}")
+    return cls[kind].from_state(state)
+
+
+def _agent_episodes(episode: Any) -> Iterable[Any]:
+    return episode.agent_episodes.values() if hasattr(episode, "agent_episodes") else [episode]
+
+
+def _numeric(values: list[Any]) -> np.ndarray | None:
+    """``values`` as one numeric array, or None (text, ragged or nested observations)."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError):
+        return None
+    return arr if arr.dtype.kind in "biuf" else None
+
+
+def module_arrays(episodes: list[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per-module inspection arrays of ``episodes`` (see the module docstring) and the
+    episode ids their ``/episode`` arrays index."""
+    rows: dict[str, dict[str, list[Any]]] = {}
+    ids: list[str] = []
+    for ep in episodes:
+        ids.append(str(ep.id_))
+        for sa in _agent_episodes(ep):
+            n = len(sa)
+            if n == 0:
+                continue
+            r = rows.setdefault(str(sa.module_id), {k: [] for k in _KEYS})
+            r["obs"].extend(sa.get_observations(slice(0, n)))
+            r["actions"].extend(sa.get_actions(slice(0, n)))
+            r["rewards"].extend(sa.get_rewards(slice(0, n)))
+            extra = sa.extra_model_outputs.get("action_logp")
+            r["action_logp"].extend(extra[0:n] if extra is not None else [np.nan] * n)
+            r["episode"].extend([len(ids) - 1] * n)
+    out: dict[str, np.ndarray] = {}
+    for module, r in rows.items():
+        for key in _KEYS:
+            arr = _numeric(r[key])
+            if arr is not None:
+                out[f"{module}/{key}"] = arr
+    return out, ids
+
+
+_KEYS = ("obs", "actions", "action_logp", "rewards", "episode")
+
+
+def _write(path: Path, calls: list[dict[str, Any]], episodes: list[Any]) -> None:
+    from ray import cloudpickle
+
+    blob = cloudpickle.dumps({"format": FORMAT, "calls": calls})
+    arrays, ids = module_arrays(episodes)
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as f:
+        np.savez_compressed(
+            f,
+            episodes=np.frombuffer(blob, dtype=np.uint8),
+            episode_ids=np.asarray(ids, dtype=str),
+            **arrays,
+        )
+    tmp.replace(path)
+    size = path.stat().st_size
+    log.info("%s: %.1f KiB (%.1f KiB uncompressed)", path, size / 1024, len(blob) / 1024)
+
+
+def record(algo: Any, rollouts: Path) -> None:
+    """Dump every ``learner_group.update`` call of ``algo`` under ``rollouts`` (idempotent)."""
+    from trainers.resume import rng_state
+
+    group = algo.learner_group
+    update = group.update
+    if getattr(update, _MARK, False):
+        return
+    rollouts.mkdir(parents=True, exist_ok=True)
+    pending: dict[int, tuple[list[dict[str, Any]], list[Any]]] = {}
+
+    @functools.wraps(update)
+    def dumping_update(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            raise TypeError("rollout dumps need learner_group.update(episodes=..., ...) keywords")
+        episodes = list(kwargs.get("episodes") or [])
+        iteration = int(algo.iteration) + 1  # train() counts the iteration after its update
+        calls, all_eps = pending.setdefault(iteration, ([], []))
+        for done in [i for i in pending if i != iteration]:
+            del pending[done]
+        rest = {k: v for k, v in kwargs.items() if k != "episodes"}
+        states = [_episode_state(e) for e in episodes]
+        calls.append({"episodes": states, "kwargs": rest, "rng": rng_state()})
+        all_eps.extend(_from_state(*s) for s in states)  # copies: the learner edits episodes
+        _write(dump_path(rollouts, iteration), calls, all_eps)
+        return update(*args, **kwargs)
+
+    setattr(dumping_update, _MARK, True)
+    group.update = dumping_update
+
+
+def load_calls(path: Path) -> list[dict[str, Any]]:
+    """The ``learner_group.update`` calls dumped in ``path``.
+
+    Raises:
+        RolloutDumpError: the file is missing, truncated or not a rollout dump.
+    """
+    from ray import cloudpickle
+
+    if not path.is_file():
+        raise RolloutDumpError(
+            f"rollout dump {path} is missing: train with output.rollouts: true and replay only "
+            f"iterations that were dumped"
+        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            blob = data["episodes"].tobytes()
+        state = cloudpickle.loads(blob)
+        calls = state["calls"]
+        if state.get("format") != FORMAT:
+            raise ValueError(f"format {state.get('format')!r}, expected {FORMAT}")
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise RolloutDumpError(f"rollout dump {path} is corrupt ({exc}): re-run to dump it") from None
+    except Exception as exc:  # unpickling garbage raises anything
+        raise RolloutDumpError(f"rollout dump {path} is corrupt ({exc}): re-run to dump it") from None
+    return calls
+
+
+def _checkpoint_iteration(ckpt: Path) -> int:
+    from trainers.resume import checkpoint_iteration
+
+    it = checkpoint_iteration(ckpt)
+    if it is None:
+        raise RolloutDumpError(f"checkpoint {ckpt} records no iteration: pass a checkpoint dir")
+    return int(it)
+
+
+def replay_updates(
+    run_dir: str | Path, checkpoint: str | Path | None = None, iterations: int | None = None
+) -> Any:
+    """Restore ``checkpoint`` of the run in ``run_dir`` and redo the learner updates of the
+    ``iterations`` iterations after it from their dumps, without sampling.
+
+    Args:
+        run_dir: a run trained with ``output.rollouts: true``.
+        checkpoint: a checkpoint of that run (default: its oldest periodic one).
+        iterations: how many iterations to replay (default: every dump after the checkpoint).
+
+    Returns:
+        The restored ``Algorithm`` after the replayed updates (its learner holds the weights;
+        call ``.stop()`` when done). Ray is started if it is not running (and left running).
+
+    Raises:
+        RolloutDumpError: a dump is missing or corrupt, or nothing to replay.
+    """
+    run = Path(run_dir).expanduser()
+    ckpt = Path(checkpoint).expanduser() if checkpoint else _oldest_checkpoint(run)
+    start = _checkpoint_iteration(ckpt)
+    rollouts = run / DUMP_DIR
+    if iterations is None:
+        later = sorted(int(p.stem[5:]) for p in rollouts.glob("iter_*.npz"))
+        iterations = sum(1 for i in later if i > start)
+    if iterations < 1:
+        raise RolloutDumpError(f"no rollout dumps after iteration {start} under {rollouts}")
+    plan = [load_calls(dump_path(rollouts, start + k)) for k in range(1, iterations + 1)]
+    algo = _restore(run, ckpt)
+    from trainers.resume import set_rng_state
+
+    for calls in plan:
+        for call in calls:
+            episodes = [_from_state(*s) for s in call["episodes"]]
+            set_rng_state(call["rng"])
+            algo.learner_group.update(episodes=episodes, **call["kwargs"])
+    return algo
+
+
+def _oldest_checkpoint(run: Path) -> Path:
+    found = sorted(run.glob("checkpoints/iter_[0-9]*[0-9]"))
+    if not found:
+        raise RolloutDumpError(f"no checkpoint under {run}/checkpoints: pass checkpoint=")
+    return found[0]
+
+
+def _restore(run: Path, ckpt: Path) -> Any:
+    """The algorithm of ``ckpt``, built as ``train()`` builds it (same process set-up)."""
+    from trainers.algo import to_algorithm_config
+    from trainers.cluster import ensure_ray
+    from trainers.config import ExperimentConfig
+    from trainers.plan import resolve, with_text_defaults
+    from trainers.run import quiet_ray_logs, restore_algorithm, setup_process
+
+    cfg = with_text_defaults(ExperimentConfig.from_yaml(run / "config.yaml"))
+    quiet_ray_logs()
+    to_algorithm_config(cfg, resolve(cfg))  # registers the run's env as train() does
+    setup_process()
+    ensure_ray(cfg)
+    return restore_algorithm(ckpt)
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The inspection arrays of one dump (everything but the ``episodes`` blob)."""
+    load_calls(path)  # the named error for a missing or corrupt file
+    with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
+        return {k: data[k] for k in data.files if k != "episodes"}
