@@ -4,7 +4,9 @@ iteration-3 weights bit for bit."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,22 +27,57 @@ def _learner_weights(algo: object) -> dict[str, dict[str, object]]:
     return {mid: dict(m.state_dict()) for mid, m in learner.module.items()}
 
 
+def _train(cfg: Any) -> tuple[Path, Path]:
+    """Train ``cfg`` (3 iterations, rollouts on); the run dir and a copy of its iteration-1
+    checkpoint (the run keeps only its latest and best)."""
+    from trainers.run import train
+
+    keep = Path(cfg.output.dir).parent / "iter_000001"
+
+    def report(row: dict[str, Any]) -> None:
+        if row["charts/iteration"] == 2:  # before iteration 2's checkpoint replaces it
+            (first,) = Path(cfg.output.dir).glob("*/checkpoints/iter_000001")
+            shutil.copytree(first, keep)
+
+    run = train(cfg.replace(**{"budget.iterations": 3, "output.rollouts": True}), report=report)
+    return run.run_dir, keep
+
+
+def _assert_replay_matches(run: Path, first: Path, iterations: int | None) -> None:
+    """Replaying iterations 2–3 from the iteration-1 checkpoint ``first`` gives iteration 3's
+    weights, which differ from iteration 1's."""
+    import torch
+
+    from trainers.rollouts import replay_updates
+
+    algo = replay_updates(run, first, iterations=iterations)
+    try:
+        replayed = _learner_weights(algo)
+    finally:
+        algo.stop()
+    expected = _weights(run / "checkpoints" / "iter_000003")
+    before = _weights(first)
+    assert expected and replayed.keys() == expected.keys()
+    changed = []
+    for mid, params in expected.items():
+        assert params.keys() == replayed[mid].keys()
+        for name, value in params.items():
+            assert torch.equal(replayed[mid][name], value), (mid, name)
+            changed.append(not torch.equal(before[mid][name], value))
+    assert any(changed)
+
+
 def test_rollouts_option_is_a_typed_bool() -> None:
     assert OutputConfig().rollouts is False
-    with pytest.raises(ConfigError, match="output.rollouts"):
+    with pytest.raises(ConfigError, match=r"output\.rollouts"):
         OutputConfig(rollouts="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures("ray_session")
 def test_replayed_updates_give_the_runs_weights_bit_for_bit(tmp_path: Path) -> None:
-    import torch
-
     from trainers.rollouts import RolloutDumpError, dump_path, read_arrays, replay_updates
-    from trainers.run import train
 
-    changes = {"budget.iterations": 3, "output.rollouts": True}
-    cfg = tiny_config(tmp_path, checkpoint_every=1).replace(**changes)
-    run = train(cfg).run_dir
+    run, first = _train(tiny_config(tmp_path, checkpoint_every=1))
     dumps = run / "rollouts"
     files = sorted(dumps.glob("iter_*.npz"))
     assert [f.name for f in files] == [f"iter_{i:06d}.npz" for i in (1, 2, 3)]
@@ -49,29 +86,30 @@ def test_replayed_updates_give_the_runs_weights_bit_for_bit(tmp_path: Path) -> N
     assert logp and all(np.isfinite(arrays[k]).all() for k in logp)
     steps = sum(len(arrays[k]) for k in arrays if k.endswith("/actions"))
     assert steps >= 128  # every agent step of the iteration's batch
-    size, raw = files[0].stat().st_size, sum(a.nbytes for a in arrays.values())
-    print(f"\nrollout dump {files[0].name}: {size} bytes on disk, {raw} bytes of arrays")
     with np.load(files[0]) as data:
-        blob = data["episodes"].nbytes
-    assert size < blob + raw  # compressed
+        raw = sum(data[k].nbytes for k in data.files)
+    size = files[0].stat().st_size
+    print(f"\nrollout dump {files[0].name}: {size} bytes on disk for {raw} ({size / raw:.2f})")
+    assert size < raw  # compressed
 
-    algo = replay_updates(run, run / "checkpoints" / "iter_000001", iterations=2)
-    try:
-        replayed = _learner_weights(algo)
-    finally:
-        algo.stop()
-    expected = _weights(run / "checkpoints" / "iter_000003")
-    before = _weights(run / "checkpoints" / "iter_000001")
-    assert replayed.keys() == expected.keys()
-    for mid, params in expected.items():
-        assert params.keys() == replayed[mid].keys()
-        for name, value in params.items():
-            assert torch.equal(replayed[mid][name], value), (mid, name)
-        assert any(not torch.equal(before[mid][n], v) for n, v in params.items()), mid
+    _assert_replay_matches(run, first, iterations=2)
 
     dump_path(dumps, 3).unlink()
-    with pytest.raises(RolloutDumpError, match="iter_000003.npz is missing"):
-        replay_updates(run, run / "checkpoints" / "iter_000001", iterations=2)
+    with pytest.raises(RolloutDumpError, match=r"iter_000003\.npz is missing"):
+        replay_updates(run, first, iterations=2)
     dump_path(dumps, 2).write_bytes(b"not a zip")
-    with pytest.raises(RolloutDumpError, match="iter_000002.npz is corrupt"):
-        replay_updates(run, run / "checkpoints" / "iter_000001", iterations=2)
+    with pytest.raises(RolloutDumpError, match=r"iter_000002\.npz is corrupt"):
+        replay_updates(run, first, iterations=2)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_grpo_replay_gives_the_runs_weights_bit_for_bit(tmp_path: Path) -> None:
+    grpo = {"group_size": 4, "groups_per_iteration": 2}
+    algorithm = {"name": "GRPO", "num_epochs": 1, "grpo": grpo}
+    pools = {"agent": {"model": {"type": "mlp"}}}
+    cfg = tiny_config(
+        tmp_path, algorithm=algorithm, scenario="toolchain", topology="single", pools=pools
+    )
+    run, first = _train(cfg)
+    assert len(list((run / "rollouts").glob("iter_*.npz"))) == 3
+    _assert_replay_matches(run, first, iterations=None)  # every dump after the checkpoint

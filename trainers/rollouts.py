@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import io
 import logging
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -174,10 +173,11 @@ def load_calls(path: Path) -> list[dict[str, Any]]:
         calls = state["calls"]
         if state.get("format") != FORMAT:
             raise ValueError(f"format {state.get('format')!r}, expected {FORMAT}")
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        raise RolloutDumpError(f"rollout dump {path} is corrupt ({exc}): re-run to dump it") from None
-    except Exception as exc:  # unpickling garbage raises anything
-        raise RolloutDumpError(f"rollout dump {path} is corrupt ({exc}): re-run to dump it") from None
+    except Exception as exc:  # np.load and unpickling garbage raise anything
+        raise RolloutDumpError(
+            f"rollout dump {path} is corrupt ({type(exc).__name__}: {exc}): dump it again by "
+            f"re-running the training iteration"
+        ) from None
     return calls
 
 
@@ -212,6 +212,8 @@ def replay_updates(
     ckpt = Path(checkpoint).expanduser() if checkpoint else _oldest_checkpoint(run)
     start = _checkpoint_iteration(ckpt)
     rollouts = run / DUMP_DIR
+    if iterations is not None and iterations < 1:
+        raise RolloutDumpError(f"iterations={iterations}: replay at least 1 iteration")
     if iterations is None:
         later = sorted(int(p.stem[5:]) for p in rollouts.glob("iter_*.npz"))
         iterations = sum(1 for i in later if i > start)
