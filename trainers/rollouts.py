@@ -254,8 +254,9 @@ def _restore(run: Path, ckpt: Path) -> Any:
     return restore_algorithm(ckpt)
 
 
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
     """The inspection arrays of one dump (everything but the ``episodes`` blob)."""
+    path = Path(path)
     load_calls(path)  # the named error for a missing or corrupt file
     with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
         return {k: data[k] for k in data.files if k != "episodes"}
