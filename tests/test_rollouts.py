@@ -94,12 +94,25 @@ def test_replayed_updates_give_the_runs_weights_bit_for_bit(tmp_path: Path) -> N
 
     _assert_replay_matches(run, first, iterations=2)
 
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    cli = ["replay-updates", str(run), "--from-checkpoint", str(first), "--iterations", "2"]
+    out = CliRunner().invoke(app, [*cli, "--save", str(tmp_path / "replayed")])
+    assert out.exit_code == 0, out.output
+    assert "replayed iterations 2–3" in out.output
+    assert f"weights equal {run / 'checkpoints' / 'iter_000003'} bit for bit" in out.output
+    assert (tmp_path / "replayed" / "rllib_checkpoint.json").exists()
+
     dump_path(dumps, 3).unlink()
     with pytest.raises(RolloutDumpError, match=r"iter_000003\.npz is missing"):
         replay_updates(run, first, iterations=2)
     dump_path(dumps, 2).write_bytes(b"not a zip")
     with pytest.raises(RolloutDumpError, match=r"iter_000002\.npz is corrupt"):
         replay_updates(run, first, iterations=2)
+    out = CliRunner().invoke(app, cli)
+    assert out.exit_code == 2 and "iter_000002.npz is corrupt" in out.output, out.output
 
 
 @pytest.mark.usefixtures("ray_session")

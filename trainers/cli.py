@@ -1,7 +1,7 @@
 """The ``marl`` command line, assembled in the top layer from the commands of every package.
 
 ``marl topology`` (:mod:`topologies.cli`), ``marl scenarios`` (:mod:`scenarios.cli`),
-``marl run | sweep | eval | finetune`` (here).
+``marl run | sweep | eval | finetune | replay-updates`` (here).
 Ray and torch are imported inside the commands only, so ``marl --help`` stays fast.
 ``python -m trainers.cli`` is the same app (the ``marl`` console script points here).
 
@@ -195,6 +195,28 @@ def eval_command(
         )
 
 
+def replay_updates_command(
+    run: Annotated[Path, typer.Argument(help="A run directory trained with output.rollouts.")],
+    from_checkpoint: Annotated[
+        Path | None, typer.Option(help="Checkpoint to start from (default: the run's oldest).")
+    ] = None,
+    iterations: Annotated[
+        int | None, typer.Option(help="Iterations to replay (default: every later dump).")
+    ] = None,
+    save: Annotated[
+        Path | None, typer.Option(help="Save the replayed algorithm as a checkpoint here.")
+    ] = None,
+) -> None:
+    """Redo the learner updates dumped by output.rollouts from a checkpoint, without sampling,
+    and compare the weights with the run's checkpoint of the last replayed iteration."""
+    from trainers.rollouts import replay_command
+
+    cwd_on_path()
+    fixed_hash_seed()  # the run's learner saw the same module order
+    with config_errors():
+        replay_command(run, from_checkpoint, iterations, save)
+
+
 def finetune_command(
     job: Annotated[
         Path | None,
@@ -267,6 +289,7 @@ app.command("run")(run_command)
 app.command("sweep")(sweep_command)
 app.command("eval")(eval_command)
 app.command("finetune")(finetune_command)
+app.command("replay-updates")(replay_updates_command)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import io
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +208,25 @@ def replay_updates(
     Raises:
         RolloutDumpError: a dump is missing or corrupt, or nothing to replay.
     """
+    run, ckpt, start, iterations = resolve(run_dir, checkpoint, iterations)
+    rollouts = run / DUMP_DIR
+    plan = [load_calls(dump_path(rollouts, start + k)) for k in range(1, iterations + 1)]
+    algo = _restore(run, ckpt)
+    from trainers.resume import set_rng_state
+
+    for calls in plan:
+        for call in calls:
+            episodes = [_from_state(*s) for s in call["episodes"]]
+            set_rng_state(call["rng"])
+            algo.learner_group.update(episodes=episodes, **call["kwargs"])
+    return algo
+
+
+def resolve(
+    run_dir: str | Path, checkpoint: str | Path | None, iterations: int | None
+) -> tuple[Path, Path, int, int]:
+    """``(run dir, checkpoint, its iteration, iterations to replay)`` of a replay (defaults as
+    :func:`replay_updates` says)."""
     run = Path(run_dir).expanduser()
     ckpt = Path(checkpoint).expanduser() if checkpoint else _oldest_checkpoint(run)
     start = _checkpoint_iteration(ckpt)
@@ -219,16 +238,7 @@ def replay_updates(
         iterations = sum(1 for i in later if i > start)
     if iterations < 1:
         raise RolloutDumpError(f"no rollout dumps after iteration {start} under {rollouts}")
-    plan = [load_calls(dump_path(rollouts, start + k)) for k in range(1, iterations + 1)]
-    algo = _restore(run, ckpt)
-    from trainers.resume import set_rng_state
-
-    for calls in plan:
-        for call in calls:
-            episodes = [_from_state(*s) for s in call["episodes"]]
-            set_rng_state(call["rng"])
-            algo.learner_group.update(episodes=episodes, **call["kwargs"])
-    return algo
+    return run, ckpt, start, iterations
 
 
 def _oldest_checkpoint(run: Path) -> Path:
@@ -254,9 +264,71 @@ def _restore(run: Path, ckpt: Path) -> Any:
     return restore_algorithm(ckpt)
 
 
+def learner_weights(algo: Any) -> dict[str, dict[str, np.ndarray]]:
+    """Module → parameter name → the learner's weights (NumPy copies)."""
+    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+
+    state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}")
+    modules = state[COMPONENT_LEARNER][COMPONENT_RL_MODULE]
+    return {m: {k: np.array(v) for k, v in w.items()} for m, w in modules.items()}
+
+
+def checkpoint_weights(ckpt: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The learner's weights in checkpoint ``ckpt``, as :func:`learner_weights` gives them."""
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+
+    modules = MultiRLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module"))
+    return {m: {k: np.array(v) for k, v in mod.get_state().items()} for m, mod in modules.items()}
+
+
+def differences(a: Mapping[str, Mapping[str, np.ndarray]], b: Mapping[str, Any]) -> list[str]:
+    """``module/param`` names whose weights in ``a`` and ``b`` are not bit-identical."""
+    names = {(m, k) for m, w in a.items() for k in w} | {(m, k) for m, w in b.items() for k in w}
+    out = []
+    for m, k in sorted(names):
+        x, y = a.get(m, {}).get(k), b.get(m, {}).get(k)
+        if x is None or y is None or x.shape != y.shape or x.tobytes() != y.tobytes():
+            out.append(f"{m}/{k}")
+    return out
+
+
 def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
     """The inspection arrays of one dump (everything but the ``episodes`` blob)."""
     path = Path(path)
     load_calls(path)  # the named error for a missing or corrupt file
     with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
         return {k: data[k] for k in data.files if k != "episodes"}
+
+
+def replay_command(
+    run_dir: Path, checkpoint: Path | None, iterations: int | None, save: Path | None
+) -> bool:
+    """``marl replay-updates``: replay, print which checkpoint the weights match (the run's of
+    the last replayed iteration, when kept), save with ``save``; True when they match."""
+    import typer
+
+    from trainers.resume import checkpoint_iteration
+    from trainers.run import save_checkpoint
+
+    run, ckpt, start, n = resolve(run_dir, checkpoint, iterations)
+    algo = replay_updates(run, ckpt, n)
+    try:
+        weights = learner_weights(algo)
+        if save is not None:
+            save_checkpoint(algo, save.expanduser())
+            typer.echo(f"saved the replayed state to {save}")
+    finally:
+        algo.stop()
+    end = start + n
+    typer.echo(f"replayed iterations {start + 1}–{end} from {ckpt}")
+    kept = [p for p in (run / "checkpoints" / f"iter_{end:06d}", run / "checkpoint") if p.is_dir()]
+    kept = [p for p in kept if checkpoint_iteration(p) == end]
+    if not kept:
+        typer.echo(f"the run kept no checkpoint of iteration {end} to compare with")
+        return False
+    diff = differences(weights, checkpoint_weights(kept[0]))
+    if diff:
+        typer.echo(f"weights differ from {kept[0]} in {len(diff)} tensors: {', '.join(diff[:5])}")
+    else:
+        typer.echo(f"weights equal {kept[0]} bit for bit")
+    return not diff
