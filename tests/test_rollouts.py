@@ -126,3 +126,31 @@ def test_grpo_replay_gives_the_runs_weights_bit_for_bit(tmp_path: Path) -> None:
     run, first = _train(cfg)
     assert len(list((run / "rollouts").glob("iter_*.npz"))) == 3
     _assert_replay_matches(run, first, iterations=None)  # every dump after the checkpoint
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["/nonexistent-run"], "/nonexistent-run is not a run directory (no config.yaml)"),
+        (["/nonexistent-run", "--iterations", "0"], "iterations=0: replay at least 1 iteration"),
+    ],
+)
+def test_replay_command_errors_are_one_line(args: list[str], text: str) -> None:
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    res = CliRunner().invoke(app, ["replay-updates", *args], env={"COLUMNS": "1000"})
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], res.output
+
+
+def test_replay_of_a_missing_checkpoint_names_it(tmp_path: Path) -> None:
+    from trainers.rollouts import RolloutDumpError, replay_updates
+
+    (tmp_path / "config.yaml").write_text("{}\n")
+    with pytest.raises(RolloutDumpError, match=r"no checkpoint under"):
+        replay_updates(tmp_path)
+    with pytest.raises(RolloutDumpError, match=r"checkpoint /nonexistent is missing"):
+        replay_updates(tmp_path, "/nonexistent")

@@ -186,7 +186,10 @@ def _checkpoint_iteration(ckpt: Path) -> int:
 
     it = checkpoint_iteration(ckpt)
     if it is None:
-        raise RolloutDumpError(f"checkpoint {ckpt} records no iteration: pass a checkpoint dir")
+        raise RolloutDumpError(
+            f"checkpoint {ckpt} is missing or records no iteration (marl_state.json): pass a "
+            f"checkpoint directory of the run (checkpoints/iter_NNNNNN)"
+        )
     return int(it)
 
 
@@ -228,11 +231,13 @@ def resolve(
     """``(run dir, checkpoint, its iteration, iterations to replay)`` of a replay (defaults as
     :func:`replay_updates` says)."""
     run = Path(run_dir).expanduser()
+    if iterations is not None and iterations < 1:
+        raise RolloutDumpError(f"iterations={iterations}: replay at least 1 iteration")
+    if not (run / "config.yaml").is_file():
+        raise RolloutDumpError(f"{run} is not a run directory (no config.yaml): pass a run's")
     ckpt = Path(checkpoint).expanduser() if checkpoint else _oldest_checkpoint(run)
     start = _checkpoint_iteration(ckpt)
     rollouts = run / DUMP_DIR
-    if iterations is not None and iterations < 1:
-        raise RolloutDumpError(f"iterations={iterations}: replay at least 1 iteration")
     if iterations is None:
         later = sorted(int(p.stem[5:]) for p in rollouts.glob("iter_*.npz"))
         iterations = sum(1 for i in later if i > start)
