@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from configs import tiny_config
 
-from trainers.config import ConfigError, OutputConfig
+from trainers.config import ConfigError, ExperimentConfig, OutputConfig
 
 
 def _weights(ckpt: Path) -> dict[str, dict[str, object]]:
@@ -67,10 +67,14 @@ def _assert_replay_matches(run: Path, first: Path, iterations: int | None) -> No
     assert any(changed)
 
 
-def test_rollouts_option_is_a_typed_bool() -> None:
+def test_rollouts_option_is_a_typed_bool_for_ppo_and_grpo(tmp_path: Path) -> None:
     assert OutputConfig().rollouts is False
     with pytest.raises(ConfigError, match=r"output\.rollouts"):
         OutputConfig(rollouts="yes")  # type: ignore[arg-type]
+    cfg = tiny_config(tmp_path).replace(**{"output.rollouts": True})
+    assert cfg.check() is cfg
+    with pytest.raises(ConfigError, match=r"output\.rollouts=true with algorithm\.name='APPO'"):
+        ExperimentConfig.from_dict({"algorithm": "APPO", "output": {"rollouts": True}}).check()
 
 
 @pytest.mark.usefixtures("ray_session")

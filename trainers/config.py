@@ -149,6 +149,21 @@ def _check_async_runners(cfg: Any) -> None:
         )
 
 
+#: algorithms whose learner updates take the sampled episodes (what output.rollouts dumps)
+ROLLOUT_ALGOS = ("PPO", "GRPO")
+
+
+def _check_rollouts(cfg: Any) -> None:
+    """Rollout dumps record ``learner_group.update(episodes=...)``: PPO's and GRPO's."""
+    name = cfg.algorithm.name
+    if cfg.output.rollouts and name not in ROLLOUT_ALGOS:
+        raise ConfigError(
+            f"output.rollouts=true with algorithm.name={name!r}: rollout dumps cover "
+            f"{' and '.join(ROLLOUT_ALGOS)} (their learner updates take episodes); use one of "
+            "them or set output.rollouts: false"
+        )
+
+
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
@@ -798,6 +813,7 @@ class ExperimentConfig:
         ):
             part.check()
         _check_async_runners(self)
+        _check_rollouts(self)
         return self
 
     # ----- conversions ---------------------------------------------------------------------

@@ -131,12 +131,21 @@ def record(algo: Any, rollouts: Path) -> None:
     if getattr(update, _MARK, False):
         return
     rollouts.mkdir(parents=True, exist_ok=True)
+    if int(getattr(algo.config, "num_learners", 0) or 0) > 0:
+        log.warning(
+            "output.rollouts with remote learners (resources.num_learners ≥ 1): their RNGs are "
+            "not dumped, so replayed updates may differ from the run's"
+        )
     pending: dict[int, tuple[list[dict[str, Any]], list[Any]]] = {}
 
     @functools.wraps(update)
     def dumping_update(*args: Any, **kwargs: Any) -> Any:
-        if args:
-            raise TypeError("rollout dumps need learner_group.update(episodes=..., ...) keywords")
+        if args or "episodes" not in kwargs:
+            raise RolloutDumpError(
+                f"output.rollouts: this algorithm's learner update takes "
+                f"{sorted(kwargs) or 'positional arguments'}, not episodes: rollout dumps cover "
+                f"PPO and GRPO; set output.rollouts: false"
+            )
         episodes = list(kwargs.get("episodes") or [])
         iteration = int(algo.iteration) + 1  # train() counts the iteration after its update
         calls, all_eps = pending.setdefault(iteration, ([], []))
