@@ -74,11 +74,11 @@ def _numeric(values: list[Any]) -> np.ndarray | None:
     return arr if arr.dtype.kind in "biuf" else None
 
 
-def module_arrays(episodes: list[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Per-module inspection arrays of ``episodes`` (see the module docstring) and the
-    episode ids their ``/episode`` arrays index."""
-    rows: dict[str, dict[str, list[Any]]] = {}
-    ids: list[str] = []
+Rows = dict[str, dict[str, list[Any]]]
+
+
+def _collect(episodes: list[Any], rows: Rows, ids: list[str]) -> None:
+    """Append the steps of ``episodes`` to ``rows`` (module → key → values) and ``ids``."""
     for ep in episodes:
         ids.append(str(ep.id_))
         for sa in _agent_episodes(ep):
@@ -92,23 +92,35 @@ def module_arrays(episodes: list[Any]) -> tuple[dict[str, np.ndarray], list[str]
             extra = sa.extra_model_outputs.get("action_logp")
             r["action_logp"].extend(extra[0:n] if extra is not None else [np.nan] * n)
             r["episode"].extend([len(ids) - 1] * n)
+
+
+def _arrays(rows: Rows) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for module, r in rows.items():
         for key in _KEYS:
             arr = _numeric(r[key])
             if arr is not None:
                 out[f"{module}/{key}"] = arr
-    return out, ids
+    return out
+
+
+def module_arrays(episodes: list[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per-module inspection arrays of ``episodes`` (see the module docstring) and the
+    episode ids their ``/episode`` arrays index."""
+    rows: Rows = {}
+    ids: list[str] = []
+    _collect(episodes, rows, ids)
+    return _arrays(rows), ids
 
 
 _KEYS = ("obs", "actions", "action_logp", "rewards", "episode")
 
 
-def _write(path: Path, calls: list[dict[str, Any]], episodes: list[Any]) -> None:
+def _write(path: Path, calls: list[bytes], rows: Rows, ids: list[str]) -> None:
     from ray import cloudpickle
 
     blob = cloudpickle.dumps({"format": FORMAT, "calls": calls})
-    arrays, ids = module_arrays(episodes)
+    arrays = _arrays(rows)
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as f:
         np.savez_compressed(
@@ -124,6 +136,8 @@ def _write(path: Path, calls: list[dict[str, Any]], episodes: list[Any]) -> None
 
 def record(algo: Any, rollouts: Path) -> None:
     """Dump every ``learner_group.update`` call of ``algo`` under ``rollouts`` (idempotent)."""
+    from ray import cloudpickle
+
     from trainers.resume import rng_state
 
     group = algo.learner_group
@@ -136,7 +150,7 @@ def record(algo: Any, rollouts: Path) -> None:
             "output.rollouts with remote learners (resources.num_learners ≥ 1): their RNGs are "
             "not dumped, so replayed updates may differ from the run's"
         )
-    pending: dict[int, tuple[list[dict[str, Any]], list[Any]]] = {}
+    pending: dict[int, tuple[list[bytes], Rows, list[str]]] = {}
 
     @functools.wraps(update)
     def dumping_update(*args: Any, **kwargs: Any) -> Any:
@@ -148,14 +162,15 @@ def record(algo: Any, rollouts: Path) -> None:
             )
         episodes = list(kwargs.get("episodes") or [])
         iteration = int(algo.iteration) + 1  # train() counts the iteration after its update
-        calls, all_eps = pending.setdefault(iteration, ([], []))
+        calls, rows, ids = pending.setdefault(iteration, ([], {}, []))
         for done in [i for i in pending if i != iteration]:
             del pending[done]
         rest = {k: v for k, v in kwargs.items() if k != "episodes"}
         states = [_episode_state(e) for e in episodes]
-        calls.append({"episodes": states, "kwargs": rest, "rng": rng_state()})
-        all_eps.extend(_from_state(*s) for s in states)  # copies: the learner edits episodes
-        _write(dump_path(rollouts, iteration), calls, all_eps)
+        call = {"episodes": states, "kwargs": rest, "rng": rng_state()}
+        calls.append(cloudpickle.dumps(call))  # now: the learner edits the episodes in place
+        _collect(episodes, rows, ids)  # before the learner connectors edit the episodes
+        _write(dump_path(rollouts, iteration), calls, rows, ids)
         return update(*args, **kwargs)
 
     setattr(dumping_update, _MARK, True)
@@ -179,7 +194,7 @@ def load_calls(path: Path) -> list[dict[str, Any]]:
         with np.load(path, allow_pickle=False) as data:
             blob = data["episodes"].tobytes()
         state = cloudpickle.loads(blob)
-        calls = state["calls"]
+        calls = [cloudpickle.loads(c) for c in state["calls"]]
         if state.get("format") != FORMAT:
             raise ValueError(f"format {state.get('format')!r}, expected {FORMAT}")
     except Exception as exc:  # np.load and unpickling garbage raise anything
