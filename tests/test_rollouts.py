@@ -158,3 +158,13 @@ def test_replay_of_a_missing_checkpoint_names_it(tmp_path: Path) -> None:
         replay_updates(tmp_path)
     with pytest.raises(RolloutDumpError, match=r"checkpoint /nonexistent is missing"):
         replay_updates(tmp_path, "/nonexistent")
+
+
+def test_marl_run_rollouts_flag_sets_the_option() -> None:
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    out = CliRunner().invoke(app, ["run", "delegate", "--rollouts", "--dump"])
+    assert out.exit_code == 0, out.output
+    assert ExperimentConfig.from_yaml(out.output).output.rollouts is True

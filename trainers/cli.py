@@ -82,6 +82,13 @@ def run_command(
     resume: Annotated[
         Path | None, typer.Option(help="Continue a run directory or checkpoint.")
     ] = None,
+    rollouts: Annotated[
+        bool | None,
+        typer.Option(
+            "--rollouts/--no-rollouts",
+            help="Save every learner update's input for marl replay-updates (output.rollouts).",
+        ),
+    ] = None,
     dump: DumpOption = False,
     address: AddressOption = None,
 ) -> None:
@@ -101,6 +108,7 @@ def run_command(
             ("sharing", sharing),
             ("output.dir", str(output) if output else None),
             ("logging.wandb", wandb),
+            ("output.rollouts", rollouts),
         )
         if value is not None
     }
