@@ -243,11 +243,6 @@ class LLMModel(ModelConfig):
                 raise PoolError(f"{where}: {name}={value} must be ≥ 0 (0: greedy)")
         if not 0 < self.top_p <= 1:
             raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
-        if self.sampler == "vllm" and self.is_lora:
-            raise PoolError(
-                f"{where}: sampler='vllm' with a LoRA adapter is not supported yet (the engine "
-                "is synced with full weights): use sampler: transformers for LoRA pools"
-            )
         if self.sampler == "vllm":
             import importlib.util
 
@@ -264,14 +259,11 @@ class LLMModel(ModelConfig):
 
             if self.lora is not None:
                 self.lora.check(where)
-            sampler = getattr(self, "sampler", "transformers")  # the vLLM sampler's field
-            if sampler != "transformers":
-                raise PoolError(
-                    f"{where}: sampler={sampler!r} with a LoRA adapter: vLLM multi-LoRA serving "
-                    "of adapters is not wired yet (docs/internals.md, LoRA pools); use sampler: "
-                    "transformers, or a full model (no lora/adapter)"
-                )
             check_lora(self, where)
+            if self.sampler == "vllm":
+                from marl_agents.llm.lora import check_vllm_lora
+
+                check_vllm_lora(self, where)
 
     def _check_trainable(self, where: str) -> None:
         if self.temperature == 0:

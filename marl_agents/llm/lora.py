@@ -326,6 +326,26 @@ def check_lora(model: LLMModel, where: str) -> None:
         )
 
 
+#: what vLLM's multi-LoRA serving adapts (its packed linear layers); ``sampler: vllm`` only.
+VLLM_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def check_vllm_lora(model: LLMModel, where: str) -> None:
+    """Raise :class:`PoolError` unless vLLM can serve ``model``'s adapter (``sampler: vllm``):
+    its targets are linear projections vLLM adapts (no embeddings / ``lm_head``) and its rank
+    fits vLLM's largest ``max_lora_rank``."""
+    r, targets = _adapter_settings(model)
+    if r > 512:
+        raise PoolError(f"{where}: LoRA r={r} exceeds vLLM's max_lora_rank 512: use r ≤ 512")
+    listed = [targets] if isinstance(targets, str) else list(targets)
+    bad = [t for t in listed if t != "all-linear" and t not in VLLM_LORA_TARGETS]
+    if bad:
+        raise PoolError(
+            f"{where}: lora.target_modules {bad} cannot be served by vLLM (sampler: vllm adapts "
+            f"only {list(VLLM_LORA_TARGETS)}): drop them, or use sampler: transformers"
+        )
+
+
 def _check_adapter_dir(model: LLMModel, where: str) -> list[str]:
     root = Path(str(model.adapter)).expanduser()
     config_file = root / _ADAPTER_CONFIG

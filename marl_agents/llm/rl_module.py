@@ -264,14 +264,14 @@ class CausalLMModule(TorchRLModule):
     def vllm_sampler(self) -> Any:
         """This module's :class:`~marl_agents.llm.vllm_sampler.VLLMSampler`, holding the
         module's current weights (started on first use, synced when the version moved)."""
-        from marl_agents.llm.vllm_sampler import VLLMSampler
+        from marl_agents.llm.vllm_sampler import make_sampler
 
         sampler = getattr(self, "_vllm_sampler", None)
         version = self.weights_version
         if sampler is None:
             name = str((self.model_config or {}).get("model", "tiny"))
             path = None if name == "tiny" else str(Path(name).expanduser())
-            sampler = VLLMSampler(
+            sampler = make_sampler(
                 self.model,
                 self.tokenizer,
                 path=path,

@@ -120,8 +120,12 @@ class VLLMBackend:
         self.llm.collective_rpc(_load_weights, args=(list(named_tensors),))
         self.llm.reset_prefix_cache()
 
-    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
-        """Generate one completion per prompt in one engine call (vLLM batches them)."""
+    def generate(
+        self, prompts: Sequence[Prompt], params: Params = None, *, lora_request: Any = None
+    ) -> list[Generation]:
+        """Generate one completion per prompt in one engine call (vLLM batches them); with
+        ``lora_request`` (a ``vllm.lora.request.LoRARequest``; the engine needs
+        ``enable_lora=True``) every prompt runs with that adapter."""
         from vllm.inputs import TokensPrompt
 
         ids, plist = encode_batch(self.tokenizer, prompts, params)
@@ -139,7 +143,10 @@ class VLLMBackend:
             for p in plist
         ]
         outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=i) for i in ids], sps, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=i) for i in ids],
+            sps,
+            use_tqdm=False,
+            lora_request=lora_request,
         )
         gens = []
         for prompt_ids, out, p in zip(ids, outs, plist, strict=True):

@@ -39,6 +39,53 @@ def _dtype_name(model: Any) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
+def engine_env(vllm: Any) -> None:
+    """Environment for an in-process engine (core, executor and model in this process)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # an engine started earlier in this process froze vLLM's env cache: read it afresh
+    getattr(vllm.envs, "disable_envs_cache", lambda: None)()
+
+
+def save_for_engine(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> None:
+    """Save an in-code model and its tokenizer where an engine can load them."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def check_version(held: int, asked: int) -> None:
+    """Raise :class:`StaleWeightsError` unless the engine holds the caller's version."""
+    if asked != held:
+        raise StaleWeightsError(
+            f"the vLLM engine holds weights version {held} but the module is at "
+            f"{asked}: call sync(model, version) after every weight update"
+        )
+
+
+def make_sampler(
+    model: Any,
+    tokenizer: Any,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    version: int = 0,
+    max_model_len: int = 1024,
+    seed: int = 0,
+) -> Any:
+    """The vLLM sampler for a module's ``model``: a LoRA module's adapter
+    (:class:`~marl_agents.llm.lora.AdapterModel`) is served by its base's multi-LoRA engine
+    (:class:`~marl_agents.llm.vllm_lora.VLLMLoRASampler`), a full model by its own
+    :class:`VLLMSampler`."""
+    from marl_agents.llm.lora import AdapterModel
+
+    if isinstance(model, AdapterModel):
+        from marl_agents.llm.vllm_lora import VLLMLoRASampler
+
+        return VLLMLoRASampler(model, version=version, max_model_len=max_model_len, seed=seed)
+    return VLLMSampler(
+        model, tokenizer, path=path, version=version, max_model_len=max_model_len, seed=seed
+    )
+
+
 class VLLMSampler:
     """An in-process vLLM engine serving one module's current weights (module doc).
 
@@ -61,17 +108,12 @@ class VLLMSampler:
         max_model_len: int = 1024,
         seed: int = 0,
     ) -> None:
-        vllm = import_vllm()
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        # an engine started earlier in this process froze vLLM's env cache: read it afresh
-        getattr(vllm.envs, "disable_envs_cache", lambda: None)()
+        engine_env(import_vllm())
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="marl-vllm-")
             path = Path(self._tmp.name) / "model"
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
+            save_for_engine(model, tokenizer, path)
         extra: dict[str, Any] = {}
         if max_model_len > int(getattr(model.config, "max_position_embeddings", max_model_len)):
             # the text spaces allow longer rows than the config's positions: transformers
@@ -116,9 +158,5 @@ class VLLMSampler:
         Raises:
             StaleWeightsError: the engine holds weights ``self.version``, not ``version``.
         """
-        if version != self.version:
-            raise StaleWeightsError(
-                f"the vLLM engine holds weights version {self.version} but the module is at "
-                f"{version}: call sync(model, version) after every weight update"
-            )
+        check_version(self.version, version)
         return self.backend.generate([list(p) for p in prompts], params)
