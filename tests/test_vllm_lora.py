@@ -35,9 +35,7 @@ TEXTS = ["hello", "add 1 and 2", "which worker?", "abc"]
 def _module(pool: str) -> Any:
     from llm_modules import module_spec
 
-    spec = module_spec(
-        SPACES, lora=dict(LORA), pool=pool, sampler="vllm", temperature=TEMPERATURE
-    )
+    spec = module_spec(SPACES, lora=dict(LORA), pool=pool, sampler="vllm", temperature=TEMPERATURE)
     return spec.build()
 
 
@@ -137,3 +135,28 @@ def test_check_accepts_vllm_lora_and_names_what_vllm_cannot_serve() -> None:
     )
     with pytest.raises(PoolError, match=r"\['embed_tokens'\] cannot be served by vLLM"):
         bad.check("pools.a.model", trained=True)
+
+
+def test_train_two_iterations_with_vllm_lora_pools(tmp_path: Path, ray_session: object) -> None:
+    """GRPO ``train()`` with two LoRA pools on one base sampled by vLLM (one engine): each
+    update starts from logprobs equal to the engine's (the adapter was synced), the frozen
+    pool's adapter stays as it started."""
+    import json
+
+    from test_llm_vllm import vllm_experiment
+
+    from trainers.config import ExperimentConfig
+    from trainers.run import train
+
+    data = vllm_experiment(tmp_path).to_dict()
+    for pool in ("agent_0", "agent_1"):
+        data["pools"][pool]["model"].update(tiny_seed=0, lora=dict(LORA))
+    data["output"]["checkpoint_every"] = 0
+    result = train(ExperimentConfig.from_dict(data))
+    assert result.status == "completed" and result.iterations == 2
+    rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        pre = "losses/agent_0/grpo/"
+        assert row[pre + "mismatch_abs_logprob"] < 1e-4, row[pre + "mismatch_abs_logprob"]
+        assert row[pre + "tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert not any(k.startswith("losses/agent_1/") for k in row)

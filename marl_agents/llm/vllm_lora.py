@@ -179,7 +179,4 @@ class VLLMLoRASampler:
         from marl_agents.llm.vllm_sampler import check_version
 
         check_version(self.version, version)
-        return self.backend.generate(
-            [list(p) for p in prompts], params, lora_request=self.request
-        )
-
+        return self.backend.generate([list(p) for p in prompts], params, lora_request=self.request)
