@@ -25,15 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MEDIUM = dict(
-    hidden_size=512,
-    intermediate_size=1408,
-    num_hidden_layers=8,
-    num_attention_heads=8,
-    num_key_value_heads=8,
-    head_dim=64,
-)
-LORA = {"r": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+sys.path.insert(0, str(ROOT / "bench"))
+
+from lora_pools import LORA, MEDIUM  # noqa: E402  (the same sizes as the memory bench)
 
 
 def build(model: str, lora: bool, spaces: Any) -> list[Any]:
@@ -93,6 +87,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--kinds", nargs="+", choices=("full", "lora"), default=["full", "lora"])
     args = ap.parse_args()
     from marl_agents.llm.tiny import make_tiny_model
     from scenarios.text_space import TextSpaces
@@ -103,9 +98,11 @@ def main() -> None:
         make_tiny_model(model, seed=0, **MEDIUM)
     spaces = TextSpaces(vocab_size=384, max_prompt_tokens=32, max_new_tokens=args.new_tokens)
     res = {}
-    for kind in ("full", "lora"):
+    for kind in args.kinds:  # one process per kind (--kinds lora) avoids order effects
         res[kind] = measure(build(model, kind == "lora", spaces), args.batch, args.rounds)
         print(kind, {k: round(v, 4) for k, v in res[kind].items()}, flush=True)
+    if len(res) < 2:
+        return
     f, lo = res["full"], res["lora"]
     print(
         f"size={args.size} batch={args.batch}: sync LoRA/full {lo['sync_s'] / f['sync_s']:.2f}x, "

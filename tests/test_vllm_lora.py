@@ -41,11 +41,9 @@ def _module(pool: str) -> Any:
 
 def _randomize(m: Any, seed: int) -> None:
     """Non-zero B matrices (a fresh adapter is the identity), as a new version (set_state)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in m.adapter.items():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    from test_lora import randomize
+
+    randomize(m, seed)
     m.set_state(m.get_state(inference_only=True))
 
 

@@ -170,12 +170,8 @@ class VLLMLoRASampler:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, version: int
     ) -> list[Generation]:
-        """Sample one completion per prompt with this module's adapter.
-
-        Raises:
-            StaleWeightsError: the engine holds adapter version ``self.version``, not
-                ``version``.
-        """
+        """As :meth:`VLLMSampler.generate <marl_agents.llm.vllm_sampler.VLLMSampler.generate>`,
+        with this module's adapter (its ``LoRARequest``)."""
         from marl_agents.llm.vllm_sampler import check_version
 
         check_version(self.version, version)

@@ -16,6 +16,9 @@ Contract (``model.sampler: vllm`` of an LLM pool, used by
 * **Outputs.** Token ids exactly as vLLM sampled them; behaviour logprobs under
   ``softmax(logits / T)`` (``logprobs_mode="processed_logprobs"``, top-p 1), what the GRPO
   learner scores and what TIS (``grpo.tis``) compares against.
+* **LoRA modules.** :func:`make_sampler` gives a module whose LM is an adapter on a shared
+  base a :class:`~marl_agents.llm.vllm_lora.VLLMLoRASampler` instead (one multi-LoRA engine
+  per base, adapter-only syncs: :mod:`marl_agents.llm.vllm_lora`).
 """
 
 from __future__ import annotations
@@ -62,28 +65,19 @@ def check_version(held: int, asked: int) -> None:
         )
 
 
-def make_sampler(
-    model: Any,
-    tokenizer: Any,
-    *,
-    path: str | os.PathLike[str] | None = None,
-    version: int = 0,
-    max_model_len: int = 1024,
-    seed: int = 0,
-) -> Any:
+def make_sampler(model: Any, tokenizer: Any, **kwargs: Any) -> Any:
     """The vLLM sampler for a module's ``model``: a LoRA module's adapter
     (:class:`~marl_agents.llm.lora.AdapterModel`) is served by its base's multi-LoRA engine
     (:class:`~marl_agents.llm.vllm_lora.VLLMLoRASampler`), a full model by its own
-    :class:`VLLMSampler`."""
+    :class:`VLLMSampler` (``kwargs``: :class:`VLLMSampler`'s; ``path`` unused for LoRA)."""
     from marl_agents.llm.lora import AdapterModel
 
     if isinstance(model, AdapterModel):
         from marl_agents.llm.vllm_lora import VLLMLoRASampler
 
-        return VLLMLoRASampler(model, version=version, max_model_len=max_model_len, seed=seed)
-    return VLLMSampler(
-        model, tokenizer, path=path, version=version, max_model_len=max_model_len, seed=seed
-    )
+        kwargs.pop("path", None)  # the engine loads the shared base, not the module
+        return VLLMLoRASampler(model, **kwargs)
+    return VLLMSampler(model, tokenizer, **kwargs)
 
 
 class VLLMSampler:
