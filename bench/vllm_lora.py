@@ -10,7 +10,7 @@ saved and re-added under a new id) and the sampling throughput of both pools (to
 Models: ``tiny`` (378k parameters) or ``medium`` (a Qwen2 built in code: hidden 512,
 8 layers, ~26M parameters, saved to a temporary directory).
 
-    /work/venv-vllm/bin/python bench/vllm_lora.py [--size medium] [--batch 16] [--rounds 3]
+    .venv-vllm/bin/python bench/vllm_lora.py [--size medium] [--batch 16] [--rounds 3]
 """
 
 from __future__ import annotations

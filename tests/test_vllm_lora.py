@@ -1,5 +1,5 @@
 """vLLM multi-LoRA serving of LoRA pools (``sampler: vllm`` + ``lora``; opt-in ``--vllm``:
-``/work/venv-vllm/bin/python -m pytest --vllm tests/test_vllm_lora.py``).
+``.venv-vllm/bin/python -m pytest --vllm tests/test_vllm_lora.py``).
 
 Two LoRA modules on the tiny base, in one process, are served by ONE in-process vLLM engine
 (marl_agents/llm/vllm_lora.py); their sampled tokens' logprobs agree with transformers +

@@ -4,8 +4,9 @@ Contract (``model.sampler: vllm`` of a LoRA pool; :func:`~marl_agents.llm.vllm_s
 make_sampler` picks :class:`VLLMLoRASampler` for a module whose ``model`` is an
 :class:`~marl_agents.llm.lora.AdapterModel`):
 
-* **One engine per base.** :data:`ENGINES` maps a :func:`~marl_agents.llm.lora.base_key` to
-  a :class:`LoRAEngine`: a :class:`~marl_agents.llm.vllm_backend.VLLMBackend` on the base's
+* **One engine per base.** :data:`ENGINES` maps a :func:`~marl_agents.llm.lora.base_key`
+  (and the context length: modules of other text spaces get their own) to a
+  :class:`LoRAEngine`: a :class:`~marl_agents.llm.vllm_backend.VLLMBackend` on the base's
   weights (never synced) started with ``enable_lora=True``, ``max_lora_rank`` the smallest
   vLLM rank ≥ the largest adapter rank on the base at start, ``max_loras`` the number of live
   adapters on the base then (vLLM swaps adapters LRU beyond it: slower, still correct).
@@ -31,8 +32,8 @@ from typing import Any
 from marl_agents.llm.backend import Generation, SamplingParams
 from marl_agents.llm.vllm_backend import VLLMBackend, import_vllm
 
-#: base key → the LoRA engine of this process.
-ENGINES: dict[tuple[str, str, int], LoRAEngine] = {}
+#: (base key, max_model_len) → the LoRA engine of this process.
+ENGINES: dict[tuple[tuple[str, str, int], int], LoRAEngine] = {}
 #: vLLM's accepted ``max_lora_rank`` values (``vllm.config.lora.MaxLoRARanks``).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -106,10 +107,12 @@ def _positions(model: Any, max_model_len: int) -> dict[str, Any]:
 
 
 def lora_engine(shared: Any, *, max_model_len: int = 1024, seed: int = 0) -> LoRAEngine:
-    """This process's engine for ``shared``'s base (started on first use)."""
-    engine = ENGINES.get(shared.key)
+    """This process's engine for ``shared``'s base and ``max_model_len`` (started on first
+    use)."""
+    key = (shared.key, max_model_len)
+    engine = ENGINES.get(key)
     if engine is None or engine.shared is not shared:
-        engine = ENGINES[shared.key] = LoRAEngine(shared, max_model_len=max_model_len, seed=seed)
+        engine = ENGINES[key] = LoRAEngine(shared, max_model_len=max_model_len, seed=seed)
     return engine
 
 
