@@ -221,6 +221,16 @@ def test_engine_reaches_the_env_from_the_config() -> None:
     assert env.engine == "langgraph" and not isinstance(env._run, SteppedRun)
 
 
+def test_evaluation_envs_use_the_runs_engine_and_episode_limit() -> None:
+    from trainers.config import ExperimentConfig
+    from trainers.evaluate import _make_env
+    from trainers.plan import resolve
+
+    cfg = ExperimentConfig(scenario="delegate", episodes={"engine": "langgraph", "timeout_s": 7})
+    env = _make_env(resolve(cfg, ray_workers=False).env_config, cfg)
+    assert (env.engine, env.episode_timeout_s) == ("langgraph", 7)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> None:
     from configs import tiny_config

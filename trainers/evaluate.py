@@ -173,17 +173,12 @@ def evaluate(
         raise ConfigError(f"k must be an integer ≥ 1 (samples per task), got {k!r}")
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
+    env = make_env(plan.env_config) if make_env else _make_env(plan.env_config, cfg)
     if k is not None:
-        env = make_env(plan.env_config) if make_env else _make_env(plan.env_config)
         return evaluate_passk(
             cfg, plan, policy, env, range(seed, seed + episodes), k, baseline, show
         )
     method = credit or cfg.credit.method
-    if make_env is None:
-        env = _make_env(plan.env_config)
-        env.episode_timeout_s = cfg.episodes.timeout_s
-    else:
-        env = make_env(plan.env_config)
     records, kept = [], []
     for i in range(episodes):
         records.append(_episode(env, policy, seed + i, method, cfg))
@@ -250,12 +245,16 @@ def _print_passk(tables: Mapping[str, Mapping[str, float]], plan: Any, baseline:
     Console().print(table)
 
 
-def _make_env(env_config: Mapping[str, Any]) -> Any:
+def _make_env(env_config: Mapping[str, Any], cfg: ExperimentConfig) -> Any:
+    """The run's ``GraphEnv`` with its episode limit and engine (rewards: the verifier's)."""
     from scenarios.registry import make
 
-    return make(
+    env = make(
         env_config["scenario"], topology=env_config.get("topology"), **env_config.get("kwargs", {})
     )
+    env.episode_timeout_s = cfg.episodes.timeout_s
+    env.engine = cfg.episodes.engine
+    return env
 
 
 def _episode(
