@@ -2,7 +2,8 @@
 
 * ``--slow`` runs tests marked ``slow`` (learning tests); ``--vllm`` runs tests marked
   ``vllm`` (start a vLLM engine on CPU); ``--gpu`` runs tests marked ``gpu`` (need CUDA).
-  All three are skipped by default.
+  All three are skipped by default. ``--sampler rllib`` runs the in-process trainings on
+  RLlib's own sampler instead of the batched one (``episodes.sampler``).
 * ``ray_session``: a session-scoped local Ray (``num_cpus=2``, no dashboard) started once,
   on first use, and shut down at the end. Tests that need Ray request it.
 * Threads: ``OMP_NUM_THREADS=1`` before torch is imported and torch limited to one thread.
@@ -32,6 +33,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False, help=OPT_IN["slow"])
     parser.addoption("--vllm", action="store_true", default=False, help=OPT_IN["vllm"])
     parser.addoption("--gpu", action="store_true", default=False, help=OPT_IN["gpu"])
+    parser.addoption(
+        "--sampler",
+        choices=("auto", "rllib"),
+        default="auto",
+        help="rllib: run every in-process training on RLlib's sampler (episodes.sampler: rllib)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--sampler") == "rllib":  # in this process (not remote runners)
+        import trainers.algo
+
+        trainers.algo.batched_sampler = lambda cfg, plan: False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -140,6 +140,10 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config.framework("torch")
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
     config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(plan)))
+    if batched_sampler(cfg, plan):
+        from trainers.batched_runner import BatchedEnvRunner
+
+        config.env_runners(env_runner_cls=BatchedEnvRunner)
     learners: dict[str, Any] = {
         "num_learners": cfg.resources.num_learners,
         "num_gpus_per_learner": cfg.resources.num_gpus_per_learner,
@@ -203,6 +207,17 @@ def _env_runner_kwargs(
         "batch_mode": "complete_episodes" if whole else "truncate_episodes",
         "num_cpus_per_env_runner": 1,
     }
+
+
+def batched_sampler(cfg: ExperimentConfig, plan: Plan) -> bool:
+    """Whether env runners sample with :class:`~trainers.batched_runner.BatchedEnvRunner`:
+    ``episodes.sampler`` ``batched``, or ``auto`` when no pool is an LLM (``resolve`` refuses
+    ``batched`` with LLM pools)."""
+    from marl_agents.pools import LLMModel
+
+    if cfg.episodes.sampler == "rllib":
+        return False
+    return not any(isinstance(p.model, LLMModel) for p in plan.pools.values())
 
 
 def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:

@@ -672,6 +672,7 @@ class OutputConfig:
 #: ``episodes.engine`` values: scenarios.engine.ENGINES (kept here so that loading a config does
 #: not import LangGraph; tests/test_fast_path.py checks that they agree)
 ENGINES = ("auto", "langgraph", "fast", "check")
+SAMPLERS = ("auto", "batched", "rllib")
 
 
 @dataclasses.dataclass
@@ -690,11 +691,16 @@ class EpisodesConfig:
             it, else LangGraph), ``langgraph``, ``fast`` (the fast path, or an error naming why
             not) or ``check`` (both, compared at every step: slow, for tests); the same
             episodes either way (:class:`scenarios.engine.GraphEnv`).
+        sampler: how env runners sample: ``auto`` (``batched`` unless a pool is an LLM),
+            ``batched`` (:mod:`trainers.batched_runner`: one forward per module per step over
+            all acting agents, per-env RNG streams) or ``rllib`` (RLlib's own
+            ``MultiAgentEnvRunner``, for comparison).
     """
 
     timeout_s: float | None = 300.0
     fail_after: int = 1
     engine: str = "auto"
+    sampler: str = "auto"
 
     def __post_init__(self) -> None:
         typed(self, "episodes")
@@ -715,6 +721,10 @@ class EpisodesConfig:
         if self.engine not in ENGINES:
             raise ConfigError(
                 f"episodes.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}"
+            )
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                f"episodes.sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
             )
 
 

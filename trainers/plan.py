@@ -319,6 +319,11 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
             f"pool(s) {llm} are LLMs (model.type 'llm'): they run with token-level GRPO; set "
             f"algorithm.name: GRPO ({name} needs a value function, which a causal LM has not)"
         )
+    if llm and cfg.episodes.sampler == "batched":
+        raise ConfigError(
+            f"episodes.sampler: batched samples small-network pools only, but {llm} are LLMs "
+            "(their modules sample tokens themselves): use episodes.sampler: auto or rllib"
+        )
     if isinstance(cfg.algorithm, GRPOAlgo) and cfg.algorithm.grpo.kl_coef:
         other = [f"{p.id} ({p.model.type})" for p in pools.values()
                  if p.trainable and not isinstance(p.model, LLMModel)]  # fmt: skip

@@ -48,6 +48,7 @@ RUNNER_ATTRS = (
     "_shared_data",
     "_weights_seq_no",
     "_marl_policy_version",  # trainers.async_sampling.RUNNER_VERSION
+    "_batched",  # trainers.batched_runner.STATE_ATTR
 )
 
 

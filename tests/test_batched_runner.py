@@ -1,0 +1,281 @@
+"""The batched sampler (``episodes.sampler: batched``) against RLlib's own.
+
+What a user relies on: the same policy gives the same action distribution; the episodes carry
+the same columns, so every learner path (GAE, credit, GRU sequences, GRPO) reads them alike;
+a seed fixes every episode without ``PYTHONHASHSEED``; an env's episodes do not depend on how
+many other envs share the batch; and the switch back to RLlib's sampler is one config key.
+Runners are built directly here (no Ray needed: the local env runner is a plain object).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchMultiCategorical,
+)
+
+from trainers.algo import to_algorithm_config
+from trainers.batched_runner import BatchedEnvRunner, sample_rows
+from trainers.config import ConfigError, ExperimentConfig
+from trainers.plan import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+TEAM = {
+    "topology": "star:3",
+    "pools": {
+        "orchestrator": {"model": {"type": "mlp"}},
+        "worker": {"model": {"type": "gru", "gru_size": 16}},
+    },
+}
+
+
+def runner(cls: type, extra: dict[str, Any] | None = None, envs: int = 4) -> Any:
+    cfg = ExperimentConfig.from_dict(
+        {**TEAM, **(extra or {}), "resources": {"num_envs_per_env_runner": envs}}
+    )
+    return cls(config=to_algorithm_config(cfg))
+
+
+def copy_weights(src: Any, dst: Any) -> None:
+    dst.module.set_state(src.module.get_state())
+
+
+# ----- the distribution ---------------------------------------------------------------------
+def frequencies(actions: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(actions, minlength=n) / len(actions)
+
+
+def test_categorical_rows_follow_the_distribution() -> None:
+    logits = torch.tensor([[2.0, 0.5, -1.0, 0.0]]).repeat(20_000, 1)
+    dist = TorchCategorical.from_logits(logits)
+    rngs = [np.random.default_rng(i) for i in range(len(logits))]
+    got = sample_rows(dist, rngs).numpy()
+    p = torch.softmax(logits[0], -1).numpy()
+    sigma = np.sqrt(p * (1 - p) / len(got))
+    assert np.all(np.abs(frequencies(got, 4) - p) < 5 * sigma)
+
+
+def test_multicategorical_parts_are_independent_and_follow_their_logits() -> None:
+    lens = [2, 3]
+    logits = torch.tensor([[0.0, 1.5, -0.5, 0.2, 1.0]]).repeat(20_000, 1)
+    dist = TorchMultiCategorical.get_partial_dist_cls(input_lens=lens).from_logits(logits)
+    rng = np.random.default_rng(0)
+    got = sample_rows(dist, [rng] * len(logits)).numpy()
+    assert got.shape == (20_000, 2)
+    for part, (lo, hi) in enumerate([(0, 2), (2, 5)]):
+        p = torch.softmax(logits[0, lo:hi], -1).numpy()
+        sigma = np.sqrt(p * (1 - p) / len(got))
+        assert np.all(np.abs(frequencies(got[:, part], hi - lo) - p) < 5 * sigma)
+    joint = frequencies(got[:, 0] * 3 + got[:, 1], 6)  # independence: p(a, b) = p(a) p(b)
+    p0, p1 = (torch.softmax(logits[0, s], -1).numpy() for s in (slice(0, 2), slice(2, 5)))
+    assert np.abs(joint - np.outer(p0, p1).ravel()).max() < 0.02
+
+
+def test_gaussian_rows_have_the_distribution_moments() -> None:
+    logits = torch.tensor([[1.0, -2.0, np.log(0.5), np.log(2.0)]]).repeat(20_000, 1)
+    dist = TorchDiagGaussian.from_logits(logits)
+    got = sample_rows(dist, [np.random.default_rng(7)] * len(logits)).numpy()
+    np.testing.assert_allclose(got.mean(0), [1.0, -2.0], atol=0.05)
+    np.testing.assert_allclose(got.std(0), [0.5, 2.0], rtol=0.03)
+
+
+def test_batched_and_rllib_runners_sample_the_same_action_frequencies() -> None:
+    """Same weights, same task: the orchestrator's first action has the same distribution
+    under both samplers (many episodes, first step only, compared within 5 sigma)."""
+    ours, theirs = runner(BatchedEnvRunner, envs=16), None
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    theirs = runner(MultiAgentEnvRunner, envs=16)
+    copy_weights(ours, theirs)
+    counts = {}
+    for name, r in (("batched", ours), ("rllib", theirs)):
+        firsts = []
+        for _ in range(30):
+            for ep in r.sample(num_episodes=16, explore=True):
+                firsts.append(tuple(ep.agent_episodes["orchestrator"].get_actions()[0]))
+        counts[name] = firsts
+    # the first decision's marginal over the first part (4 choices), pooled over tasks
+    a = np.array([f[0] for f in counts["batched"]])
+    b = np.array([f[0] for f in counts["rllib"]])
+    fa, fb = frequencies(a, 4), frequencies(b, 4)
+    sigma = np.sqrt(fa * (1 - fa) / len(a) + fb * (1 - fb) / len(b)) + 1e-9
+    assert np.all(np.abs(fa - fb) < 5 * sigma), (fa, fb)
+
+
+# ----- the episodes -------------------------------------------------------------------------
+def _columns(episode: Any) -> dict[str, Any]:
+    """Per agent: the extra-output keys and each column's dtype and per-step shape."""
+    out = {}
+    for aid, sa in episode.agent_episodes.items():
+        cols = {}
+        for key in sa.extra_model_outputs:
+            v = sa.get_extra_model_outputs(key)
+            if isinstance(v, dict):
+                v = next(iter(v.values()))
+            cols[key] = (str(np.asarray(v).dtype), np.asarray(v).shape[1:])
+        actions = np.asarray(sa.get_actions())
+        cols["actions"] = (str(actions.dtype), actions.shape[1:])
+        obs = np.asarray(sa.get_observations())
+        cols["obs"] = (str(obs.dtype), obs.shape[1:])
+        out[aid] = cols
+    return out
+
+
+def test_episodes_carry_rllibs_columns_for_mlp_gru_and_scripted_pools() -> None:
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    scripted = {"type": "scripted", "policy": "delegate.scripted_worker"}
+    for extra in ({}, {"pools": {"worker": {"model": scripted}}}):
+        team = {**TEAM, **extra, "pools": {**TEAM["pools"], **extra.get("pools", {})}}
+        ours = runner(BatchedEnvRunner, team)
+        theirs = runner(MultiAgentEnvRunner, team)
+        a = ours.sample(num_episodes=2, explore=True)[0]
+        b = theirs.sample(num_episodes=2, explore=True)[0]
+        assert a.is_numpy and b.is_numpy
+        ca, cb = _columns(a), _columns(b)
+        assert set(ca) == set(cb) or set(ca) & set(cb), (set(ca), set(cb))
+        for aid in set(ca) & set(cb):
+            assert ca[aid] == cb[aid], aid
+
+
+def test_gru_state_out_continues_across_steps() -> None:
+    """The state stored at step t is the state fed at step t + 1 (what the learner's sequence
+    connector reads back)."""
+    r = runner(BatchedEnvRunner)
+    module = r.module["worker"]
+    for ep in r.sample(num_episodes=4, explore=True):
+        for aid, sa in ep.agent_episodes.items():
+            if not aid.startswith("worker") or len(sa) < 2:
+                continue
+            obs = torch.as_tensor(np.asarray(sa.get_observations()[:-1]), dtype=torch.float32)
+            h = module.get_initial_state()["h"][None]
+            logits = []
+            with torch.no_grad():
+                for t in range(len(sa)):
+                    out = module.forward_inference(
+                        {Columns.OBS: obs[t][None, None], Columns.STATE_IN: {"h": h}}
+                    )
+                    h = out[Columns.STATE_OUT]["h"]
+                    stored = sa.get_extra_model_outputs(Columns.STATE_OUT, indices=t)["h"]
+                    np.testing.assert_allclose(h[0].numpy(), stored, atol=1e-6)
+                    logits.append(out[Columns.ACTION_DIST_INPUTS][0, 0].numpy())
+            stored_logits = sa.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+            np.testing.assert_allclose(np.stack(logits), stored_logits, atol=1e-5)
+            return
+    pytest.fail("no worker acted twice in 4 episodes")
+
+
+def test_logp_is_the_log_probability_of_the_stored_action() -> None:
+    r = runner(BatchedEnvRunner)
+    ep = r.sample(num_episodes=1, explore=True)[0]
+    sa = ep.agent_episodes["orchestrator"]
+    logits = torch.as_tensor(sa.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS))
+    dist = r.module["orchestrator"].get_exploration_action_dist_cls().from_logits(logits)
+    want = dist.logp(torch.as_tensor(np.asarray(sa.get_actions()))).numpy()
+    np.testing.assert_allclose(sa.get_extra_model_outputs(Columns.ACTION_LOGP), want, atol=1e-6)
+
+
+def test_without_exploration_the_mode_is_taken() -> None:
+    r = runner(BatchedEnvRunner)
+    ep = r.sample(num_episodes=1, explore=False)[0]
+    sa = ep.agent_episodes["orchestrator"]
+    logits = sa.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+    want = np.stack([logits[:, s].argmax(-1) for s in (slice(0, 4), slice(4, 8), slice(8, 12))])
+    np.testing.assert_array_equal(np.asarray(sa.get_actions()), want.T)
+
+
+# ----- determinism --------------------------------------------------------------------------
+def _actions(episodes: list[Any]) -> list[list[list[int]]]:
+    return [
+        [np.asarray(sa.get_actions()).ravel().tolist() for _, sa in sorted(items.items())]
+        for items in (e.agent_episodes for e in episodes)
+    ]
+
+
+def _finished_by_env(r: Any) -> dict[int, list[Any]]:
+    """Record each sub-env's finished episodes (in order) as ``r`` samples."""
+    seen: dict[int, list[Any]] = {}
+    step = r._step_env
+
+    def recording(i: int, *args: Any) -> None:
+        before = r._ongoing_episodes[i]
+        step(i, *args)
+        if r._ongoing_episodes[i] is not before:
+            seen.setdefault(i, []).append(before)
+
+    r._step_env = recording
+    return seen
+
+
+def test_an_envs_episodes_do_not_depend_on_the_other_envs() -> None:
+    """Env 0 of a 2-env and of a 5-env runner: same seed stream, same episodes."""
+    small, big = runner(BatchedEnvRunner, envs=2), runner(BatchedEnvRunner, envs=5)
+    copy_weights(small, big)
+    a, b = _finished_by_env(small), _finished_by_env(big)
+    small.sample(num_timesteps=100, explore=True)
+    big.sample(num_timesteps=250, explore=True)
+    assert len(a[0]) >= 3 and len(b[0]) >= 3
+    assert _actions(a[0][:3]) == _actions(b[0][:3])
+    assert _actions(a[1][:3]) == _actions(b[1][:3])
+    assert _actions(b[0][:3]) != _actions(b[2][:3])  # other envs: other streams
+
+
+SCRIPT = """
+import json, sys, numpy as np, torch
+torch.manual_seed(0)
+from trainers.algo import to_algorithm_config
+from trainers.batched_runner import BatchedEnvRunner
+from trainers.config import ExperimentConfig
+cfg = ExperimentConfig.from_dict({team!r})
+r = BatchedEnvRunner(config=to_algorithm_config(cfg))
+torch.manual_seed(1)
+for m in r.module.values():
+    for p in m.parameters():
+        p.data.normal_(0, 0.3)
+eps = r.sample(num_episodes=12, explore=True)
+print(json.dumps([[np.asarray(sa.get_actions()).ravel().tolist()
+                   for _, sa in sorted(e.agent_episodes.items())] for e in eps]))
+"""
+
+
+def test_a_seed_fixes_the_episodes_without_pythonhashseed() -> None:
+    team = {**TEAM, "seed": 3, "resources": {"num_envs_per_env_runner": 4}}
+    outs = []
+    for hashseed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(SCRIPT.format(team=team))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert len(outs[0]) == 12 and outs[0] == outs[1]
+
+
+# ----- the switch ---------------------------------------------------------------------------
+def test_sampler_switch_and_its_errors() -> None:
+    from trainers.algo import batched_sampler
+
+    cfg = ExperimentConfig.from_dict(TEAM)
+    assert batched_sampler(cfg, resolve(cfg))
+    cfg = ExperimentConfig.from_dict({**TEAM, "episodes": {"sampler": "rllib"}})
+    assert not batched_sampler(cfg, resolve(cfg))
+    with pytest.raises(ConfigError, match=r"episodes\.sampler must be one of"):
+        ExperimentConfig.from_dict({**TEAM, "episodes": {"sampler": "fast"}}).check()

@@ -1,0 +1,408 @@
+"""The batched multi-agent sampler (``episodes.sampler: batched``, the default for teams of
+small networks).
+
+:class:`BatchedEnvRunner` is RLlib's ``MultiAgentEnvRunner`` with its sampling loop replaced;
+everything around the loop is RLlib's own (weights sync, metrics reduction, checkpoints,
+fault tolerance, remote runners), and it still hands the learner ``MultiAgentEpisode``s, so the
+learner connectors (GAE, credit, GRPO groups, GRU sequences) are unchanged. Per step it
+
+* gathers the acting agents of every sub-env and runs **one forward pass per module** on their
+  stacked observations (``forward_exploration``, or ``forward_inference`` with
+  ``explore=False``), with GRU states carried per ``(env, agent)``;
+* samples every row from the module's action distribution by inverse CDF with uniforms (or
+  normals) drawn from **that sub-env's own generator** (``SeedSequence([seed, worker, env])``):
+  an episode's actions depend on its env's stream only, not on which other agents shared the
+  batch, set iteration order or ``PYTHONHASHSEED``; log-probabilities come from RLlib's
+  distribution (``dist.logp``), as in RLlib's sampler;
+* writes each env step once into the episode (``add_env_step``) and turns an episode into
+  numpy once, when it ends; per-agent step counts are logged once per ``sample()`` call.
+
+Actions, log-probabilities, distribution inputs, GRU ``state_out`` and ``weights_seq_no`` land
+in the episodes under RLlib's column names, so the two samplers are interchangeable; the same
+policy gives the same action distribution (tested). Not covered (use ``sampler: rllib``):
+LLM pools (their modules sample tokens themselves), ``random_actions`` (delegated to RLlib's
+loop), custom env-to-module / module-to-env connectors (there are none in an experiment
+config). The RLlib sampler remains behind ``episodes.sampler: rllib``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchMultiCategorical,
+)
+from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+from ray.rllib.utils.metrics import (
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+
+from trainers.phase_timers import FORWARD_CLOCK
+
+#: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
+#: :mod:`trainers.resume` with RLlib's own)
+STATE_ATTR = "_batched"
+
+
+@dataclasses.dataclass
+class SamplerState:
+    """Per sub-env: the observations of the agents to act next, GRU states, the RNG."""
+
+    pending: list[dict[str, Any] | None]
+    states: list[dict[str, Any]]
+    rngs: list[np.random.Generator]
+
+
+def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.random.Generator]:
+    """One generator per sub-env, from ``(seed, worker, env)`` alone."""
+    base = 0 if seed is None else int(seed)
+    return [np.random.default_rng([base, int(worker_index), i]) for i in range(num_envs)]
+
+
+def draws_per_row(dist: Any) -> int:
+    """How many random numbers one row of ``dist`` consumes (0: sampled by torch)."""
+    if isinstance(dist, TorchCategorical):
+        return 1
+    if isinstance(dist, TorchMultiCategorical):
+        return len(dist._cats)
+    if isinstance(dist, TorchDiagGaussian):
+        return int(dist._dist.loc.shape[-1])
+    return 0
+
+
+def sample_rows(dist: Any, rngs: Sequence[np.random.Generator]) -> torch.Tensor:
+    """A sample of every row of ``dist``, row ``r`` driven by ``rngs[r]`` alone.
+
+    Categorical parts by inverse CDF on one uniform each, diagonal Gaussians from standard
+    normals; other distributions fall back to ``dist.sample()`` (torch's global RNG).
+    """
+    k = draws_per_row(dist)
+    if k == 0:
+        return dist.sample()
+    if isinstance(dist, TorchDiagGaussian):
+        z = torch.from_numpy(np.stack([rng.standard_normal(k) for rng in rngs])).to(
+            dist._dist.loc.dtype
+        )
+        return dist._dist.loc + dist._dist.scale * z
+    u = torch.from_numpy(np.stack([rng.random(k) for rng in rngs]))
+    cats = [dist] if isinstance(dist, TorchCategorical) else dist._cats
+    parts = []
+    for j, cat in enumerate(cats):
+        probs = cat._dist.probs
+        cdf = probs.double().cumsum(-1)
+        idx = (cdf < u[:, j : j + 1]).sum(-1).clamp_max(probs.shape[-1] - 1)
+        parts.append(idx)
+    return parts[0] if isinstance(dist, TorchCategorical) else torch.stack(parts, dim=-1)
+
+
+@dataclasses.dataclass
+class _Rows:
+    """The agents one module acts for in this step: ``(env index, agent id)`` and observations."""
+
+    keys: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    obs: list[Any] = dataclasses.field(default_factory=list)
+
+
+class BatchedEnvRunner(MultiAgentEnvRunner):
+    """``MultiAgentEnvRunner`` whose sampling loop batches every acting agent (module doc)."""
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        super().__init__(config=config, **kwargs)
+        n = self.num_envs
+        setattr(
+            self,
+            STATE_ATTR,
+            SamplerState(
+                pending=[None] * n,
+                states=[{} for _ in range(n)],
+                rngs=env_rngs(self.config.seed, self.worker_index or 0, n),
+            ),
+        )
+        self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
+            "on_episode_step" in type(c).__dict__ for c in self._callbacks
+        )
+
+    @property
+    def sampler_state(self) -> SamplerState:
+        return getattr(self, STATE_ATTR)
+
+    # ----- the loop ---------------------------------------------------------------------
+    def _sample(
+        self,
+        *,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool,
+        random_actions: bool = False,
+        force_reset: bool = False,
+    ) -> list[Any]:
+        if random_actions or self.module is None:
+            return super()._sample(
+                num_timesteps=num_timesteps,
+                num_episodes=num_episodes,
+                explore=explore,
+                random_actions=random_actions,
+                force_reset=force_reset,
+            )
+        for m in self.module.values():  # forward_* toggle train/eval on every call otherwise
+            if isinstance(m, torch.nn.Module):
+                m.eval()
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
+            self._reset_all()
+        if num_episodes is not None:
+            self._needs_initial_reset = True
+        done: list[Any] = []
+        counts = _Counts()
+        while len(done) < num_episodes if num_timesteps is None else counts.env < num_timesteps:
+            ready = [i for i, p in enumerate(self.sampler_state.pending) if p is not None]
+            actions, for_env, extras = self._act(ready, explore)
+            for i in ready:
+                self._step_env(i, actions[i], for_env[i], extras[i], counts, done)
+                if num_episodes is not None and len(done) >= num_episodes:
+                    break
+        counts.log(self)
+        self._done_episodes_for_metrics.extend(done)
+        if num_timesteps is None:
+            return done
+        return done + self._cut_ongoing()
+
+    def _reset_all(self) -> None:
+        """Fresh episodes on every sub-env (seeded on the runner's first reset only)."""
+        self._ongoing_episodes = [None] * self.num_envs
+        self._shared_data = {}
+        self._cached_to_module = None
+        self._ongoing_episodes_for_metrics.clear()
+        seed = self._seed if self._needs_initial_reset else None
+        for i in range(self.num_envs):
+            self._reset_env(i, None if seed is None else seed + i)
+        self._needs_initial_reset = False
+
+    def _reset_env(self, i: int, seed: int | None) -> None:
+        self._new_episode(i, self._ongoing_episodes)
+        obs, infos = self.env.envs[i].reset(seed=seed)
+        self._ongoing_episodes[i].add_env_reset(observations=obs, infos=infos)
+        state = self.sampler_state
+        state.pending[i] = obs
+        state.states[i] = {}
+        self._make_on_episode_callback("on_episode_start", i, self._ongoing_episodes)
+
+    def _step_env(
+        self,
+        i: int,
+        actions: dict[str, Any],
+        for_env: dict[str, Any],
+        extras: dict[str, Any],
+        counts: _Counts,
+        done: list[Any],
+    ) -> None:
+        obs, rewards, terms, truncs, infos = self.env.envs[i].step(for_env)
+        episode = self._ongoing_episodes[i]
+        episode.add_env_step(
+            observations=obs,
+            actions=actions,
+            rewards=rewards,
+            infos=infos,
+            terminateds=terms,
+            truncateds=truncs,
+            extra_model_outputs=extras,
+        )
+        counts.add(obs, episode)
+        self.sampler_state.pending[i] = obs
+        if self._step_callbacks:
+            self._make_on_episode_callback("on_episode_step", i, self._ongoing_episodes)
+        if not episode.is_done:
+            return
+        counts.episodes += 1
+        self._make_on_episode_callback("on_episode_end", i, self._ongoing_episodes)
+        self._prune_zero_len_sa_episodes(episode)
+        done.append(episode.to_numpy() if self.episodes_to_numpy else episode)
+        self._reset_env(i, None)
+
+    def _cut_ongoing(self) -> list[Any]:
+        """The chunks of the episodes still running (RLlib's ``truncate_episodes``); sampling
+        continues in their continuations."""
+        out = []
+        continuations = [
+            e.cut(len_lookback_buffer=self.config.episode_lookback_horizon)
+            for e in self._ongoing_episodes
+        ]
+        for episode in self._ongoing_episodes:
+            if episode.env_t == 0:
+                continue
+            episode.validate()
+            self._ongoing_episodes_for_metrics[episode.id_].append(episode)
+            self._prune_zero_len_sa_episodes(episode)
+            out.append(episode.to_numpy() if self.episodes_to_numpy else episode)
+        self._ongoing_episodes = continuations
+        return out
+
+    # ----- acting -----------------------------------------------------------------------
+    def _act(
+        self, ready: Sequence[int], explore: bool
+    ) -> tuple[dict[int, dict], dict[int, dict], dict[int, dict]]:
+        """Actions (as stored), actions for the env, and extra model outputs, per env."""
+        state = self.sampler_state
+        rows: dict[str, _Rows] = defaultdict(_Rows)
+        for i in ready:
+            episode = self._ongoing_episodes[i]
+            for agent, ob in state.pending[i].items():
+                r = rows[episode.module_for(agent)]
+                r.keys.append((i, agent))
+                r.obs.append(ob)
+        actions: dict[int, dict] = {i: {} for i in ready}
+        for_env: dict[int, dict] = {i: {} for i in ready}
+        extras: dict[int, dict] = {i: {} for i in ready}
+        for mid, r in rows.items():
+            self._act_module(mid, r, explore, actions, for_env, extras)
+        return actions, for_env, extras
+
+    def _act_module(
+        self,
+        mid: str,
+        rows: _Rows,
+        explore: bool,
+        actions: dict[int, dict],
+        for_env: dict[int, dict],
+        extras: dict[int, dict],
+    ) -> None:
+        module = self.module[mid]
+        state = self.sampler_state
+        stateful = module.is_stateful()
+        obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False))
+        batch: dict[str, Any] = {Columns.OBS: obs[:, None] if stateful else obs}
+        if stateful:
+            init = module.get_initial_state()
+            batch[Columns.STATE_IN] = {
+                k: torch.stack([state.states[i].get(a, {}).get(k, v) for i, a in rows.keys])
+                for k, v in init.items()
+            }
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = (module.forward_exploration if explore else module.forward_inference)(batch)
+        FORWARD_CLOCK.seconds += time.perf_counter() - start
+        columns: dict[str, np.ndarray] = {}
+        if Columns.ACTIONS in out:  # scripted modules act directly
+            act = out[Columns.ACTIONS]
+            if Columns.ACTION_LOGP in out:
+                columns[Columns.ACTION_LOGP] = _numpy(out[Columns.ACTION_LOGP])
+        else:
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            logits = logits[:, 0] if stateful else logits  # no time axis
+            with torch.no_grad():
+                act = self._draw(module, logits, rows, explore, columns)
+        act_np = _numpy(act)
+        if stateful:  # the state after this step, per row
+            state_out = {k: v.detach() for k, v in out[Columns.STATE_OUT].items()}
+        seq = self._weights_seq_no
+        space = self._action_space_for(mid)
+        for r, (i, agent) in enumerate(rows.keys):
+            a = act_np[r]
+            actions[i][agent] = a
+            for_env[i][agent] = self._for_env(a, space)
+            extra = {k: v[r] for k, v in columns.items()}
+            extra[WEIGHTS_SEQ_NO] = seq
+            if stateful:
+                h = {k: v[r] for k, v in state_out.items()}
+                state.states[i][agent] = h
+                extra[Columns.STATE_OUT] = {k: v.numpy() for k, v in h.items()}
+            extras[i][agent] = extra
+
+    def _draw(
+        self, module: Any, logits: torch.Tensor, rows: _Rows, explore: bool, columns: dict
+    ) -> torch.Tensor:
+        """Sample (or, without exploration, take the mode of) each row's distribution; the
+        distribution inputs and log-probabilities go to ``columns``."""
+        if explore:
+            dist = module.get_exploration_action_dist_cls().from_logits(logits)
+            rngs = self.sampler_state.rngs
+            act = sample_rows(dist, [rngs[i] for i, _ in rows.keys])
+        else:
+            dist = module.get_inference_action_dist_cls().from_logits(logits)
+            act = dist.to_deterministic().sample()
+        columns[Columns.ACTION_DIST_INPUTS] = _numpy(logits)
+        columns[Columns.ACTION_LOGP] = _numpy(dist.logp(act))
+        return act
+
+    def _action_space_for(self, mid: str) -> Any:
+        spaces = getattr(self, "_module_action_spaces", None)
+        if spaces is None:
+            spaces = self._module_action_spaces = {}
+        if mid not in spaces:
+            spaces[mid] = self.module[mid].action_space
+        return spaces[mid]
+
+    def _for_env(self, action: Any, space: Any) -> Any:
+        """The action the env gets: Box actions unsquashed/clipped as RLlib's connector does."""
+        import gymnasium as gym
+
+        if not isinstance(space, gym.spaces.Box):
+            return action
+        from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+
+        if self.config.normalize_actions:
+            return unsquash_action(action, space)
+        if self.config.clip_actions:
+            return clip_action(action, space)
+        return action
+
+
+def _numpy(t: Any) -> np.ndarray:
+    """``t`` as numpy with RLlib's type reduction (``convert_to_numpy(reduce_type=True)``:
+    int64 → int32, float64 → float32), so episodes match RLlib's sampler column for column."""
+    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    if a.dtype == np.int64:
+        return a.astype(np.int32)
+    if a.dtype == np.float64:
+        return a.astype(np.float32)
+    return a
+
+
+class _Counts:
+    """Steps sampled in one ``sample()`` call, logged once at its end (RLlib logs per step)."""
+
+    def __init__(self) -> None:
+        self.env = 0
+        self.episodes = 0
+        self.agents: Counter[str] = Counter()
+        self.modules: Counter[str] = Counter()
+
+    def add(self, obs: Mapping[str, Any], episode: Any) -> None:
+        self.env += 1
+        for aid in obs:
+            self.agents[str(aid)] += 1
+            self.modules[episode.module_for(aid)] += 1
+
+    def log(self, runner: MultiAgentEnvRunner) -> None:
+        m = runner.metrics
+        m.log_value(NUM_ENV_STEPS_SAMPLED, self.env, reduce="sum")
+        m.log_value(
+            NUM_ENV_STEPS_SAMPLED_LIFETIME, self.env, reduce="lifetime_sum", with_throughput=True
+        )
+        if self.episodes:
+            m.log_value(NUM_EPISODES, self.episodes, reduce="sum")
+            m.log_value(NUM_EPISODES_LIFETIME, self.episodes, reduce="lifetime_sum")
+        for aid, n in self.agents.items():
+            m.log_value((NUM_AGENT_STEPS_SAMPLED, aid), n, reduce="sum")
+            m.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, aid), n, reduce="lifetime_sum")
+        for mid, n in self.modules.items():
+            m.log_value((NUM_MODULE_STEPS_SAMPLED, mid), n, reduce="sum")
+            m.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), n, reduce="lifetime_sum")
+        if self.env:
+            runner._log_env_steps(metric=runner._metrics_num_env_steps_sampled, num_steps=self.env)
