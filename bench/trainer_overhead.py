@@ -11,10 +11,13 @@ one (build and warm-up excluded; everything ``train()`` does between iterations 
 
 Each side runs on both env engines (``episodes.engine``): ``langgraph`` (GraphEnv through
 LangGraph's runtime, the baseline) and ``fast`` (the stepped fast path, the default ``auto``
-here), so the gain of the fast env path shows for plain RLlib and for ``train()`` alike.
+here), so the gain of the fast env path shows for plain RLlib and for ``train()`` alike; and
+``train()`` on the fast env runs once more with RLlib's sampler (``episodes.sampler: rllib``),
+so the batched sampler's own gain shows too. Every row is reported against the best plain
+RLlib configuration on LangGraph (the issue's baseline).
 
 Run: ``python bench/trainer_overhead.py [--iterations 12] [--rounds 3] [--envs 1,4,8,16,32]``.
-Goals: ratio ≥ 0.9; ``train()`` fast/langgraph as large as the env share of the wall time allows.
+Goals: ``train()`` ≥ 3× the best plain RLlib PPO configuration.
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ENV_CONFIG = {"scenario": "delegate", "topology": "star:3", "kwargs": {}}
 POOLS = {"orchestrator": ["orchestrator"], "worker": ["worker_0", "worker_1", "worker_2"]}
+
+
+ROWS = {
+    "plain": "plain RLlib, LangGraph env (baseline)",
+    "plain_same": "plain RLlib at our num_envs, LangGraph env",
+    "ours": "train(), LangGraph env, RLlib sampler",
+    "plain_fast": "plain RLlib, fast env",
+    "ours_fast_rllib": "train(), fast env, RLlib sampler",
+    "ours_fast": "train() defaults (fast env, batched sampler)",
+}
 
 
 def plain_config(num_envs: int, engine: str = "langgraph") -> Any:
@@ -100,7 +113,7 @@ def run_plain(num_envs: int, iterations: int, engine: str = "langgraph") -> floa
     return steps_per_s(marks)
 
 
-def run_ours(iterations: int, out: str, engine: str = "langgraph") -> float:
+def run_ours(iterations: int, out: str, engine: str = "langgraph", sampler: str = "auto") -> float:
     from trainers.config import ExperimentConfig
     from trainers.run import train
 
@@ -110,7 +123,7 @@ def run_ours(iterations: int, out: str, engine: str = "langgraph") -> float:
             "budget": {"iterations": iterations},
             "logging": {"progress": False},  # our default wandb=offline stays on
             "output": {"dir": out},
-            "episodes": {"engine": engine},
+            "episodes": {"engine": engine, "sampler": sampler},
         }
     )
     marks: list[tuple[float, int]] = []
@@ -147,32 +160,31 @@ def main() -> None:
     best = max(found, key=found.__getitem__)
     ours_envs = ResourcesConfig().num_envs_per_env_runner
     print(f"best plain: num_envs={best}; our default: num_envs={ours_envs}")
-    plain, same, ours, plain_fast, ours_fast = [], [], [], [], []
+    rows: dict[str, list[float]] = {k: [] for k in ROWS}
     with tempfile.TemporaryDirectory() as out:
         for r in range(args.rounds):
-            plain.append(run_plain(best, args.iterations))
-            line = f"  round {r + 1}: plain(num_envs={best}) {plain[-1]:7.1f}"
+            rows["plain"].append(run_plain(best, args.iterations))
             if best != ours_envs:  # the same settings as ours: isolates train()'s overhead
-                same.append(run_plain(ours_envs, args.iterations))
-                line += f"  plain(num_envs={ours_envs}) {same[-1]:7.1f}"
-            ours.append(run_ours(args.iterations, out))
-            plain_fast.append(run_plain(best, args.iterations, "fast"))
-            ours_fast.append(run_ours(args.iterations, out, "fast"))
-            print(
-                f"{line}  train() {ours[-1]:7.1f}  | fast env: plain {plain_fast[-1]:7.1f}  "
-                f"train() {ours_fast[-1]:7.1f} env steps/s",
-                flush=True,
-            )
-    p, o = statistics.median(plain), statistics.median(ours)
-    pf, of = statistics.median(plain_fast), statistics.median(ours_fast)
-    print(f"median (langgraph env): best plain {p:.1f}, train() {o:.1f} env steps/s")
-    print(f"median (fast env):      best plain {pf:.1f}, train() {of:.1f} env steps/s")
-    print(f"ratio train()/best plain = {o / p:.3f} (goal ≥ 0.9)")
-    if same:
-        q = statistics.median(same)
-        print(f"ratio train()/plain at our settings = {o / q:.3f} (train()'s own overhead)")
-    print(f"ratio train() fast/langgraph env = {of / o:.3f}; plain RLlib: {pf / p:.3f}")
-    print(f"ratio train() on the fast env / best plain RLlib (langgraph env) = {of / p:.3f}")
+                rows["plain_same"].append(run_plain(ours_envs, args.iterations))
+            rows["ours"].append(run_ours(args.iterations, out, "langgraph", "rllib"))
+            rows["plain_fast"].append(run_plain(best, args.iterations, "fast"))
+            rows["ours_fast_rllib"].append(run_ours(args.iterations, out, "fast", "rllib"))
+            rows["ours_fast"].append(run_ours(args.iterations, out, "fast"))
+            line = "  ".join(f"{ROWS[k]} {v[-1]:.0f}" for k, v in rows.items() if v)
+            print(f"  round {r + 1}: {line} env steps/s", flush=True)
+    med = {k: statistics.median(v) for k, v in rows.items() if v}
+    base = med["plain"]
+    print(f"median env steps/s, and ratio to best plain RLlib (num_envs={best}, langgraph env):")
+    for k, v in med.items():
+        print(f"  {ROWS[k]:<44} {v:7.1f}  ×{v / base:.2f}")
+    if "plain_same" in med:
+        own = med["ours"] / med["plain_same"]
+        print(f"train()'s own overhead (langgraph env, RLlib sampler, same num_envs): ×{own:.3f}")
+    fast_plain, fast_ours = med["plain_fast"] / base, med["ours_fast_rllib"] / med["ours"]
+    print(f"gain of the fast env: plain ×{fast_plain:.2f}, train() ×{fast_ours:.2f}")
+    batched = med["ours_fast"] / med["ours_fast_rllib"]
+    print(f"gain of the batched sampler (fast env): ×{batched:.2f}")
+    print(f"goal: train() / best plain RLlib = ×{med['ours_fast'] / base:.2f} (≥ 3)")
     ray.shutdown()
 
 

@@ -101,7 +101,8 @@ class EpisodeMetrics(RLlibCallback):
     expected return for the same task (where the scenario has one).
 
     Values are logged as per-iteration sums plus a count under ``marl/…`` so that
-    :mod:`trainers.run` reports exact per-iteration means. Failed episodes' error texts and
+    :mod:`trainers.run` reports exact per-iteration means; they are summed per ``sample()``
+    call and logged once at its end (``on_sample_end``). Failed episodes' error texts and
     a few transcripts go to this process's :data:`JOURNAL`, which the trainer drains.
     """
 
@@ -149,8 +150,18 @@ class EpisodeMetrics(RLlibCallback):
         oracle = self._oracle(env_config, seed)
         if oracle is not None:
             values["oracle"] = oracle
-        metrics_logger.log_value((EPISODE_METRICS, "episodes"), 1, reduce="sum")
+        sums = self.__dict__.setdefault("_sums", {})
+        sums["episodes"] = sums.get("episodes", 0) + 1
         for key, value in values.items():
+            sums[key] = sums.get(key, 0.0) + value
+
+    def on_sample_end(self, *, metrics_logger: Any = None, **kwargs: Any) -> None:
+        """Log the sums of this ``sample()`` call's episodes (one ``log_value`` per key, not
+        per episode: the same per-iteration sums)."""
+        sums = self.__dict__.pop("_sums", None)
+        if not sums or metrics_logger is None:
+            return
+        for key, value in sums.items():
             metrics_logger.log_value((EPISODE_METRICS, key), value, reduce="sum")
 
     def _oracle(self, env_config: Mapping[str, Any], seed: int | None) -> float | None:
