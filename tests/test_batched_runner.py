@@ -234,39 +234,40 @@ def test_an_envs_episodes_do_not_depend_on_the_other_envs() -> None:
 
 
 SCRIPT = """
-import json, sys, numpy as np, torch
-torch.manual_seed(0)
-from trainers.algo import to_algorithm_config
-from trainers.batched_runner import BatchedEnvRunner
-from trainers.config import ExperimentConfig
-cfg = ExperimentConfig.from_dict({team!r})
-r = BatchedEnvRunner(config=to_algorithm_config(cfg))
-torch.manual_seed(1)
-for m in r.module.values():
-    for p in m.parameters():
-        p.data.normal_(0, 0.3)
-eps = r.sample(num_episodes=12, explore=True)
-print(json.dumps([[np.asarray(sa.get_actions()).ravel().tolist()
-                   for _, sa in sorted(e.agent_episodes.items())] for e in eps]))
+import json, logging, ray
+from configs import tiny_config
+from trainers.run import train
+ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+rows = []
+from pathlib import Path
+cfg = tiny_config(Path({tmp!r}), **{sections!r})
+train(cfg, report=rows.append)
+print(json.dumps([{{k: v for k, v in r.items() if k.startswith(("charts/team", "losses/"))}}
+                  for r in rows], sort_keys=True))
 """
 
 
-def test_a_seed_fixes_the_episodes_without_pythonhashseed() -> None:
-    team = {**TEAM, "seed": 3, "resources": {"num_envs_per_env_runner": 4}}
+def test_a_seed_fixes_training_without_pythonhashseed(tmp_path: Path) -> None:
+    """Two processes with different ``PYTHONHASHSEED``s train the same (episodes and updates):
+    the sampler's streams are per env, and its episodes order agents sorted for the learner."""
+    sections = {"seed": 3, "pools": TEAM["pools"], "topology": "star:3"}
     outs = []
     for hashseed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hashseed, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONHASHSEED": hashseed,
+               "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}  # fmt: skip
+        script = SCRIPT.format(tmp=str(tmp_path / hashseed), sections=sections)
         proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(SCRIPT.format(team=team))],
+            [sys.executable, "-c", textwrap.dedent(script)],
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=600,
             cwd=ROOT,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert len(outs[0]) == 12 and outs[0] == outs[1]
+    assert len(outs[0]) == 2 and "losses/worker/policy_loss" in outs[0][-1]
+    assert outs[0] == outs[1]
 
 
 # ----- the switch ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchMultiCategorical,
 )
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.utils.metrics import (
     NUM_AGENT_STEPS_SAMPLED,
     NUM_AGENT_STEPS_SAMPLED_LIFETIME,
@@ -59,6 +60,22 @@ from trainers.phase_timers import FORWARD_CLOCK
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
 #: :mod:`trainers.resume` with RLlib's own)
 STATE_ATTR = "_batched"
+
+
+class OrderedEpisode(MultiAgentEpisode):
+    """A ``MultiAgentEpisode`` whose agent ids iterate sorted. RLlib's are ``set``s of strings
+    (``agent_ids``, and ``add_env_step`` creates agents' episodes in set order), whose order
+    follows ``PYTHONHASHSEED``; the learner connectors build each module's batch in that
+    order, so without this a run's updates differ between processes."""
+
+    __slots__ = ()
+
+    @property
+    def agent_ids(self) -> Any:  # a set-like keys view: ``in``, ``|``, ``&`` work as on a set
+        return dict.fromkeys(sorted(self.agent_episodes)).keys()
+
+    def get_agents_that_stepped(self) -> Any:
+        return dict.fromkeys(sorted(self.get_observations(-1))).keys()
 
 
 @dataclasses.dataclass
@@ -194,6 +211,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             self._reset_env(i, None if seed is None else seed + i)
         self._needs_initial_reset = False
 
+    def _new_episode(self, env_index: int, episodes: list[Any] | None = None) -> None:
+        episodes = episodes if episodes is not None else self._ongoing_episodes
+        super()._new_episode(env_index, episodes)
+        episodes[env_index].__class__ = OrderedEpisode
+
     def _reset_env(self, i: int, seed: int | None) -> None:
         self._new_episode(i, self._ongoing_episodes)
         obs, infos = self.env.envs[i].reset(seed=seed)
@@ -243,6 +265,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             e.cut(len_lookback_buffer=self.config.episode_lookback_horizon)
             for e in self._ongoing_episodes
         ]
+        for e in continuations:
+            e.__class__ = OrderedEpisode
         for episode in self._ongoing_episodes:
             if episode.env_t == 0:
                 continue

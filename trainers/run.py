@@ -157,18 +157,21 @@ def describe_error(exc: BaseException, limit: int = 4000) -> str:
 _WARNED_HASH_SEED = False
 
 
-def setup_process() -> None:
-    """One thread for torch and OpenMP (on small CPU boxes extra threads only spin-wait)."""
+def setup_process(hash_seed_matters: bool = True) -> None:
+    """One thread for torch and OpenMP (on small CPU boxes extra threads only spin-wait); a
+    warning when ``PYTHONHASHSEED`` is unset where it matters (RLlib's sampler: not the batched
+    one, whose episodes order agents sorted)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
     global _WARNED_HASH_SEED
-    if "PYTHONHASHSEED" not in os.environ and not _WARNED_HASH_SEED:
+    if hash_seed_matters and "PYTHONHASHSEED" not in os.environ and not _WARNED_HASH_SEED:
         _WARNED_HASH_SEED = True
         log.warning(
             "PYTHONHASHSEED is not set: runs with the same seed can differ across processes "
-            "(RLlib orders agents through sets); the marl CLI sets it"
+            "(RLlib's sampler orders agents through sets); the marl CLI sets it, and "
+            "episodes.sampler: batched does not depend on it"
         )
 
 
@@ -523,7 +526,7 @@ def train(
     Raises:
         ConfigError: a bad config, before Ray starts.
     """
-    from trainers.algo import to_algorithm_config
+    from trainers.algo import batched_sampler, to_algorithm_config
     from trainers.plan import resolve, with_text_defaults
 
     cfg, ckpt, run_dir = _resume_target(cfg, resume, run_dir)
@@ -532,7 +535,7 @@ def train(
     plan = resolve(cfg)
     algo_config = to_algorithm_config(cfg, plan)
     exports = export_pools(cfg, plan)  # every config error is raised by now
-    setup_process()
+    setup_process(hash_seed_matters=not batched_sampler(cfg, plan))
     run = open_run_dir(cfg, run_dir)  # ConfigError for an unwritable output, before Ray
     started_ray = ensure_ray(cfg)
     console = progress_console(cfg)
