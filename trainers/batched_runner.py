@@ -77,6 +77,12 @@ class OrderedEpisode(MultiAgentEpisode):
     def get_agents_that_stepped(self) -> Any:
         return dict.fromkeys(sorted(self.get_observations(-1))).keys()
 
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> OrderedEpisode:
+        episode = MultiAgentEpisode.from_state(state)  # RLlib's builds a MultiAgentEpisode
+        episode.__class__ = cls
+        return episode
+
 
 @dataclasses.dataclass
 class SamplerState:

@@ -55,7 +55,13 @@ def _from_state(kind: str, state: dict[str, Any]) -> Any:
     from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    cls = {"MultiAgentEpisode": MultiAgentEpisode, "SingleAgentEpisode": SingleAgentEpisode}
+    from trainers.batched_runner import OrderedEpisode
+
+    cls = {
+        "MultiAgentEpisode": MultiAgentEpisode,
+        "OrderedEpisode": OrderedEpisode,
+        "SingleAgentEpisode": SingleAgentEpisode,
+    }
     if kind not in cls:
         raise RolloutDumpError(f"rollout dump holds an episode of unknown type {kind!r}")
     return cls[kind].from_state(state)
