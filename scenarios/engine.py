@@ -58,6 +58,7 @@ from scenarios.replay import (
     same,
 )
 from scenarios.stepped import FAST_NODE, SteppedRun
+from scenarios.tool_latency import TOOLS_KEY, ToolEpisode, ToolSettings
 
 #: how live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): ``auto`` (the fast
 #: path where the graph compiles for it), ``langgraph``, ``fast`` (required) or ``check`` (both,
@@ -329,6 +330,10 @@ class GraphEnv(ParallelEnv):
         #: composed reward sources (:mod:`scenarios.reward_sources`); ``None``: the verifier's
         #: reward as it is
         self.rewards: Any = None
+        #: tool latency and timeouts of live episodes (:mod:`scenarios.tool_latency`); ``None``:
+        #: tools run as they are. ``tool_episode``: the current episode's calls (None: no tools)
+        self.tools: ToolSettings | None = None
+        self.tool_episode: ToolEpisode | None = None
 
     @property
     def engine(self) -> str:
@@ -384,6 +389,7 @@ class GraphEnv(ParallelEnv):
         self.seed_used = int(self._np_random.integers(2**31)) if seed is None else int(seed)
         if self._run is not None and not self._run.finished:
             self._run.abort()
+        self.tool_episode = None if self.tools is None else self.tools.episode(self.seed_used)
         self._run = self._episode_run(self.seed_used)
         self.trace, self.outcome, self._steps = [], None, 0
         self.final_state, self.truncated, self.failure, self.error = None, False, None, None
@@ -493,23 +499,28 @@ class GraphEnv(ParallelEnv):
 
     def _episode_run(self, seed: int) -> GraphRun | SteppedRun:
         fast = self.stepped_graph()
+        tools = self.tool_episode
         if fast is None:
-            return self._new_run(seed)
+            return self._new_run(seed, tools=tools)
         return SteppedRun(
             fast,
             self.scenario.initial_state(np.random.default_rng(seed)),
             self.scenario.max_supersteps + 1,
-            fallback=functools.partial(self._new_run, seed),
+            fallback=functools.partial(self._new_run, seed, tools=tools),
             uncounted=self._uncounted,
+            tools=tools,
         )
 
     @contextlib.contextmanager
     def _uncounted(self) -> Iterator[None]:
         """Time the episode's wall-clock limit does not count (a fallback's replay)."""
         start = time.monotonic()
-        alarm = self._alarm
+        alarm, tools = self._alarm, self.tool_episode
         try:
-            with alarm.paused() if alarm is not None else contextlib.nullcontext():
+            with (
+                alarm.paused() if alarm is not None else contextlib.nullcontext(),
+                tools.paused() if tools is not None else contextlib.nullcontext(),
+            ):
                 yield
         finally:
             self._graph_s -= time.monotonic() - start
@@ -531,6 +542,7 @@ class GraphEnv(ParallelEnv):
             # its own per-episode reward state; the sources themselves (judges) are shared
             self._twin.rewards = copy.copy(self.rewards)
         self._twin.episode_timeout_s = self.episode_timeout_s
+        self._twin.tools = self.tools
         return self._twin
 
     def _compare(self, where: str, fast: tuple[Any, ...], truth: tuple[Any, ...]) -> None:
@@ -543,18 +555,21 @@ class GraphEnv(ParallelEnv):
                     f"langgraph {b!r}; run it with engine='langgraph' and report the graph"
                 )
 
-    def _new_run(self, seed: int, skip: bool = False) -> GraphRun:
+    def _new_run(self, seed: int, skip: bool = False, tools: ToolEpisode | None = None) -> GraphRun:
         inputs = self.scenario.initial_state(np.random.default_rng(seed))
         graph = self._graph
         if skip:
             if self._skip_graph is None:
                 self._skip_graph = compile_skippable(self.scenario.build_graph(), self.agent_nodes)
             graph = self._skip_graph
+        config: dict[str, Any] = {"recursion_limit": self.scenario.max_supersteps + 1}
+        if tools is not None:  # a live episode's tool calls (replays run without)
+            config["configurable"] = {TOOLS_KEY: tools}
         return GraphRun(
             graph,
             inputs,
             self.agent_nodes if self.agent_ids is None else None,
-            {"recursion_limit": self.scenario.max_supersteps + 1},
+            config,
             agent_ids=self.agent_ids,
         )
 

@@ -31,7 +31,9 @@ class RLlibGraphEnv(MultiAgentEnv):
             ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
             ``None`` for none; absent: the env's own); ``"rewards"``: a reward-sources spec
             (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
-            the env's engine (:data:`scenarios.engine.ENGINES`).
+            the env's engine (:data:`scenarios.engine.ENGINES`); ``"tool_latency"``
+            (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
+            settings (:mod:`scenarios.tool_latency`; absent or None: none).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -58,6 +60,10 @@ class RLlibGraphEnv(MultiAgentEnv):
             env.rewards = RewardSources.from_spec(config["rewards"], env.scenario)
         if "engine" in config:
             env.engine = config["engine"]
+        if config.get("tool_latency") is not None or config.get("tool_timeout_s") is not None:
+            from scenarios.tool_latency import ToolSettings
+
+            env.tools = ToolSettings.of(config.get("tool_latency"), config.get("tool_timeout_s"))
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []

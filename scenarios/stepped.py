@@ -94,6 +94,8 @@ class SteppedRun:
         fallback: builds the ``GraphRun`` of the same episode (see the module doc).
         uncounted: a context manager the fallback's replay runs in (the env stops the
             episode's wall-clock limit there: the replay redoes work already counted).
+        tools: the episode's tool calls (:class:`scenarios.tool_latency.ToolEpisode`), found
+            by ``tool_latency.active()`` on the bridge; None: tools run as they are.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class SteppedRun:
         recursion_limit: int,
         fallback: Callable[[], GraphRun],
         uncounted: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+        tools: Any = None,
     ) -> None:
         self._uncounted = uncounted
         self.fast = fast
@@ -111,6 +114,7 @@ class SteppedRun:
         self._fallback = fallback
         self._lg: GraphRun | None = None  # the LangGraph run, once the episode fell back
         self.bridge = _Bridge(self._act, fast.agent_nodes, 1 << 62, fast.agent_ids)
+        self.bridge.tools = tools
         self._pending: dict[str, Request] = {}
         self._result: Any = None
         self._error: BaseException | None = None

@@ -60,6 +60,7 @@ from scenarios.declared import DeclaredSpaces
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
 from scenarios.text_space import TextSpaces, encode_prompt, load_tokenizer
+from scenarios.tool_latency import tool_call
 from scenarios.toolcalls import parse_tool_calls, render_tool_call, render_tool_instructions
 from scenarios.toolchain import ANSWER, DONE, OPS, TASK_ARGS, TOOLS, Toolchain
 from topologies import Topology
@@ -274,7 +275,7 @@ class TextToolchain(DeclaredSpaces, Scenario):
                 elif fields[0] == DONE:
                     event = {"agent": node, "kind": "done"}
                 else:
-                    call = self.base.run_tool(state, log, *fields)
+                    call = tool_call(TOOLS[fields[0]], self.base.run_tool, state, log, *fields)
                     call["agent"] = node
                     event = {"agent": node, "kind": "call", "call": len(log)}
                     log.append(call)

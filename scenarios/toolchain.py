@@ -56,6 +56,7 @@ from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.engine import Policy, decide
 from scenarios.registry import register
 from scenarios.reward_sources import Checklist
+from scenarios.tool_latency import tool_call
 from topologies import Topology
 
 TOOLS = ("lookup", "calc", "answer", "done")
@@ -192,7 +193,8 @@ class Toolchain(DeclaredSpaces, Scenario):
                 tool, arg, x, y = checked_action(space, decide(node, obs), node).tolist()
                 if tool == DONE:
                     break
-                call = self.run_tool(state, log, tool, arg, x, y)
+                # latency/timeouts of episodes.tool_latency (scenarios.tool_latency)
+                call = tool_call(TOOLS[tool], self.run_tool, state, log, tool, arg, x, y)
                 call["agent"] = node
                 log.append(call)
                 new.append(call)

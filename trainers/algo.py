@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo
+from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo, to_plain
 from trainers.episode_metrics import EpisodeMetrics
 from trainers.monitors import GOLD_KEY, KL_TO_START
 from trainers.plan import Plan, resolve
@@ -122,7 +122,14 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     algo = cfg.algorithm
     config = algorithm_class(algo.name).get_default_config()
     # the env's wall-clock limit and engine
-    timeout = {"episode_timeout_s": cfg.episodes.timeout_s, "engine": cfg.episodes.engine}
+    episodes = cfg.episodes
+    timeout = {
+        "episode_timeout_s": episodes.timeout_s,
+        "engine": episodes.engine,
+        # slow tools (scenarios.tool_latency): plain values for the env config
+        "tool_latency": to_plain(episodes.tool_latency),
+        "tool_timeout_s": episodes.tool_timeout_s,
+    }
     if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
         timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
     if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import yaml
 
 from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
+from scenarios.tool_latency import ToolLatency
 from trainers.credit import EXACT_MAX_AGENTS, ShapleyMethod
 from trainers.curriculum import CurriculumConfig
 from trainers.monitors import MonitorsConfig
@@ -695,12 +696,20 @@ class EpisodesConfig:
             ``batched`` (:mod:`trainers.batched_runner`: one forward per module per step over
             all acting agents, per-env RNG streams) or ``rllib`` (RLlib's own
             ``MultiAgentEnvRunner``, for comparison).
+        tool_latency: ``{seconds: L, jitter: J}``: every tool call of a live episode first
+            waits ``L`` s, or ``L ± J`` uniform from an RNG of its own (the episodes stay the
+            same), for benchmarks and tests of slow tools (:mod:`scenarios.tool_latency`);
+            ``None``: no latency.
+        tool_timeout_s: a tool call longer than this raises ``ToolTimeout`` inside the tool
+            (by default the episode fails with that error); ``None``: no limit.
     """
 
     timeout_s: float | None = 300.0
     fail_after: int = 1
     engine: str = "auto"
     sampler: str = "auto"
+    tool_latency: ToolLatency | None = None
+    tool_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         typed(self, "episodes")
@@ -725,6 +734,12 @@ class EpisodesConfig:
         if self.sampler not in SAMPLERS:
             raise ConfigError(
                 f"episodes.sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
+        if self.tool_timeout_s is not None and not (
+            self.tool_timeout_s > 0 and math.isfinite(self.tool_timeout_s)
+        ):
+            raise ConfigError(
+                f"episodes.tool_timeout_s must be a positive number of seconds, or null for no "
+                f"limit, got {self.tool_timeout_s!r}"
             )
 
 
