@@ -254,8 +254,7 @@ class Stepper:
         slot = self._slot(i)
         if slot.call is not None and not slot.retired:
             raise RuntimeError(f"env {i} has a {slot.call[0]}() in flight: wait() for it first")
-        if not slot.retired:
-            self._close_slot(slot)
+        self._close_slot(slot)
         self._slots[i] = _Slot(i, env, self.threads, self._results)
 
     @property
@@ -271,14 +270,17 @@ class Stepper:
             return
         self._closed = True
         for slot in self._slots:
-            if not slot.retired:
-                self._close_slot(slot)
+            self._close_slot(slot)
 
     def _close_slot(self, slot: _Slot) -> None:
+        """Close the slot's env in its thread, which then ends; a retired slot's thread does
+        that once (if ever) its hung call returns, and is not waited for."""
         if slot.jobs is None:
             slot.env.close()
             return
         slot.jobs.put(_CLOSE)  # after the call in flight, if any
+        if slot.retired:
+            return
         slot.retired = True  # its answers, if any still come, are dropped
         assert slot.thread is not None
         left = None if slot.deadline is None else max(0.0, slot.deadline - time.perf_counter())

@@ -1,0 +1,338 @@
+"""Slow tools: injected latency keeps episodes identical (sync and async chat apps, toolchain on
+both engines), per-tool timeouts end a hung tool's episode as a named failure, and the
+:class:`~scenarios.in_flight.Stepper` keeps other envs going while one waits (or hangs).
+
+Latencies are milliseconds; nothing here asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from marl_agents.llm.env_chat_model import tokens_action
+from scenarios.in_flight import CallTimeout, Done, Stepper
+from scenarios.registry import make
+from scenarios.replay import same
+from scenarios.rllib_env import RLlibGraphEnv
+from scenarios.tool_latency import ToolLatency, ToolSettings, ToolTimeout, tool_call
+from scenarios.toolcalls import render_tool_call
+from tests.apps import slow_tools
+from trainers.config import ConfigError, EpisodesConfig, ExperimentConfig
+
+APPS = {"sync": "tests.apps.slow_tools:sync_app", "async": "tests.apps.slow_tools:async_app"}
+JITTERED = ToolSettings(ToolLatency(seconds=0.004, jitter=0.003))
+
+
+@pytest.fixture(autouse=True)
+def hung_tools_released() -> Iterator[None]:
+    """``lookup(key='hang')`` blocks until the test ends (then every blocked thread goes on)."""
+    slow_tools.RELEASE.clear()
+    yield
+    slow_tools.RELEASE.set()
+
+
+class Replies:
+    """Text actions of the slow-tool apps: ``lookup(key)`` calls and a final answer."""
+
+    def __init__(self, env: RLlibGraphEnv) -> None:
+        scenario = env.env.scenario
+        self.spaces, self.tokenizer = scenario.spaces, scenario.tokenizer
+
+    def call(self, key: str) -> np.ndarray:
+        text = render_tool_call("lookup", {"key": key})
+        return tokens_action(self.spaces, self.tokenizer, text)
+
+    def answer(self, text: str = "It is cobalt.") -> np.ndarray:
+        return tokens_action(self.spaces, self.tokenizer, text)
+
+    def script(self, first: str = "k2") -> list[np.ndarray]:
+        """Two lookups, then the answer."""
+        return [self.call(first), self.call("k1"), self.answer()]
+
+
+def play(env: Any, seed: int, act: Callable[[int, str, Any], Any]) -> list[tuple[Any, ...]]:
+    """Every ``reset``/``step`` output of one episode; ``act(k, agent, obs)`` gives actions."""
+    out: list[tuple[Any, ...]] = [env.reset(seed=seed)]
+    k = 0
+    while True:
+        obs = out[-1][0]
+        step = env.step({a: act(k, a, obs[a]) for a in obs})
+        out.append(step)
+        k += 1
+        if step[2]["__all__"] or step[3]["__all__"]:
+            return out
+
+
+def rllib_env(ref: str, **config: Any) -> RLlibGraphEnv:
+    return RLlibGraphEnv({"scenario": ref, **config})
+
+
+# ----- latency keeps episodes identical --------------------------------------------------------
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_latency_on_chat_apps_keeps_episodes_identical(app: str) -> None:
+    env = rllib_env(APPS[app])
+    replies = Replies(env)
+    rng = np.random.default_rng(0)
+    menu = [replies.call("k1"), replies.call("k3"), replies.call("nope"), replies.answer()]
+    picks = rng.integers(len(menu), size=(4, 6))  # episode → its replies (then the answer)
+
+    def episode(seed: int) -> list[tuple[Any, ...]]:
+        return play(env, seed, lambda k, a, obs: menu[picks[seed, k]] if k < 6 else menu[-1])
+
+    plain = [episode(seed) for seed in range(4)]
+    env.env.tools = JITTERED
+    slow, calls = [], 0
+    for seed in range(4):
+        slow.append(episode(seed))
+        tools = env.env.tool_episode
+        assert tools is not None and (tools.waited_s > 0) == (tools.calls > 0)
+        calls += tools.calls
+    assert calls == sum(min(list(p).index(3) if 3 in p else 6, 6) for p in picks)
+    assert same(slow, plain)  # observations, rewards, flags and infos alike
+
+
+@pytest.mark.parametrize("engine", ["fast", "langgraph"])
+@pytest.mark.parametrize("scenario", ["toolchain", "text-toolchain"])
+def test_latency_on_toolchain_keeps_episodes_identical(scenario: str, engine: str) -> None:
+    env = RLlibGraphEnv({"env": make(scenario, topology="chain:3"), "engine": engine})
+    policy = env.env.scenario.optimal_policy()
+
+    def act(k: int, agent: str, obs: Any) -> Any:
+        return policy(agent, obs)
+
+    plain = [play(env, seed, act) for seed in range(3)]
+    env.env.tools = JITTERED
+    slow = [play(env, seed, act) for seed in range(3)]
+    assert same(slow, plain)
+    assert env.env.tool_episode is not None and env.env.tool_episode.calls == 4  # the 4-call path
+    assert (env.env.stepped_graph() is not None) == (engine == "fast")
+
+
+def test_jitter_comes_from_its_own_rng_seeded_by_the_episode() -> None:
+    draws = []
+    for _ in range(2):
+        episode = JITTERED.episode(seed=7)
+        draws.append([episode.delay() for _ in range(5)])
+    assert draws[0] == draws[1] and len(set(draws[0])) == 5
+    assert all(0.001 <= d <= 0.007 for d in draws[0])
+    other = JITTERED.episode(seed=8)
+    assert [other.delay() for _ in range(5)] != draws[0]
+
+
+def test_latency_reaches_the_env_from_the_config() -> None:
+    from trainers.algo import to_algorithm_config
+
+    cfg = ExperimentConfig(
+        scenario="toolchain",
+        episodes=EpisodesConfig(tool_latency={"seconds": 0.2, "jitter": 0.05}, tool_timeout_s=5),
+    )
+    env_config = to_algorithm_config(cfg).env_config
+    assert env_config["tool_latency"] == {"seconds": 0.2, "jitter": 0.05}
+    tools = RLlibGraphEnv(env_config).env.tools
+    assert tools == ToolSettings(ToolLatency(0.2, 0.05), 5.0)
+    assert RLlibGraphEnv({"scenario": "toolchain", "tool_latency": None}).env.tools is None
+
+
+# ----- per-tool timeouts ----------------------------------------------------------------------
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_hung_tool_ends_the_episode_as_a_named_failure(app: str) -> None:
+    env = rllib_env(APPS[app], tool_timeout_s=0.2)
+    replies = Replies(env)
+    steps = play(env, 0, lambda k, a, obs: replies.script(first="hang")[min(k, 2)])
+    obs, rewards, terms, truncs, infos = steps[-1]
+    assert truncs["__all__"] and not terms["__all__"]
+    info = infos["assistant"]
+    assert info["failure"] == "error"
+    assert "ToolTimeout" in info["error"] and "tool 'lookup'" in info["error"]
+    assert "tool_timeout_s=0.2" in info["error"]
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_a_tool_node_that_handles_errors_shows_the_timeout_to_the_agent(app: str) -> None:
+    env = rllib_env(APPS[app], kwargs={"handle_tool_errors": True}, tool_timeout_s=0.2)
+    replies = Replies(env)
+    steps = play(env, 0, lambda k, a, obs: replies.script(first="hang")[min(k, 2)])
+    assert len(steps) == 4 and steps[-1][2]["__all__"]  # the episode went on to the answer
+    prompt = replies.tokenizer.decode(replies.spaces.decode_prompt(steps[1][0]["assistant"]))
+    assert "ToolTimeout" in prompt and "tool_timeout_s" in prompt
+
+
+def test_tool_call_helper_times_out_and_passes_errors() -> None:
+    episode = ToolSettings(ToolLatency(0.001), timeout_s=0.05).episode(seed=0)
+    with pytest.raises(ToolTimeout, match=r"tool 'slow' ran longer than tool_timeout_s=0\.05 s"):
+        episode.call("slow", slow_tools.RELEASE.wait)
+    with pytest.raises(ZeroDivisionError):
+        episode.call("div", lambda: 1 / 0)
+    assert episode.call("add", lambda: 1 + 1) == 2 and episode.calls == 3
+    assert tool_call("plain", max, 1, 2) == 2  # outside an episode: a plain call
+
+
+# ----- the stepper -----------------------------------------------------------------------------
+def drive(stepper: Stepper, act: Callable[[int, int, str], Any], last: int) -> list[Done]:
+    """Run episodes on every env until env ``last``'s first episode ends (``act(env, k,
+    agent)`` gives actions); returns the episodes' final steps in the order they finished."""
+    ends: list[Done] = []
+    steps = dict.fromkeys(range(len(stepper)), 0)
+    for i in range(len(stepper)):
+        stepper.start_reset(i, seed=i)
+    while stepper.in_flight:
+        for done in stepper.wait():
+            i = done.index
+            assert done.error is None, done.error
+            assert done.result is not None
+            if done.kind == "step" and (done.result[2]["__all__"] or done.result[3]["__all__"]):
+                ends.append(done)
+                steps[i] = 0
+                if not any(d.index == last for d in ends):
+                    stepper.start_reset(i)
+                continue
+            obs = done.result[0]
+            stepper.start_step(i, {a: act(i, steps[i], a) for a in obs})
+            steps[i] += 1
+    return ends
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_episodes_go_on_while_one_env_hangs_on_a_tool(app: str) -> None:
+    envs = [rllib_env(APPS[app], tool_timeout_s=2.0) for _ in range(4)]
+    replies = Replies(envs[0])
+    scripts = {i: replies.script(first="hang" if i == 0 else "k2") for i in range(4)}
+    with Stepper(envs, threads=True) as stepper:
+        ends = drive(stepper, lambda i, k, a: scripts[i][min(k, 2)], last=0)
+    hung = next(d for d in ends if d.index == 0)
+    others = [d for d in ends if d.index != 0]
+    assert ends.index(hung) >= 3  # other envs finished episodes while env 0 waited on its tool
+    assert {d.index for d in ends[: ends.index(hung)]} == {1, 2, 3}
+    (info,) = hung.result[4].values()
+    assert info["failure"] == "error" and "ToolTimeout" in info["error"]
+    assert all(info["failure"] is None for d in others for info in d.result[4].values())
+
+
+def test_a_call_past_its_deadline_retires_the_slot() -> None:
+    envs = [rllib_env(APPS["sync"]) for _ in range(3)]  # no tool timeout: env 0 really hangs
+    replies = Replies(envs[0])
+    stepper = Stepper(envs, threads=True, call_timeout_s=0.3)
+    for i in range(3):
+        stepper.start_reset(i, seed=i)
+    first = drain(stepper, 3)
+    stepper.start_step(0, {"assistant": replies.call("hang")})
+    stepper.start_step(1, {"assistant": replies.answer()})
+    results = {d.index: d for d in drain(stepper, 2)}
+    assert results[1].error is None and results[1].result[2]["__all__"]
+    timeout = results[0]
+    assert isinstance(timeout.error, CallTimeout) and timeout.kind == "step"
+    assert "env 0's step() ran longer than call_timeout_s=0.3 s" in str(timeout.error)
+    with pytest.raises(RuntimeError, match=r"replace\(0, env\)"):
+        stepper.start_step(0, {"assistant": replies.answer()})
+    stepper.replace(0, rllib_env(APPS["sync"]))
+    stepper.start_reset(0, seed=5)
+    (again,) = stepper.wait()
+    assert again.index == 0 and again.error is None and all(d.error is None for d in first)
+    stepper.close()
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("marl-env-")]
+    assert alive == ["marl-env-0"]  # the retired slot's thread, still in its hung call
+    slow_tools.RELEASE.set()  # the hung call returns: the thread closes its env and ends
+    for t in threading.enumerate():
+        if t.name.startswith("marl-env-"):
+            t.join()
+
+
+def drain(stepper: Stepper, n: int) -> list[Done]:
+    """Wait until ``n`` calls have come back."""
+    out: list[Done] = []
+    while len(out) < n:
+        out += stepper.wait()
+    return out
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_call_errors_come_back_with_the_env_index(threads: bool) -> None:
+    envs = [rllib_env("toolchain") for _ in range(3)]
+    with Stepper(envs, threads=threads) as stepper:
+        for i in range(3):
+            stepper.start_reset(i, seed=i)
+        drain(stepper, 3)
+        stepper.start_step(1, {"someone_else": 0})  # the acting agent has no action
+        stepper.start_step(2, {"agent": np.array([3, 0, 0, 0])})
+        done = sorted(drain(stepper, 2), key=lambda d: d.index)
+    assert [d.index for d in done] == [1, 2] and done[1].error is None
+    error = done[0].error
+    assert isinstance(error, ValueError) and "no action for agent 'agent'" in str(error)
+    assert "in env 1's step()" in "".join(error.__notes__)
+
+
+def test_without_threads_calls_run_in_order_as_given() -> None:
+    direct, stepped = (rllib_env("toolchain", topology="chain:2") for _ in range(2))
+    policy = direct.env.scenario.optimal_policy()
+    expected = play(direct, 3, lambda k, a, obs: policy(a, obs))
+    got: list[tuple[Any, ...]] = []
+    with Stepper([stepped]) as stepper:
+        stepper.start_reset(0, seed=3)
+        while True:
+            (done,) = stepper.wait()
+            got.append(done.result)
+            if done.kind == "step" and done.result[2]["__all__"]:
+                break
+            obs = done.result[0]
+            stepper.start_step(0, {a: policy(a, obs[a]) for a in obs})
+    assert same(got, expected)
+
+
+def test_stepper_misuse_is_an_error() -> None:
+    envs = [rllib_env("toolchain")]
+    with pytest.raises(ValueError, match="call_timeout_s needs threads=True"):
+        Stepper(envs, call_timeout_s=1.0)
+    with pytest.raises(ValueError, match="call_timeout_s must be > 0"):
+        Stepper(envs, threads=True, call_timeout_s=0)
+    with Stepper(envs, threads=True) as stepper:
+        with pytest.raises(RuntimeError, match="no call in flight"):
+            stepper.wait()
+        stepper.start_reset(0, seed=0)
+        with pytest.raises(RuntimeError, match="already has a reset"):
+            stepper.start_reset(0)
+        with pytest.raises(IndexError, match="out of range"):
+            stepper.start_reset(3)
+        assert stepper.in_flight == [0]
+        stepper.wait()
+    assert not [t for t in threading.enumerate() if t.name.startswith("marl-env-")]
+
+
+# ----- config errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("episodes", "match"),
+    [
+        ({"tool_latency": {"seconds": -1}}, r"episodes.tool_latency: seconds must be ≥ 0"),
+        ({"tool_latency": {"seconds": 0.1, "jitter": 0.2}}, r"jitter=0.2 > seconds=0.1"),
+        ({"tool_latency": {"secs": 1}}, r"unknown field\(s\) \['secs'\]"),
+        ({"tool_latency": 0.2}, r"episodes.tool_latency must be a mapping"),
+        ({"tool_timeout_s": 0}, r"episodes.tool_timeout_s must be a positive number"),
+        ({"tool_timeout_s": "soon"}, r"episodes.tool_timeout_s must be"),
+    ],
+)
+def test_slow_tool_config_errors_are_one_line(episodes: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        ExperimentConfig(episodes=episodes).check()
+    assert "\n" not in str(info.value)
+
+
+def test_slow_tool_config_round_trips_through_yaml() -> None:
+    cfg = ExperimentConfig(
+        episodes={"tool_latency": {"seconds": 0.2, "jitter": 0.05}, "tool_timeout_s": 3}
+    )
+    assert cfg.episodes.tool_latency == ToolLatency(0.2, 0.05)
+    assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
+
+
+def test_env_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="tool_timeout_s must be > 0"):
+        ToolSettings(timeout_s=0)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['delay'\]"):
+        ToolSettings.of({"delay": 1}, None)
+    assert make("toolchain").tools is None
