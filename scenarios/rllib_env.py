@@ -89,6 +89,10 @@ class RLlibGraphEnv(MultiAgentEnv):
         self.agents = list(self.env.agents)
         return {a: obs[a] for a in acting}, {a: infos[a] for a in acting}
 
+    def close(self) -> None:
+        """Close the graph env (an unfinished episode is aborted, in the calling thread)."""
+        self.env.close()
+
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         live = list(self.env.agents)
         obs, rewards, _, truncs, infos = self.env.step(action_dict)
