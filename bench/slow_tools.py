@@ -12,11 +12,16 @@ tool-using apps of ``tests/apps/slow_tools.py`` (an agent node with ``bind_tools
 * ``threads``: each env its own thread (``Stepper(threads=True)``): tools wait side by side;
 * ``serial``: the baseline, every call in this thread one after another (``threads=False``).
 
-Each case runs ``--seconds`` after a warm-up and prints episodes/s, the measured ``c``, the
-bound, and the ratio to it (goal: ≥ 0.8 with threads for N up to 64). ``cpu-bound`` is the
-rate one core allows at the measured compute per episode (a latency-free serial run of the
-same app): the GIL runs one env's Python at a time, so the ratio cannot pass
-``cpu-bound / bound`` where that is below 1.
+Each case runs ``--seconds`` (with threads, after every env finished an episode) and prints
+episodes/s, ``c`` (tool calls per finished episode of the case), the bound ``N / (L · c)`` with
+``c`` measured on a latency-free serial run of the same random policy (many episodes, so not
+biased towards short ones), ``ratio`` = episodes/s ÷ bound (goal: ≥ 0.8 with threads for N up
+to 64), and ``busy``: tool-call steps finished in the window × L / (N · window), the share of
+the slots' time spent waiting on tools — the same quantity in steady state, counted per call,
+so short windows do not bias it (the serial baseline with many envs finishes few, short
+episodes per window). ``cpu/bound`` is the rate one core allows at the latency-free run's
+compute per episode, over the bound: the GIL runs one env's Python at a time, so threads
+cannot pass it where it is below 1 (use fewer envs per process, or more processes).
 
 Usage: ``python bench/slow_tools.py [--latency 0.2] [--jitter 0] [--sizes 1,4,16,64]
 [--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial]``.
@@ -70,44 +75,52 @@ def make_envs(app: str, n: int, latency: float, jitter: float) -> list[RLlibGrap
 
 
 def sample(envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float) -> dict[str, float]:
-    """Run episodes on every env for ``seconds`` after a warm-up; episodes/s and calls each."""
+    """Run episodes on every env; count what finishes in a window of ``seconds`` (opened once
+    every env has finished an episode with threads, at once serially).
+
+    Returns episodes/s in the window, ``c`` (tool calls per episode finished in the whole run)
+    and ``busy``: the window's finished tool-call steps × L / (N · window), the share of the
+    slots' time spent waiting on tools (unbiased by episode length; eps/s ÷ bound in steady
+    state).
+    """
     n = len(envs)
     replies = [RandomReplies(env, p, seed=i) for i, env in enumerate(envs)]
-    turns = [0] * n
+    turns, calling = [0] * n, [False] * n
     seeds = iter(range(10**9))
-    finished = calls = ended = 0
-    start = end = None
-    warm_until = n if threads else 4  # episodes finished before the window opens
+    count = {"ended": 0, "calls": 0, "finished": 0, "call_steps": 0}
+    start: float | None = None if threads else time.perf_counter()
     with Stepper(envs, threads=threads) as stepper:
         for i in range(n):
             stepper.start_reset(i, seed=next(seeds))
-        while True:
+        while start is None or time.perf_counter() - start < seconds:
             for done in stepper.wait():
                 i = done.index
                 if done.error is not None:
                     raise done.error
                 assert done.result is not None
-                obs = done.result[0]
+                in_window = start is not None
+                count["call_steps"] += in_window and calling[i]
                 if done.kind == "step" and (done.result[2]["__all__"] or done.result[3]["__all__"]):
                     tools = envs[i].env.tool_episode
                     assert tools is not None
-                    calls += tools.calls  # c: over every finished episode, warm-up included
-                    ended += 1
-                    if start is None:
-                        if ended >= warm_until:
-                            start = time.perf_counter()
-                    else:
-                        finished += 1
-                    turns[i] = 0
+                    count["ended"] += 1
+                    count["calls"] += tools.calls
+                    count["finished"] += in_window
+                    if start is None and count["ended"] >= n:
+                        start = time.perf_counter()
+                    turns[i], calling[i] = 0, False
                     stepper.start_reset(i, seed=next(seeds))
                     continue
-                stepper.start_step(i, {a: replies[i](turns[i]) for a in obs})
+                action = replies[i](turns[i])
+                calling[i] = any(action is c for c in replies[i].calls)
+                stepper.start_step(i, dict.fromkeys(done.result[0], action))
                 turns[i] += 1
-            if start is not None and time.perf_counter() - start >= seconds:
-                end = time.perf_counter()
-                break
-        assert end is not None
-    return {"eps": finished / (end - start), "c": calls / ended, "n": finished}
+        window = time.perf_counter() - start
+    return {
+        "eps": count["finished"] / window,
+        "c": count["calls"] / max(count["ended"], 1),
+        "call_steps_s": count["call_steps"] / window,
+    }
 
 
 def main() -> None:
@@ -126,23 +139,29 @@ def main() -> None:
         f"tool latency L={args.latency:g} s ± {args.jitter:g}; window {args.seconds:g} s per case; "
         f"P(answer)={args.answer_p:g}"
     )
-    header = f"{'app':<6} {'N':>3} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} {'ratio':>6}"
+    header = (
+        f"{'app':<6} {'N':>3} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} {'ratio':>6} "
+        f"{'busy':>6} {'cpu/bound':>9}"
+    )
     for app in args.apps.split(","):
-        # compute per episode: a latency-free serial run (one core's worth of Python)
-        free = sample(make_envs(app, 1, 0.0, 0.0), False, min(args.seconds, 3.0), args.answer_p)
+        # compute per episode, and c: a latency-free serial run of one env (many episodes)
+        free = sample(make_envs(app, 1, 0.0, 0.0), False, min(args.seconds, 4.0), args.answer_p)
+        c = free["c"]
         print(
             f"\n{app}: {free['eps']:.1f} episodes/s without latency (serial, one env): "
-            f"{1000 / free['eps']:.1f} ms of compute per episode, c={free['c']:.2f}"
+            f"{1000 / free['eps']:.1f} ms of compute per episode; c = {c:.2f} tool calls per "
+            "episode (bound = N / (L · c))"
         )
-        print(header + f" {'cpu/bound':>9}")
+        print(header)
         for n in sizes:
             envs = make_envs(app, n, args.latency, args.jitter)
+            bound = n / (args.latency * c)
             for mode in modes:
                 r = sample(envs, mode == "threads", args.seconds, args.answer_p)
-                bound = n / (args.latency * r["c"]) if args.latency > 0 else float("inf")
+                busy = r["call_steps_s"] * args.latency / n
                 print(
                     f"{app:<6} {n:>3} {mode:<8} {r['eps']:>8.2f} {r['c']:>5.2f} {bound:>8.2f} "
-                    f"{r['eps'] / bound:>6.2f} {free['eps'] / bound:>9.2f}",
+                    f"{r['eps'] / bound:>6.2f} {busy:>6.2f} {free['eps'] / bound:>9.2f}",
                     flush=True,
                 )
 

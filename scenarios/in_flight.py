@@ -19,9 +19,7 @@ Contract:
 
 * ``envs`` are RLlib-view envs (``scenarios.rllib_env.RLlibGraphEnv``,
   ``trainers.grpo_learner.GroupedEnv``): ``reset(seed=..., options=...)`` → ``(obs, infos)``,
-  ``step(actions)`` → ``(obs, rewards, terminateds, truncateds, infos)``. Hand them over with no
-  episode in progress (fresh, or finished): a graph's greenlets live in the thread that started
-  the episode.
+  ``step(actions)`` → ``(obs, rewards, terminateds, truncateds, infos)``, ``close()``.
 * One call in flight per env: ``start_*`` on a busy env raises ``RuntimeError``.
 * ``threads=False`` (default): a call runs at once in the caller's thread; :meth:`wait` returns
   the calls started since the last ``wait()`` (deterministic, no overhead).
@@ -29,7 +27,10 @@ Contract:
   greenlet bridge, :mod:`scenarios.bridge`, runs a graph's greenlets in the thread that created
   them: an env is never stepped from two threads); its calls run there and :meth:`wait` returns
   as soon as any call is done. Sync tools then wait in their env's thread and async apps on
-  their thread's event loop, so N envs wait on their tools at once.
+  their thread's event loop, so N envs wait on their tools at once. An episode in progress
+  cannot move to another thread, so an env is closed when it is handed over (in the caller's
+  thread, which aborts an episode the caller started: RLlib's env checker steps one) and its
+  first call must be ``start_reset``.
 * An exception raised by a call comes back in :attr:`Done.error` (with a note naming the env
   index and the call), never raised by :meth:`wait`.
 * ``call_timeout_s`` (``threads=True`` only): a call running longer comes back as
@@ -89,10 +90,12 @@ class _Slot:
         self.call: tuple[str, float] | None = None  # (kind, start) of the call in flight
         self.deadline: float | None = None
         self.retired = False
+        self.reset_done = not threaded  # with threads: start_reset must come first
         self.close_error: BaseException | None = None
         self.jobs: queue.SimpleQueue[Any] | None = None
         self.thread: threading.Thread | None = None
         if threaded:
+            env.close()  # hand-over: an episode in progress stays with this thread's greenlets
             self.jobs = queue.SimpleQueue()
             self.thread = threading.Thread(
                 target=self._work, args=(results,), name=f"marl-env-{index}", daemon=True
@@ -181,6 +184,12 @@ class Stepper:
             raise RuntimeError(
                 f"env {i} already has a {slot.call[0]}() in flight: wait() for it first"
             )
+        if kind == STEP and not slot.reset_done:
+            raise RuntimeError(
+                f"start_step({i}, ...) before start_reset({i}): with threads an env's episodes "
+                "start in its own thread (an episode begun elsewhere cannot move there)"
+            )
+        slot.reset_done = True
         now = time.perf_counter()
         slot.call = (kind, now)
         if slot.jobs is None:

@@ -294,6 +294,8 @@ def test_stepper_misuse_is_an_error() -> None:
     with Stepper(envs, threads=True) as stepper:
         with pytest.raises(RuntimeError, match="no call in flight"):
             stepper.wait()
+        with pytest.raises(RuntimeError, match=r"start_step\(0, ...\) before start_reset\(0\)"):
+            stepper.start_step(0, {"agent": np.array([3, 0, 0, 0])})
         stepper.start_reset(0, seed=0)
         with pytest.raises(RuntimeError, match="already has a reset"):
             stepper.start_reset(0)
@@ -336,3 +338,18 @@ def test_env_settings_are_checked() -> None:
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['delay'\]"):
         ToolSettings.of({"delay": 1}, None)
     assert make("toolchain").tools is None
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_an_env_with_an_episode_here_can_be_handed_to_threads(app: str) -> None:
+    env = rllib_env(APPS[app])
+    replies = Replies(env)
+    obs, _ = env.reset(seed=1)  # an episode begun in this thread (as RLlib's env checker does)
+    env.step(dict.fromkeys(obs, replies.call("k1")))
+    with Stepper([env], threads=True) as stepper:  # closed at hand-over, here
+        stepper.start_reset(0, seed=1)
+        (done,) = stepper.wait()
+        assert done.error is None
+        stepper.start_step(0, dict.fromkeys(done.result[0], replies.answer()))
+        (done,) = stepper.wait()
+    assert done.error is None and done.result[2]["__all__"]

@@ -70,6 +70,17 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+def _agent_with_tools(agent: Any, tools: ToolNode) -> Any:
+    """The docs' loop: START → agent → (tools_condition) → tools → agent … → END."""
+    graph = StateGraph(State)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
 def sync_app(handle_tool_errors: bool = False, **kwargs: Any) -> ChatAppScenario:
     """One assistant with a ``lookup`` tool; sync nodes and tools. ``handle_tool_errors``:
     the ``ToolNode`` turns a tool's error (a ``ToolTimeout`` too) into a message to the agent."""
@@ -80,13 +91,7 @@ def sync_app(handle_tool_errors: bool = False, **kwargs: Any) -> ChatAppScenario
         def agent(state: State):
             return {"messages": [llm.invoke(state["messages"])]}
 
-        graph = StateGraph(State)
-        graph.add_node("agent", agent)
-        graph.add_node("tools", ToolNode([lookup], handle_tool_errors=handle_tool_errors))
-        graph.add_edge(START, "agent")
-        graph.add_conditional_edges("agent", tools_condition)
-        graph.add_edge("tools", "agent")
-        return graph.compile()
+        return _agent_with_tools(agent, ToolNode([lookup], handle_tool_errors=handle_tool_errors))
 
     return ChatAppScenario(build, **{**SETTINGS, **kwargs})
 
@@ -100,12 +105,6 @@ def async_app(handle_tool_errors: bool = False, **kwargs: Any) -> ChatAppScenari
         async def agent(state: State):
             return {"messages": [await llm.ainvoke(state["messages"])]}
 
-        graph = StateGraph(State)
-        graph.add_node("agent", agent)
-        graph.add_node("tools", ToolNode([alookup], handle_tool_errors=handle_tool_errors))
-        graph.add_edge(START, "agent")
-        graph.add_conditional_edges("agent", tools_condition)
-        graph.add_edge("tools", "agent")
-        return graph.compile()
+        return _agent_with_tools(agent, ToolNode([alookup], handle_tool_errors=handle_tool_errors))
 
     return ChatAppScenario(build, **{**SETTINGS, **kwargs})
