@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the apps live in tests/
 
 from marl_agents.llm.env_chat_model import tokens_action
-from scenarios.in_flight import Stepper
+from scenarios.in_flight import Done, Stepper
 from scenarios.rllib_env import RLlibGraphEnv
 from scenarios.toolcalls import render_tool_call
 from tests.apps.slow_tools import VALUES
@@ -74,53 +74,70 @@ def make_envs(app: str, n: int, latency: float, jitter: float) -> list[RLlibGrap
     return [RLlibGraphEnv(config) for _ in range(n)]
 
 
-def sample(envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float) -> dict[str, float]:
-    """Run episodes on every env; count what finishes in a window of ``seconds`` (opened once
-    every env has finished an episode with threads, at once serially).
+class Sampler:
+    """Episodes on every env through a :class:`Stepper`, counted in a time window."""
 
-    Returns episodes/s in the window, ``c`` (tool calls per episode finished in the whole run)
-    and ``busy``: the window's finished tool-call steps × L / (N · window), the share of the
-    slots' time spent waiting on tools (unbiased by episode length; eps/s ÷ bound in steady
-    state).
-    """
-    n = len(envs)
-    replies = [RandomReplies(env, p, seed=i) for i, env in enumerate(envs)]
-    turns, calling = [0] * n, [False] * n
-    seeds = iter(range(10**9))
-    count = {"ended": 0, "calls": 0, "finished": 0, "call_steps": 0}
-    start: float | None = None if threads else time.perf_counter()
-    with Stepper(envs, threads=threads) as stepper:
-        for i in range(n):
-            stepper.start_reset(i, seed=next(seeds))
-        while start is None or time.perf_counter() - start < seconds:
-            for done in stepper.wait():
-                i = done.index
-                if done.error is not None:
-                    raise done.error
-                assert done.result is not None
-                in_window = start is not None
-                count["call_steps"] += in_window and calling[i]
-                if done.kind == "step" and (done.result[2]["__all__"] or done.result[3]["__all__"]):
-                    tools = envs[i].env.tool_episode
-                    assert tools is not None
-                    count["ended"] += 1
-                    count["calls"] += tools.calls
-                    count["finished"] += in_window
-                    if start is None and count["ended"] >= n:
-                        start = time.perf_counter()
-                    turns[i], calling[i] = 0, False
-                    stepper.start_reset(i, seed=next(seeds))
-                    continue
-                action = replies[i](turns[i])
-                calling[i] = any(action is c for c in replies[i].calls)
-                stepper.start_step(i, dict.fromkeys(done.result[0], action))
-                turns[i] += 1
-        window = time.perf_counter() - start
-    return {
-        "eps": count["finished"] / window,
-        "c": count["calls"] / max(count["ended"], 1),
-        "call_steps_s": count["call_steps"] / window,
-    }
+    def __init__(self, envs: list[RLlibGraphEnv], threads: bool, p: float) -> None:
+        self.envs, self.threads = envs, threads
+        self.replies = [RandomReplies(env, p, seed=i) for i, env in enumerate(envs)]
+        self.turns, self.calling = [0] * len(envs), [False] * len(envs)
+        self.seeds = iter(range(10**9))
+        self.ended = self.calls = self.finished = self.call_steps = 0
+        self.start: float | None = None
+
+    def take(self, stepper: Stepper, done: Done, go_on: bool) -> None:
+        """Count one finished call; start env ``i``'s next call when ``go_on``."""
+        i, in_window = done.index, self.start is not None
+        if done.error is not None:
+            raise done.error
+        assert done.result is not None
+        self.call_steps += in_window and self.calling[i]
+        self.calling[i] = False
+        if done.kind == "step" and (done.result[2]["__all__"] or done.result[3]["__all__"]):
+            tools = self.envs[i].env.tool_episode
+            assert tools is not None
+            self.ended += 1
+            self.calls += tools.calls
+            self.finished += in_window
+            if self.start is None and self.ended >= len(self.envs):
+                self.start = time.perf_counter()  # every env has finished an episode
+            self.turns[i] = 0
+            if go_on:
+                stepper.start_reset(i, seed=next(self.seeds))
+            return
+        if go_on:
+            action = self.replies[i](self.turns[i])
+            self.calling[i] = any(action is c for c in self.replies[i].calls)
+            stepper.start_step(i, dict.fromkeys(done.result[0], action))
+            self.turns[i] += 1
+
+    def run(self, seconds: float) -> dict[str, float]:
+        """Sample for a window of ``seconds``: opened once every env finished an episode with
+        threads, at once serially (where every started call has run when it is collected, so
+        the calls of the last batch count too)."""
+        with Stepper(self.envs, threads=self.threads) as stepper:
+            for i in range(len(self.envs)):
+                stepper.start_reset(i, seed=next(self.seeds))
+            if not self.threads:
+                self.start = time.perf_counter()
+            while self.start is None or time.perf_counter() - self.start < seconds:
+                for done in stepper.wait():
+                    self.take(stepper, done, go_on=True)
+            window = time.perf_counter() - self.start
+            if not self.threads:
+                for done in stepper.wait():
+                    self.take(stepper, done, go_on=False)
+        return {
+            "eps": self.finished / window,
+            "c": self.calls / max(self.ended, 1),
+            "call_steps_s": self.call_steps / window,
+        }
+
+
+def sample(envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float) -> dict[str, float]:
+    """Episodes/s in the window, ``c`` (tool calls per episode finished in the whole run) and
+    tool-call steps finished per second in the window (see the module doc)."""
+    return Sampler(envs, threads, p).run(seconds)
 
 
 def main() -> None:

@@ -98,7 +98,7 @@ def test_latency_on_chat_apps_keeps_episodes_identical(app: str) -> None:
     assert same(slow, plain)  # observations, rewards, flags and infos alike
 
 
-@pytest.mark.parametrize("engine", ["fast", "langgraph"])
+@pytest.mark.parametrize("engine", ["fast", "langgraph", "check"])
 @pytest.mark.parametrize("scenario", ["toolchain", "text-toolchain"])
 def test_latency_on_toolchain_keeps_episodes_identical(scenario: str, engine: str) -> None:
     env = RLlibGraphEnv({"env": make(scenario, topology="chain:3"), "engine": engine})
@@ -112,7 +112,22 @@ def test_latency_on_toolchain_keeps_episodes_identical(scenario: str, engine: st
     slow = [play(env, seed, act) for seed in range(3)]
     assert same(slow, plain)
     assert env.env.tool_episode is not None and env.env.tool_episode.calls == 4  # the 4-call path
-    assert (env.env.stepped_graph() is not None) == (engine == "fast")
+    assert (env.env.stepped_graph() is not None) == (engine != "langgraph")
+
+
+def test_a_fast_run_that_falls_back_replays_its_tool_calls_without_latency() -> None:
+    runs = {}
+    for engine in ("fast", "langgraph"):
+        env = RLlibGraphEnv({"env": make("toolchain", fail_tool="calc"), "engine": engine})
+        policy = env.env.scenario.optimal_policy()
+        env.env.tools = JITTERED
+        steps = play(env, 0, lambda k, a, obs, policy=policy: policy(a, obs))
+        tools = env.env.tool_episode
+        assert tools is not None
+        runs[engine] = (steps, tools.calls, tools.waited_s)
+    (fast, fast_calls, fast_s), (slow, slow_calls, slow_s) = runs["fast"], runs["langgraph"]
+    assert same(fast, slow) and "ToolError" in fast[-1][4]["agent"]["error"]
+    assert fast_calls == slow_calls == 3 and fast_s == slow_s  # lookup, lookup, calc (raises)
 
 
 def test_jitter_comes_from_its_own_rng_seeded_by_the_episode() -> None:
