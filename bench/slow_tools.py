@@ -19,9 +19,10 @@ biased towards short ones), ``ratio`` = episodes/s ÷ bound (goal: ≥ 0.8 with 
 to 64), and ``busy``: tool-call steps finished in the window × L / (N · window), the share of
 the slots' time spent waiting on tools — the same quantity in steady state, counted per call,
 so short windows do not bias it (the serial baseline with many envs finishes few, short
-episodes per window). ``cpu/bound`` is the rate one core allows at the latency-free run's
-compute per episode, over the bound: the GIL runs one env's Python at a time, so threads
-cannot pass it where it is below 1 (use fewer envs per process, or more processes).
+episodes per window). ``ceiling/bound``: the episodes/s of the largest N with threads and no
+latency at all (this process's compute ceiling: the GIL runs one env's Python at a time) over
+the bound; where it is below 1 no scheduling in one process meets the bound (more processes
+do: RLlib env runners).
 
 Usage: ``python bench/slow_tools.py [--latency 0.2] [--jitter 0] [--sizes 1,4,16,64]
 [--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial]``.
@@ -158,16 +159,18 @@ def main() -> None:
     )
     header = (
         f"{'app':<6} {'N':>3} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} {'ratio':>6} "
-        f"{'busy':>6} {'cpu/bound':>9}"
+        f"{'busy':>6} {'ceiling/bound':>13}"
     )
     for app in args.apps.split(","):
-        # compute per episode, and c: a latency-free serial run of one env (many episodes)
+        # c: a latency-free serial run of one env (many episodes, none cut off by the window);
+        # the ceiling: the largest N with threads and no latency
         free = sample(make_envs(app, 1, 0.0, 0.0), False, min(args.seconds, 4.0), args.answer_p)
+        ceiling = sample(make_envs(app, max(sizes), 0.0, 0.0), True, args.seconds, args.answer_p)
         c = free["c"]
         print(
-            f"\n{app}: {free['eps']:.1f} episodes/s without latency (serial, one env): "
-            f"{1000 / free['eps']:.1f} ms of compute per episode; c = {c:.2f} tool calls per "
-            "episode (bound = N / (L · c))"
+            f"\n{app}: c = {c:.2f} tool calls per episode (bound = N / (L · c)); without "
+            f"latency {free['eps']:.1f} episodes/s serially with one env, {ceiling['eps']:.1f} "
+            f"with {max(sizes)} on threads (the ceiling)"
         )
         print(header)
         for n in sizes:
@@ -178,7 +181,7 @@ def main() -> None:
                 busy = r["call_steps_s"] * args.latency / n
                 print(
                     f"{app:<6} {n:>3} {mode:<8} {r['eps']:>8.2f} {r['c']:>5.2f} {bound:>8.2f} "
-                    f"{r['eps'] / bound:>6.2f} {busy:>6.2f} {free['eps'] / bound:>9.2f}",
+                    f"{r['eps'] / bound:>6.2f} {busy:>6.2f} {ceiling['eps'] / bound:>13.2f}",
                     flush=True,
                 )
 

@@ -734,6 +734,7 @@ class EpisodesConfig:
         if self.sampler not in SAMPLERS:
             raise ConfigError(
                 f"episodes.sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
+            )
         if self.tool_timeout_s is not None and not (
             self.tool_timeout_s > 0 and math.isfinite(self.tool_timeout_s)
         ):
