@@ -40,8 +40,9 @@ Contract:
   sampler. (``GraphEnv``'s own wall-clock limit interrupts a blocked node only in the main
   thread; in a worker thread it is checked when the graph hands decisions back, so this deadline
   and ``episodes.tool_timeout_s`` are the guards there.)
-* :meth:`close` closes the envs (each in its own thread) and ends every thread, except the ones
-  stuck in a hung call (daemons, left behind).
+* :meth:`close` closes the envs (each in its own thread) and ends every thread; a call still in
+  flight is waited for up to its deadline, else its thread (a daemon) closes its env and ends
+  when the call returns: ``close()`` never hangs.
 """
 
 from __future__ import annotations
@@ -272,9 +273,9 @@ class Stepper:
         return [s.env for s in self._slots]
 
     def close(self) -> None:
-        """Close every env in its own thread and end the threads (a retired slot's thread,
-        stuck in its call, is left behind: a daemon). Calls still in flight are waited for, up
-        to their deadline."""
+        """Close every env in its own thread and end the threads. A call still in flight is
+        waited for up to its deadline; past it, or with no deadline, its thread (a daemon) is
+        left to close its env and end when the call returns — close never hangs."""
         if self._closed:
             return
         self._closed = True
@@ -290,9 +291,12 @@ class Stepper:
         slot.jobs.put(_CLOSE)  # after the call in flight, if any
         if slot.retired:
             return
+        busy = slot.call is not None
         slot.retired = True  # its answers, if any still come, are dropped
-        assert slot.thread is not None
+        if busy and slot.deadline is None:
+            return  # no deadline to wait for: the thread ends after its call
         left = None if slot.deadline is None else max(0.0, slot.deadline - time.perf_counter())
+        assert slot.thread is not None
         slot.thread.join(left)  # past its deadline a call is hung: its daemon thread stays
         if slot.close_error is not None:
             raise slot.close_error

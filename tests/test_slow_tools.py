@@ -368,3 +368,17 @@ def test_an_env_with_an_episode_here_can_be_handed_to_threads(app: str) -> None:
         stepper.start_step(0, dict.fromkeys(done.result[0], replies.answer()))
         (done,) = stepper.wait()
     assert done.error is None and done.result[2]["__all__"]
+
+
+def test_close_never_waits_on_a_hung_call() -> None:
+    env = rllib_env(APPS["sync"])  # no tool timeout, no call deadline: env 0 really hangs
+    replies = Replies(env)
+    stepper = Stepper([env], threads=True)
+    stepper.start_reset(0, seed=0)
+    stepper.wait()
+    stepper.start_step(0, {"assistant": replies.call("hang")})
+    stepper.close()  # returns: the thread is left to its call
+    (thread,) = [t for t in threading.enumerate() if t.name == "marl-env-0"]
+    slow_tools.RELEASE.set()  # the call returns; the thread closes the env and ends
+    thread.join()
+    assert env.env.finished  # its episode was aborted by close(), in its own thread
