@@ -7,8 +7,10 @@ Latencies are milliseconds; nothing here asserts on wall-clock time.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -153,6 +155,28 @@ def test_latency_reaches_the_env_from_the_config() -> None:
     tools = RLlibGraphEnv(env_config).env.tools
     assert tools == ToolSettings(ToolLatency(0.2, 0.05), 5.0)
     assert RLlibGraphEnv({"scenario": "toolchain", "tool_latency": None}).env.tools is None
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_training_returns_are_bit_identical_with_tool_latency(tmp_path: Path) -> None:
+    from configs import tiny_config
+
+    from trainers.run import train
+
+    rows = {}
+    for name, episodes in {
+        "plain": {},
+        "slow": {"tool_latency": {"seconds": 0.001, "jitter": 0.001}, "tool_timeout_s": 30},
+    }.items():
+        cfg = tiny_config(tmp_path / name, scenario="toolchain", episodes=episodes)
+        result = train(cfg)
+        lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
+        rows[name] = [
+            {k: v for k, v in json.loads(x).items() if k.startswith(("losses/", "charts/team"))}
+            for x in lines
+        ]
+    assert rows["slow"] == rows["plain"]
+    assert len(rows["slow"]) == 2 and "charts/team_return" in rows["slow"][0]
 
 
 # ----- per-tool timeouts ----------------------------------------------------------------------
