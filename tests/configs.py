@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,3 +24,13 @@ def tiny_config(
             **sections,
         }
     )
+
+
+def learning_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The losses and team-return metrics of every row of a run's ``metrics.jsonl`` (what must
+    agree between two runs that sample the same episodes)."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(x).items() if k.startswith(("losses/", "charts/team"))}
+        for x in lines
+    ]

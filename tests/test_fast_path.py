@@ -4,7 +4,6 @@ timeout and abort cases; the same training returns."""
 
 from __future__ import annotations
 
-import json
 import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -233,7 +232,7 @@ def test_evaluation_envs_use_the_runs_engine_and_episode_limit() -> None:
 
 @pytest.mark.usefixtures("ray_session")
 def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> None:
-    from configs import tiny_config
+    from configs import learning_rows, tiny_config
 
     from trainers.run import train
 
@@ -241,12 +240,7 @@ def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> N
     for engine in ("fast", "langgraph"):
         cfg = tiny_config(tmp_path / engine, episodes={"engine": engine})
         cfg.budget.iterations = 3
-        result = train(cfg)
-        lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
-        rows[engine] = [
-            {k: v for k, v in json.loads(x).items() if k.startswith(("losses/", "charts/team"))}
-            for x in lines
-        ]
+        rows[engine] = learning_rows(train(cfg).run_dir)
     assert rows["fast"] == rows["langgraph"]
     assert len(rows["fast"]) == 3 and "charts/team_return" in rows["fast"][0]
 

@@ -7,7 +7,6 @@ Latencies are milliseconds; nothing here asserts on wall-clock time.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,7 +158,7 @@ def test_latency_reaches_the_env_from_the_config() -> None:
 
 @pytest.mark.usefixtures("ray_session")
 def test_training_returns_are_bit_identical_with_tool_latency(tmp_path: Path) -> None:
-    from configs import tiny_config
+    from configs import learning_rows, tiny_config
 
     from trainers.run import train
 
@@ -169,12 +168,7 @@ def test_training_returns_are_bit_identical_with_tool_latency(tmp_path: Path) ->
         "slow": {"tool_latency": {"seconds": 0.001, "jitter": 0.001}, "tool_timeout_s": 30},
     }.items():
         cfg = tiny_config(tmp_path / name, scenario="toolchain", episodes=episodes)
-        result = train(cfg)
-        lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
-        rows[name] = [
-            {k: v for k, v in json.loads(x).items() if k.startswith(("losses/", "charts/team"))}
-            for x in lines
-        ]
+        rows[name] = learning_rows(train(cfg).run_dir)
     assert rows["slow"] == rows["plain"]
     assert len(rows["slow"]) == 2 and "charts/team_return" in rows["slow"][0]
 
