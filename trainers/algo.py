@@ -5,6 +5,9 @@
 class gives the ``.training()`` keywords (``AlgoConfig.training_kwargs`` plus ``extra``), the
 pools give one ``RLModuleSpec`` each (:func:`marl_agents.modules.module_spec`).
 
+``algorithm.learner: lean`` (PPO, GRPO) sets the lean learner of :mod:`trainers.lean_learner`
+(the same math; with credit normalisation it is also the credit learner).
+
 ``GRPO`` builds :class:`~trainers.grpo_learner.GRPO` (the GRPO learner, whole episodes, the
 group schedule and loss knobs of ``algorithm.grpo``) over
 :class:`~trainers.grpo_learner.GroupedEnv` (``G`` rollouts of a task side by side).
@@ -157,6 +160,9 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     }
     if cfg.credit.method != "team":
         learners.update(_credit_learner(cfg, plan))
+    lean = learner_class(cfg)
+    if lean is not None:
+        learners["learner_class"] = lean
     config.learners(**learners)
     config.multi_agent(
         policies=list(plan.pools),
@@ -249,6 +255,16 @@ def grpo_side_by_side(plan: Plan) -> bool:
     from marl_agents.pools import LLMModel
 
     return any(isinstance(p.model, LLMModel) for p in plan.pools.values())
+
+
+def learner_class(cfg: ExperimentConfig) -> type | None:
+    """The lean learner of ``algorithm.learner: lean`` (PPO, GRPO; :mod:`trainers.lean_learner`),
+    else None (the algorithm's RLlib learner, or the credit learner)."""
+    if getattr(cfg.algorithm, "learner", "rllib") != "lean":
+        return None
+    from trainers.lean_learner import LeanGRPOLearner, LeanPPOLearner
+
+    return LeanGRPOLearner if isinstance(cfg.algorithm, GRPOAlgo) else LeanPPOLearner
 
 
 def credit_workers(cfg: ExperimentConfig) -> int:

@@ -172,6 +172,19 @@ def _int_at_least(value: Any, low: int) -> bool:
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 TurnCredit = Literal["episode", "reward_to_go", "step_groups"]
 TISMode = Literal["auto", "token", "sequence", "off"]
+#: ``algorithm.learner`` (PPO, GRPO): the lean learner step (:mod:`trainers.lean_learner`) or
+#: RLlib's own.
+LearnerKind = Literal["lean", "rllib"]
+LEARNER_KINDS = ("lean", "rllib")
+
+
+def check_learner(kind: Any) -> None:
+    """``algorithm.learner`` is ``lean`` or ``rllib``."""
+    if kind not in LEARNER_KINDS:
+        raise ConfigError(
+            f"algorithm.learner={kind!r} is unknown: use lean (the lean learner step, same "
+            "math) or rllib (RLlib's own learner)"
+        )
 
 
 @dataclasses.dataclass
@@ -484,13 +497,17 @@ class PPOAlgo(ClippedAlgo):
 
     Attributes:
         minibatch_size: SGD minibatch size (≤ ``train_batch_size``).
+        learner: ``lean`` (:mod:`trainers.lean_learner`: the same PPO math, fused Adam, less
+            work per minibatch) or ``rllib`` (RLlib's own learner step).
     """
 
     name: str = dataclasses.field(default="PPO", init=False)
     minibatch_size: int = 250
+    learner: LearnerKind = "lean"
 
     def check(self) -> None:
         super().check()
+        check_learner(self.learner)
         if self.minibatch_size < 1:
             raise ConfigError(f"algorithm.minibatch_size must be ≥ 1, got {self.minibatch_size}")
         if self.minibatch_size > self.train_batch_size:
@@ -514,13 +531,17 @@ class GRPOAlgo(AlgoConfig):
 
     Attributes:
         grpo: the loss knobs and group schedule.
+        learner: ``lean`` (:mod:`trainers.lean_learner`: the same GRPO math, fused Adam) or
+            ``rllib`` (the GRPO learner on RLlib's own step).
     """
 
     name: str = dataclasses.field(default="GRPO", init=False)
     grpo: GRPOSettings = dataclasses.field(default_factory=GRPOSettings)
+    learner: LearnerKind = "lean"
 
     def check(self) -> None:
         super().check()
+        check_learner(self.learner)
         self.grpo.check()
 
     def training_kwargs(self) -> dict[str, Any]:

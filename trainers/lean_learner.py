@@ -1,0 +1,311 @@
+"""A lean learner step: RLlib's PPO and GRPO learners with the same math and less work per
+minibatch (``algorithm.learner: lean``, the default; ``rllib`` keeps RLlib's own step).
+
+Contract:
+
+* :class:`LeanPPOLearner` (a :class:`~trainers.credit_learner.CreditPPOTorchLearner`, so credit
+  normalisation composes) and :class:`LeanGRPOLearner` (a
+  :class:`~trainers.grpo_learner.GRPOLearner`: LLM pools, TIS, KL-to-start) compute the same
+  losses, gradients and metric values as the learners they extend, from the same batch built by
+  the same learner connector pipeline (credit, GAE, GRPO advantages are unchanged).
+* Optimiser: Adam with torch's fused kernel where the device has one (CPU and CUDA), else the
+  foreach kernel; same hyperparameters. Fused Adam differs from RLlib's single-tensor Adam only
+  in the last bits of float32 (it orders the arithmetic differently); ``fused = False`` (class
+  attribute) gives foreach Adam, bit-identical to RLlib's. Optimiser state round-trips through
+  checkpoints; a state saved by the other learner loads, keeping this learner's kernel.
+* Per minibatch: one finiteness check over all gradients (one host sync; RLlib checks every
+  parameter twice), falling back to RLlib's per-parameter handling when a gradient is not
+  finite; PPO's categorical log-probs, entropy and KL computed on the logits with the ops
+  ``torch.distributions`` uses (no distribution objects; other distributions go through
+  RLlib's classes); PPO's loss metrics and the off-policyness metric computed and logged once
+  per update from the last minibatch that held the module (window-1 metrics: RLlib reports
+  that minibatch's value too).
+* Frozen modules (not in ``policies_to_train``) get no batch and no step, as with RLlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchMultiCategorical,
+)
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.torch_utils import explained_variance
+from typing_extensions import override
+
+from trainers.credit_learner import CreditPPOTorchLearner
+from trainers.grpo_learner import GRPOLearner
+
+__all__ = ["LEARNERS", "LeanGRPOLearner", "LeanPPOLearner", "LeanTorchLearner", "make_adam"]
+
+#: ``algorithm.learner`` values.
+LEARNERS = ("lean", "rllib")
+
+
+def make_adam(params: list[Any], fused: bool = True) -> torch.optim.Adam:
+    """Adam over ``params`` with the fused kernel when ``fused`` and the device has it, else
+    the foreach kernel (bit-identical to the single-tensor one RLlib uses on CPU)."""
+    if fused:
+        try:
+            return torch.optim.Adam(params, fused=True)
+        except (RuntimeError, ValueError):  # a device or dtype without a fused kernel
+            pass
+    return torch.optim.Adam(params, foreach=True)
+
+
+def all_finite(grads: list[torch.Tensor]) -> bool:
+    """Whether every element of ``grads`` is finite (one host sync: a norm is finite only if
+    every element is; an overflowing norm only sends the caller to the exact check)."""
+    norms = torch._foreach_norm(grads)
+    return bool(torch.isfinite(torch.stack([n.float() for n in norms])).all())
+
+
+class LeanTorchLearner(TorchLearner):
+    """The algorithm-independent part: fused Adam, one finiteness check, deferred window-1
+    metrics. Put it after the algorithm's learner in the bases (``class X(PPOLearnerClass,
+    LeanTorchLearner)``) so the algorithm's overrides wrap these."""
+
+    #: fused Adam (False: foreach Adam, bit-identical to RLlib's).
+    fused: bool = True
+
+    @override
+    def build(self) -> None:
+        self._lean_offp: dict[str, Any] = {}
+        self._lean_stash: dict[str, Callable[[], dict[str, Any]]] = {}
+        super().build()
+
+    @override
+    def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
+        params = self.get_parameters(self._module[module_id])
+        self.register_optimizer(
+            module_id=module_id,
+            optimizer=make_adam(params, fused=self.fused),
+            params=params,
+            lr_or_lr_schedule=config.lr,
+        )
+
+    @override
+    def _set_optimizer_state(self, state: Any) -> None:
+        built = {
+            name: [(g.get("fused"), g.get("foreach")) for g in optim.param_groups]
+            for name, optim in self._named_optimizers.items()
+        }
+        super()._set_optimizer_state(state)
+        for name, kernels in built.items():  # a saved param group brings its saver's kernel
+            for group, (fused, foreach) in zip(self._named_optimizers[name].param_groups, kernels):
+                group["fused"], group["foreach"] = fused, foreach
+
+    @override
+    def apply_gradients(self, gradients_dict: Any) -> None:
+        cfg = self.config
+        special = self._grad_scalers is not None or self._lr_scheduler_classes is not None
+        grads = list(gradients_dict.values())
+        if cfg.torch_skip_nan_gradients or special or (grads and not all_finite(grads)):
+            super().apply_gradients(gradients_dict)  # RLlib's per-parameter handling
+            return
+        params = self._params
+        for pid, grad in gradients_dict.items():
+            param = params[pid]
+            if param.grad is not grad:
+                param.grad = grad
+        for module_id, names in self._module_optimizers.items():
+            for name in names:
+                self.get_optimizer(module_id, name).step()
+
+    @override
+    def _compute_off_policyness(self, batch: Any) -> None:
+        self._lean_offp.update(batch)  # logged once per update (window 1: the last value)
+
+    @override
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        self.flush_metrics()
+        super().after_gradient_based_update(timesteps=timesteps)
+
+    def flush_metrics(self) -> None:
+        """Log the deferred metrics of the update's last minibatch per module."""
+        if self._lean_offp:
+            super()._compute_off_policyness(self._lean_offp)
+            self._lean_offp = {}
+        for module_id, stats in self._lean_stash.items():
+            self.metrics.log_dict(stats(), key=module_id, window=1)
+        self._lean_stash = {}
+
+
+# ----- categorical math without distribution objects ----------------------------------------
+def categorical_lens(dist_cls: Any, logits: torch.Tensor) -> tuple[list[int], bool] | None:
+    """``(category counts, multi)`` of an RLlib categorical (``multi`` False) or
+    multi-categorical class, or None for any other distribution (probed on one row of
+    ``logits``)."""
+    dist = dist_cls.from_logits(logits[:1].detach())
+    if type(dist) is TorchCategorical:
+        return [int(logits.shape[-1])], False
+    ok = isinstance(dist, TorchMultiCategorical) and all(
+        getattr(type(dist), m) is getattr(TorchMultiCategorical, m)
+        for m in ("logp", "entropy", "kl")
+    )
+    if not ok or not all(type(c) is TorchCategorical for c in dist._cats):
+        return None
+    return [int(c.logits.shape[-1]) for c in dist._cats], True
+
+
+class Categoricals:
+    """Independent categoricals over split logits, with ``torch.distributions``' own ops
+    (``Categorical`` and RLlib's ``TorchMultiCategorical``): bit for bit the same values and
+    gradients, without the objects."""
+
+    def __init__(self, logits: torch.Tensor, lens: list[int], multi: bool) -> None:
+        self.multi = multi
+        parts = torch.split(logits, lens, dim=-1) if self.multi else (logits,)
+        self.logits = [p - p.logsumexp(dim=-1, keepdim=True) for p in parts]
+        self._probs: list[torch.Tensor] | None = None
+
+    @property
+    def probs(self) -> list[torch.Tensor]:
+        if self._probs is None:
+            self._probs = [torch.softmax(lg, dim=-1) for lg in self.logits]
+        return self._probs
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        if not self.multi:
+            return _cat_logp(self.logits[0], actions)
+        values = torch.unbind(actions, dim=-1)
+        logps = torch.stack([_cat_logp(lg, v) for lg, v in zip(self.logits, values)])
+        return torch.sum(logps, dim=0)
+
+    def entropy(self) -> torch.Tensor:
+        ents = [_cat_entropy(lg, p) for lg, p in zip(self.logits, self.probs)]
+        return ents[0] if not self.multi else torch.sum(torch.stack(ents, dim=-1), dim=-1)
+
+    def kl(self, other: Categoricals) -> torch.Tensor:
+        kls = [
+            _cat_kl(pl, pp, ql, qp)
+            for pl, pp, ql, qp in zip(self.logits, self.probs, other.logits, other.probs)
+        ]
+        return kls[0] if not self.multi else torch.sum(torch.stack(kls, dim=-1), dim=-1)
+
+
+def _cat_logp(logits: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    value, log_pmf = torch.broadcast_tensors(value.long().unsqueeze(-1), logits)
+    return log_pmf.gather(-1, value[..., :1]).squeeze(-1)
+
+
+def _cat_entropy(logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    clamped = torch.clamp(logits, min=torch.finfo(logits.dtype).min)
+    return -(clamped * probs).sum(-1)
+
+
+def _cat_kl(
+    p_logits: torch.Tensor, p_probs: torch.Tensor, q_logits: torch.Tensor, q_probs: torch.Tensor
+) -> torch.Tensor:
+    t = p_probs * (p_logits - q_logits)
+    t[(q_probs == 0).expand_as(t)] = float("inf")
+    t[(p_probs == 0).expand_as(t)] = 0
+    return t.sum(-1)
+
+
+# ----- PPO -----------------------------------------------------------------------------------
+class LeanPPOLearner(CreditPPOTorchLearner, LeanTorchLearner):
+    """PPO (with credit normalisation when asked): RLlib's clipped surrogate, value and KL
+    terms on :class:`Categoricals`, loss metrics deferred to the end of the update."""
+
+    @override
+    def build(self) -> None:
+        self._lean_lens: dict[tuple[str, str], Any] = {}
+        super().build()
+
+    def _lens(self, module_id: str, which: str, module: Any, logits: torch.Tensor) -> Any:
+        key = (module_id, which)
+        if key not in self._lean_lens:
+            cls = (
+                module.get_train_action_dist_cls()
+                if which == "train"
+                else module.get_exploration_action_dist_cls()
+            )
+            self._lean_lens[key] = categorical_lens(cls, logits)
+        return self._lean_lens[key]
+
+    @override
+    def compute_loss_for_module(
+        self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> Any:
+        module = self.module[module_id].unwrapped()
+        logits = fwd_out[Columns.ACTION_DIST_INPUTS]
+        lens = self._lens(module_id, "train", module, logits)
+        prev_lens = self._lens(module_id, "explore", module, batch[Columns.ACTION_DIST_INPUTS])
+        if lens is None or prev_lens is None:  # not categorical: RLlib's own loss
+            return super().compute_loss_for_module(
+                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+            )
+        masked_mean = _masked_mean(batch.get(Columns.LOSS_MASK))
+        curr = Categoricals(logits, *lens)
+        logp_ratio = torch.exp(curr.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP])
+        if config.use_kl_loss:
+            prev = Categoricals(batch[Columns.ACTION_DIST_INPUTS], *prev_lens)
+            mean_kl_loss = masked_mean(prev.kl(curr))
+        else:
+            mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
+        curr_entropy = curr.entropy()
+        adv = batch[Postprocessing.ADVANTAGES]
+        surrogate = torch.min(
+            adv * logp_ratio,
+            adv * torch.clamp(logp_ratio, 1 - config.clip_param, 1 + config.clip_param),
+        )
+        targets = batch[Postprocessing.VALUE_TARGETS]
+        if config.use_critic:
+            values = module.compute_values(batch, embeddings=fwd_out.get(Columns.EMBEDDINGS))
+            vf_loss = torch.pow(values - targets, 2.0)
+            vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
+            mean_vf_loss = masked_mean(vf_loss_clipped)
+        else:
+            values = vf_loss = vf_loss_clipped = mean_vf_loss = torch.tensor(
+                0.0, device=surrogate.device
+            )
+        coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        total = masked_mean(
+            -surrogate + config.vf_loss_coeff * vf_loss_clipped - (coeff * curr_entropy)
+        )
+        if config.use_kl_loss:
+            total += self.curr_kl_coeffs_per_module[module_id] * mean_kl_loss
+        critic = config.use_critic
+        detached = [t.detach() for t in (surrogate, mean_vf_loss, vf_loss, values, curr_entropy)]
+        kl = mean_kl_loss.detach()
+
+        def stats() -> dict[str, Any]:
+            sur, mvf, vf, val, ent = detached
+            return {
+                POLICY_LOSS_KEY: -masked_mean(sur),
+                VF_LOSS_KEY: mvf,
+                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: masked_mean(vf) if critic else vf,
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(targets, val),
+                ENTROPY_KEY: masked_mean(ent),
+                LEARNER_RESULTS_KL_KEY: kl,
+            }
+
+        self._lean_stash[module_id] = stats
+        return total
+
+
+def _masked_mean(mask: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """PPO's ``possibly_masked_mean``: the mean over the loss mask's rows, or over all."""
+    if mask is None:
+        return torch.mean
+    num_valid = torch.sum(mask)
+    return lambda data: torch.sum(data[mask]) / num_valid
+
+
+# ----- GRPO ----------------------------------------------------------------------------------
+class LeanGRPOLearner(GRPOLearner, LeanTorchLearner):
+    """GRPO (LLM and small-network pools) with the lean optimiser step; the loss and its
+    metrics are :class:`~trainers.grpo_learner.GRPOLearner`'s."""
