@@ -341,7 +341,12 @@ def test_credit_methods_build_the_credit_learner() -> None:
     cfg = ExperimentConfig(credit=CreditConfig(method="shapley", normalize=True))
     algo_config = to_algorithm_config(cfg)
     assert algo_config.batch_mode == "complete_episodes"
-    assert algo_config.learner_class.__name__ == "CreditPPOTorchLearner"
+    # the lean learner (the default) is a CreditPPOTorchLearner; RLlib's step builds the class
+    from trainers.credit_learner import CreditPPOTorchLearner
+
+    assert issubclass(algo_config.learner_class, CreditPPOTorchLearner)
+    rllib = cfg.replace(**{"algorithm.learner": "rllib"})
+    assert to_algorithm_config(rllib).learner_class.__name__ == "CreditPPOTorchLearner"
 
 
 # ----- typed configs per kind ---------------------------------------------------------------
