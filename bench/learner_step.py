@@ -108,10 +108,11 @@ def main() -> None:
                 rows[kind].append((total, sum(p["pipeline"]), sum(mb), len(mb)))
         if r >= args.warmup:
             (rt, *_), (lt, *_) = rows["rllib"][-1], rows["lean"][-1]
-            print(f"  round {r - args.warmup + 1}: rllib {rt * 1e3:6.1f} ms  lean {lt * 1e3:6.1f} ms")
+            n = r - args.warmup + 1
+            print(f"  round {n}: rllib {rt * 1e3:6.1f} ms  lean {lt * 1e3:6.1f} ms")
     med: dict[str, dict[str, float]] = {}
     for kind in LEARNERS:
-        total, pipeline, loop, n = (statistics.median(col) for col in zip(*rows[kind]))
+        total, pipeline, loop, n = (statistics.median(col) for col in zip(*rows[kind], strict=True))
         med[kind] = {"update": total, "minibatch": loop / n}
         print(
             f"{kind:>5}: update {total * 1e3:6.1f} ms (pipeline {pipeline * 1e3:5.1f} ms, "

@@ -243,7 +243,12 @@ def test_train_gives_the_same_metrics_on_both_learners(
     assert len(ref) == 2
     assert set(flushes) == {"lean"}  # the lean learner updated in the lean run only
     assert sum(k.startswith("losses/") for k in ref[0]) >= 4
-    diff = {k for r, a in zip(ref, lean) for k in r.keys() | a.keys() if r.get(k) != a.get(k)}
+    diff = {
+        k
+        for r, a in zip(ref, lean, strict=True)
+        for k in r.keys() | a.keys()
+        if r.get(k) != a.get(k)
+    }
     assert not diff
 
 

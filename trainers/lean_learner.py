@@ -103,8 +103,9 @@ class LeanTorchLearner(TorchLearner):
             for name, optim in self._named_optimizers.items()
         }
         super()._set_optimizer_state(state)
+        optims = self._named_optimizers
         for name, kernels in built.items():  # a saved param group brings its saver's kernel
-            for group, (fused, foreach) in zip(self._named_optimizers[name].param_groups, kernels):
+            for group, (fused, foreach) in zip(optims[name].param_groups, kernels, strict=True):
                 group["fused"], group["foreach"] = fused, foreach
 
     @override
@@ -181,17 +182,19 @@ class Categoricals:
         if not self.multi:
             return _cat_logp(self.logits[0], actions)
         values = torch.unbind(actions, dim=-1)
-        logps = torch.stack([_cat_logp(lg, v) for lg, v in zip(self.logits, values)])
+        logps = torch.stack([_cat_logp(lg, v) for lg, v in zip(self.logits, values, strict=True)])
         return torch.sum(logps, dim=0)
 
     def entropy(self) -> torch.Tensor:
-        ents = [_cat_entropy(lg, p) for lg, p in zip(self.logits, self.probs)]
+        ents = [_cat_entropy(lg, p) for lg, p in zip(self.logits, self.probs, strict=True)]
         return ents[0] if not self.multi else torch.sum(torch.stack(ents, dim=-1), dim=-1)
 
     def kl(self, other: Categoricals) -> torch.Tensor:
         kls = [
             _cat_kl(pl, pp, ql, qp)
-            for pl, pp, ql, qp in zip(self.logits, self.probs, other.logits, other.probs)
+            for pl, pp, ql, qp in zip(
+                self.logits, self.probs, other.logits, other.probs, strict=True
+            )
         ]
         return kls[0] if not self.multi else torch.sum(torch.stack(kls, dim=-1), dim=-1)
 
