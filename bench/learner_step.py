@@ -6,7 +6,9 @@ iteration's episodes, then updates both learners (two algorithms in this process
 started from the RLlib one's state) on copies of the same episodes, alternating which goes
 first, so machine load hits both alike. Reported per learner (medians over rounds): the whole
 ``learner_group.update`` call, its learner connector pipeline (episodes → batch, GAE, credit),
-the minibatch loop, and the time per minibatch; then the rllib/lean ratio.
+the minibatch steps (``_update``: forward, loss, backward, optimiser) and the time per
+minibatch; then the rllib/lean ratios, also of the update's CPU time (``process_time``: less
+sensitive than wall time to other processes on a shared machine).
 
 Run: ``python bench/learner_step.py [--rounds 8] [--warmup 2]``.
 """
@@ -83,6 +85,7 @@ def main() -> None:
     ref = algos["rllib"]
     algos["lean"].learner_group.set_state(ref.learner_group.get_state())
     rows: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in LEARNERS}
+    cpus: dict[str, list[float]] = {k: [] for k in LEARNERS}
     for r in range(args.warmup + args.rounds):
         episodes = ref.env_runner_group.local_env_runner.sample(
             num_timesteps=a.train_batch_size, explore=True
@@ -100,16 +103,20 @@ def main() -> None:
             p = probes[kind]
             for sink in p.values():
                 sink.clear()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             algos[kind].learner_group.update(episodes=copies, **kwargs)
-            total = time.perf_counter() - t
+            total, cpu = time.perf_counter() - t, time.process_time() - c
             mb = p["minibatch"]
             if r >= args.warmup:
                 rows[kind].append((total, sum(p["pipeline"]), sum(mb), len(mb)))
+                cpus[kind].append(cpu)
         if r >= args.warmup:
             (rt, *_), (lt, *_) = rows["rllib"][-1], rows["lean"][-1]
-            n = r - args.warmup + 1
-            print(f"  round {n}: rllib {rt * 1e3:6.1f} ms  lean {lt * 1e3:6.1f} ms")
+            rc, lc = cpus["rllib"][-1], cpus["lean"][-1]
+            print(
+                f"  round {r - args.warmup + 1}: rllib {rt * 1e3:6.1f} ms ({rc * 1e3:6.1f} ms CPU)"
+                f"  lean {lt * 1e3:6.1f} ms ({lc * 1e3:6.1f} ms CPU)"
+            )
     med: dict[str, dict[str, float]] = {}
     for kind in LEARNERS:
         total, pipeline, loop, n = (statistics.median(col) for col in zip(*rows[kind], strict=True))
@@ -119,9 +126,12 @@ def main() -> None:
             f"minibatch steps {loop * 1e3:6.1f} ms = {n:.0f} × {loop / n * 1e3:5.2f} ms, "
             f"other {(total - pipeline - loop) * 1e3:5.1f} ms)"
         )
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
     print(
         f"ratio rllib/lean: update {med['rllib']['update'] / med['lean']['update']:.2f}×, "
-        f"per minibatch {med['rllib']['minibatch'] / med['lean']['minibatch']:.2f}×"
+        f"per minibatch {med['rllib']['minibatch'] / med['lean']['minibatch']:.2f}×, "
+        f"update CPU time {cpu['rllib'] / cpu['lean']:.2f}× "
+        f"({cpu['rllib'] * 1e3:.1f} vs {cpu['lean'] * 1e3:.1f} ms)"
     )
     for algo in algos.values():
         algo.stop()
