@@ -22,6 +22,7 @@ from configs import tiny_config
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.lean_learner import (
     Categoricals,
+    IndexMinibatches,
     LeanGRPOLearner,
     LeanPPOLearner,
     LeanTorchLearner,
@@ -157,9 +158,17 @@ def test_categoricals_match_torch_distributions_bit_for_bit() -> None:
             torch.testing.assert_close(ga, gb, rtol=0, atol=0, equal_nan=True)
 
 
-def test_one_update_is_bit_identical_with_foreach_adam(tmp_path: Path) -> None:
+def test_one_update_is_bit_identical_with_foreach_adam(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Any] = []
+    replacing = IndexMinibatches.replacing
+    monkeypatch.setattr(
+        IndexMinibatches, "replacing", lambda found: made.append(replacing(found)) or made[-1]
+    )
     ref, lean, ref_out, lean_out = _update_both(tmp_path, ExactLean)
     try:
+        assert made and all(isinstance(m, IndexMinibatches) for m in made)  # its minibatches
         ref_w, lean_w = _weights(ref), _weights(lean)
         assert ref_w.keys() == lean_w.keys() == {"orchestrator", "worker"}
         for module, weights in ref_w.items():

@@ -126,6 +126,11 @@ class LeanTorchLearner(TorchLearner):
                 self.get_optimizer(module_id, name).step()
 
     @override
+    def _create_iterator_if_necessary(self, **kwargs: Any) -> Any:
+        found = super()._create_iterator_if_necessary(**kwargs)
+        return IndexMinibatches.replacing(found) or found
+
+    @override
     def _compute_off_policyness(self, batch: Any) -> None:
         self._lean_offp.update(batch)  # logged once per update (window 1: the last value)
 
@@ -142,6 +147,73 @@ class LeanTorchLearner(TorchLearner):
         for module_id, stats in self._lean_stash.items():
             self.metrics.log_dict(stats(), key=module_id, window=1)
         self._lean_stash = {}
+
+
+# ----- minibatches by index ------------------------------------------------------------------
+class IndexMinibatches:
+    """RLlib's ``MiniBatchCyclicIterator`` (per module: cycle through the batch, reshuffle with
+    ``np.random.permutation`` at every wrap) over index arrays: each minibatch column is one
+    gather of the original column, where RLlib slices ``SampleBatch``es, concatenates them and
+    permutes every column at each shuffle. Same RNG draws, same rows in the same order."""
+
+    def __init__(self, rllib_iter: Any, columns: dict[str, Any]) -> None:
+        self.batch = rllib_iter._batch
+        self.size = rllib_iter._minibatch_size
+        self.epochs = rllib_iter._num_epochs
+        self.shuffle = rllib_iter._shuffle_batch_per_epoch
+        self.total = rllib_iter._num_total_minibatches
+        self.columns = columns
+
+    @classmethod
+    def replacing(cls, found: Any) -> IndexMinibatches | None:
+        """The index iterator for a fresh flat ``MiniBatchCyclicIterator``, else None (a
+        recurrent module's ``[B, T]`` batch, a column that is not a tensor, another iterator)."""
+        from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
+
+        if type(found) is not MiniBatchCyclicIterator or found._minibatch_count:
+            return None
+        columns = {}
+        for mid, module_batch in found._batch.policy_batches.items():
+            seqs = module_batch._slice_seq_lens_in_B or module_batch.get("seq_lens") is not None
+            cols = dict(module_batch)
+            if seqs or not cols or not all(isinstance(v, torch.Tensor) for v in cols.values()):
+                return None
+            if len(module_batch) == 0:
+                return None  # RLlib's iterator raises its own error
+            columns[mid] = cols
+        return cls(found, columns)
+
+    def __iter__(self) -> Any:
+        import numpy as np
+        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+        counts = {mid: len(b) for mid, b in self.batch.policy_batches.items()}
+        perms = {mid: np.arange(n) for mid, n in counts.items()}
+        start = dict.fromkeys(counts, 0)
+        covered = dict.fromkeys(counts, 0)
+        made = 0
+        while (self.total == 0 and min(covered.values()) < self.epochs) or (
+            self.total > 0 and made < self.total
+        ):
+            minibatch = {}
+            for mid, n in counts.items():
+                s, want, parts = start[mid], self.size, []
+                while s + want >= n:
+                    parts.append(perms[mid][s:])
+                    want -= n - s
+                    s = 0
+                    covered[mid] += 1
+                    if self.shuffle:
+                        perms[mid] = perms[mid][np.random.permutation(n)]
+                if s + want > s:
+                    parts.append(perms[mid][s : s + want])
+                start[mid] = s + want
+                rows = np.concatenate(parts)
+                cols = self.columns[mid]
+                index = torch.as_tensor(rows, device=next(iter(cols.values())).device)
+                minibatch[mid] = SampleBatch({k: v[index] for k, v in cols.items()})
+            made += 1
+            yield MultiAgentBatch(minibatch, len(self.batch))
 
 
 # ----- categorical math without distribution objects ----------------------------------------
