@@ -15,7 +15,8 @@ Contract:
   checkpoints; a state saved by the other learner loads, keeping this learner's kernel.
 * Per minibatch: one finiteness check over all gradients (one host sync; RLlib checks every
   parameter twice), falling back to RLlib's per-parameter handling when a gradient is not
-  finite; PPO's categorical log-probs, entropy and KL computed on the logits with the ops
+  finite; minibatches gathered by index with RLlib's rows and shuffle draws
+  (:class:`IndexMinibatches`); PPO's categorical log-probs, entropy and KL computed on the logits with the ops
   ``torch.distributions`` uses (no distribution objects; other distributions go through
   RLlib's classes); PPO's loss metrics and the off-policyness metric computed and logged once
   per update from the last minibatch that held the module (window-1 metrics: RLlib reports
