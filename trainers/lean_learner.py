@@ -11,16 +11,16 @@ Contract:
 * Optimiser: Adam with torch's fused kernel where the device has one (CPU and CUDA), else the
   foreach kernel; same hyperparameters. Fused Adam differs from RLlib's single-tensor Adam only
   in the last bits of float32 (it orders the arithmetic differently); ``fused = False`` (class
-  attribute) gives foreach Adam, bit-identical to RLlib's. Optimiser state round-trips through
-  checkpoints; a state saved by the other learner loads, keeping this learner's kernel.
+  attribute) gives foreach Adam, bit-identical to RLlib's on CPU. Optimiser state round-trips
+  through checkpoints; a state saved by the other learner loads, keeping this learner's kernel.
 * Per minibatch: one finiteness check over all gradients (one host sync; RLlib checks every
   parameter twice), falling back to RLlib's per-parameter handling when a gradient is not
   finite; minibatches gathered by index with RLlib's rows and shuffle draws
-  (:class:`IndexMinibatches`); PPO's categorical log-probs, entropy and KL computed on the logits with the ops
-  ``torch.distributions`` uses (no distribution objects; other distributions go through
-  RLlib's classes); PPO's loss metrics and the off-policyness metric computed and logged once
-  per update from the last minibatch that held the module (window-1 metrics: RLlib reports
-  that minibatch's value too).
+  (:class:`IndexMinibatches`); PPO's categorical log-probs, entropy and KL computed on the
+  logits with the ops ``torch.distributions`` uses (no distribution objects; other
+  distributions go through RLlib's classes); PPO's loss metrics and the off-policyness metric
+  computed and logged once per update from the last minibatch that held the module (window-1
+  metrics: RLlib reports that minibatch's value too).
 * Frozen modules (not in ``policies_to_train``) get no batch and no step, as with RLlib.
 """
 
@@ -134,6 +134,11 @@ class LeanTorchLearner(TorchLearner):
     @override
     def _compute_off_policyness(self, batch: Any) -> None:
         self._lean_offp.update(batch)  # logged once per update (window 1: the last value)
+
+    @override
+    def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        self._lean_offp, self._lean_stash = {}, {}  # nothing left from a failed update
+        super().before_gradient_based_update(timesteps=timesteps)
 
     @override
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
