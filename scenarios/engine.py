@@ -83,6 +83,12 @@ DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
 ALARM_REPEAT_S = 0.5
 
 
+def _unrunnable(exc: BaseException) -> bool:
+    """``exc`` says a greenlet can no longer be switched to (finalized, or another thread's)."""
+    text = str(exc)
+    return isinstance(exc, greenlet.error) or "greenlet is being finalized" in text
+
+
 class EpisodeTimeout(BaseException):
     """The episode's wall-clock limit was reached; raised inside the running graph.
 
@@ -472,8 +478,16 @@ class GraphEnv(ParallelEnv):
         return None
 
     def close(self) -> None:
+        """Abort an unfinished episode. Where its greenlets cannot run any more (interpreter
+        shutdown, when RLlib's vector env closes its envs from ``__del__``; or another thread)
+        the run is dropped with them: there is nothing left to clean up or report."""
         if self._run is not None and not self._run.finished:
-            self._run.abort()
+            run, self._run = self._run, None
+            try:
+                run.abort()
+            except (greenlet.error, RuntimeError) as exc:
+                if not _unrunnable(exc):
+                    raise
         if self._twin is not None:
             self._twin.close()
 

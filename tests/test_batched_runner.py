@@ -42,10 +42,13 @@ TEAM = {
 }
 
 
-def runner(cls: type, extra: dict[str, Any] | None = None, envs: int = 4) -> Any:
+def runner(
+    cls: type, extra: dict[str, Any] | None = None, envs: int = 4, base: dict | None = None
+) -> Any:
     cfg = ExperimentConfig.from_dict(
-        {**TEAM, **(extra or {}), "resources": {"num_envs_per_env_runner": envs}}
-    )
+        {**(TEAM if base is None else base), **(extra or {}),
+         "resources": {"num_envs_per_env_runner": envs}}
+    )  # fmt: skip
     return cls(config=to_algorithm_config(cfg))
 
 
@@ -208,15 +211,15 @@ def _actions(episodes: list[Any]) -> list[list[list[int]]]:
 def _finished_by_env(r: Any) -> dict[int, list[Any]]:
     """Record each sub-env's finished episodes (in order) as ``r`` samples."""
     seen: dict[int, list[Any]] = {}
-    step = r._step_env
+    on_step = r._on_step
 
     def recording(i: int, *args: Any) -> None:
         before = r._ongoing_episodes[i]
-        step(i, *args)
+        on_step(i, *args)
         if r._ongoing_episodes[i] is not before:
             seen.setdefault(i, []).append(before)
 
-    r._step_env = recording
+    r._on_step = recording
     return seen
 
 
@@ -268,6 +271,94 @@ def test_a_seed_fixes_training_without_pythonhashseed(tmp_path: Path) -> None:
         outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert len(outs[0]) == 2 and "losses/worker/policy_loss" in outs[0][-1]
     assert outs[0] == outs[1]
+
+
+# ----- envs in flight (episodes.env_threads) -----------------------------------------------
+TOOLCHAIN = {"scenario": "toolchain"}
+
+
+def _returns(episodes: list[Any]) -> list[list[float]]:
+    return [[sa.get_return() for _, sa in sorted(e.agent_episodes.items())] for e in episodes]
+
+
+def test_threads_change_when_envs_step_not_what_happens() -> None:
+    """Each env on its own thread, tools slowed down: every env's episodes are the ones it
+    plays stepping one after another in the sampler's thread."""
+    latency = {"tool_latency": {"seconds": 0.002, "jitter": 0.002}}
+    serial = runner(BatchedEnvRunner, {"episodes": latency}, envs=3, base=TOOLCHAIN)
+    threaded = runner(
+        BatchedEnvRunner, {"episodes": {**latency, "env_threads": True}}, envs=3, base=TOOLCHAIN
+    )
+    copy_weights(serial, threaded)
+    a, b = _finished_by_env(serial), _finished_by_env(threaded)
+    try:
+        serial.sample(num_timesteps=90, explore=True)
+        threaded.sample(num_timesteps=90, explore=True)
+    finally:
+        threaded.stop()
+    for i in range(3):
+        n = min(len(a.get(i, [])), len(b.get(i, [])))
+        assert n >= 2, (i, n)
+        assert _actions(a[i][:n]) == _actions(b[i][:n])
+        rewards = [
+            [sa.get_return() for _, sa in sorted(e.agent_episodes.items())] for e in a[i][:n]
+        ]
+        assert rewards == [
+            [sa.get_return() for _, sa in sorted(e.agent_episodes.items())] for e in b[i][:n]
+        ]
+
+
+def test_a_call_past_the_timeout_loses_its_episode_not_the_sample() -> None:
+    """Tool calls of up to 0.6 s against a 0.25 s limit: the episodes that hang are counted
+    as timeouts (with a named error) and their envs replaced; sampling goes on."""
+    from trainers.episode_metrics import JOURNAL
+
+    slow = {"tool_latency": {"seconds": 0.3, "jitter": 0.3}, "timeout_s": 0.25,
+            "env_threads": True}  # fmt: skip
+    r = runner(BatchedEnvRunner, {"episodes": slow}, envs=4, base=TOOLCHAIN)
+    JOURNAL.drain(keep=0)
+    try:
+        episodes = r.sample(num_timesteps=40, explore=True)
+        metrics = r.get_metrics()
+    finally:
+        r.stop()
+    assert sum(e.env_steps() for e in episodes) > 0  # (a lost episode's steps are dropped)
+    marl = metrics["marl"]
+    assert marl["timeout"] >= 1 and marl["episodes"] >= marl["timeout"]
+    errors = JOURNAL.drain(keep=0)["errors"]
+    assert any("call_timeout_s" in e["error"] or "timeout" in e["error"] for e in errors)
+
+
+def test_every_episode_hanging_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resets that never return in time (every env, fresh ones too): the sample raises a
+    named error after a bounded number of lost episodes instead of looping forever."""
+    import time
+
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    r = runner(BatchedEnvRunner, {"episodes": {"timeout_s": 0.05, "env_threads": True}}, envs=2)
+    reset = RLlibGraphEnv.reset
+
+    def slow_reset(self: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)  # a stand-in for a graph that blocks before any agent acts
+        return reset(self, **kwargs)
+
+    monkeypatch.setattr(RLlibGraphEnv, "reset", slow_reset)
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"hung in a reset/step call past episodes\.timeout_s"
+        ):
+            r.sample(num_timesteps=20, explore=True)
+    finally:
+        monkeypatch.undo()
+        r.stop()
+
+
+def test_env_threads_config_errors() -> None:
+    with pytest.raises(ConfigError, match="env_threads needs the batched sampler"):
+        resolve(ExperimentConfig.from_dict(
+            {**TEAM, "episodes": {"env_threads": True, "sampler": "rllib"}}
+        ))  # fmt: skip
 
 
 # ----- the switch ---------------------------------------------------------------------------

@@ -132,6 +132,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         # slow tools (scenarios.tool_latency): plain values for the env config
         "tool_latency": to_plain(episodes.tool_latency),
         "tool_timeout_s": episodes.tool_timeout_s,
+        # the batched sampler steps each sub-env on its own thread (trainers.batched_runner)
+        "env_threads": episodes.env_threads,
     }
     if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
         timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback

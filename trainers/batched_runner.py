@@ -55,11 +55,14 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
 from trainers.phase_timers import FORWARD_CLOCK
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
 #: :mod:`trainers.resume` with RLlib's own)
 STATE_ATTR = "_batched"
+#: env-config key: step each sub-env on its own thread (``episodes.env_threads``)
+THREADS_KEY = "env_threads"
 
 
 class OrderedEpisode(MultiAgentEpisode):
@@ -69,6 +72,13 @@ class OrderedEpisode(MultiAgentEpisode):
     order, so without this a run's updates differ between processes."""
 
     __slots__ = ()
+    #: while the batched sampler fills episodes, ``validate()`` (which RLlib runs over every
+    #: agent at every ``add_env_step``) is deferred to the episode's end or cut
+    deferred_validation = False
+
+    def validate(self) -> None:
+        if not OrderedEpisode.deferred_validation:
+            super().validate()
 
     @property
     def agent_ids(self) -> Any:  # a set-like keys view: ``in``, ``|``, ``&`` work as on a set
@@ -91,6 +101,8 @@ class SamplerState:
     pending: list[dict[str, Any] | None]
     states: list[dict[str, Any]]
     rngs: list[np.random.Generator]
+    #: env index → (actions, extra model outputs) of the step in flight
+    acted: dict[int, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
 
 
 def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.random.Generator]:
@@ -187,24 +199,79 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         for m in self.module.values():  # forward_* toggle train/eval on every call otherwise
             if isinstance(m, torch.nn.Module):
                 m.eval()
+        OrderedEpisode.deferred_validation = True
+        try:
+            return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
+        finally:
+            OrderedEpisode.deferred_validation = False
+
+    def _sample_batched(
+        self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
+    ) -> list[Any]:
+        stepper = self._get_stepper()
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_all()
         if num_episodes is not None:
             self._needs_initial_reset = True
+        state = self.sampler_state
         done: list[Any] = []
         counts = _Counts()
-        while len(done) < num_episodes if num_timesteps is None else counts.env < num_timesteps:
-            ready = [i for i, p in enumerate(self.sampler_state.pending) if p is not None]
-            actions, for_env, extras = self._act(ready, explore)
-            for i in ready:
-                self._step_env(i, actions[i], for_env[i], extras[i], counts, done)
-                if num_episodes is not None and len(done) >= num_episodes:
-                    break
+        target = (
+            (lambda: len(done) >= num_episodes)
+            if num_timesteps is None
+            else (lambda: counts.env >= num_timesteps)
+        )
+        lost = self._lost = 0
+        while not target():
+            if self._lost - lost >= max(8, 2 * self.num_envs) and counts.env == 0:
+                raise RuntimeError(
+                    f"env runner {self.worker_index}: {self._lost - lost} episodes in a row hung "
+                    f"in a reset/step call past episodes.timeout_s="
+                    f"{self.config.env_config.get('episode_timeout_s')} s and none stepped: fix "
+                    "the tool or node that hangs (episodes.tool_timeout_s bounds each tool "
+                    "call), or raise the limit if it is only slow"
+                )
+            ready = [i for i, p in enumerate(state.pending) if p is not None]
+            if ready:
+                actions, for_env, extras = self._act(ready, explore)
+                for i in ready:
+                    self._step_env(i, actions[i], for_env[i], extras[i])
+            calls = stepper.wait()
+            while calls:
+                for call in calls:
+                    late = num_episodes is not None and target()  # RLlib's loop stops here too
+                    self._on_done(call, counts, None if late else done)
+                # without threads a reset started above has already run: take it now
+                calls = [] if stepper.threads or not stepper.in_flight else stepper.wait()
+        while stepper.in_flight:  # calls still running (threads): their steps are kept
+            for call in stepper.wait():
+                self._on_done(call, counts, done if num_episodes is None else None)
         counts.log(self)
         self._done_episodes_for_metrics.extend(done)
         if num_timesteps is None:
             return done
         return done + self._cut_ongoing()
+
+    def stop(self) -> None:
+        stepper = getattr(self, "_stepper", None)
+        if stepper is not None:
+            self._stepper = None
+            stepper.close()  # each env closed in its own thread
+        super().stop()
+
+    def _get_stepper(self) -> Stepper:
+        """The sub-envs' :class:`~scenarios.in_flight.Stepper` (built on first use; with
+        ``env_threads`` each env moves to its own thread, which starts it afresh)."""
+        stepper = getattr(self, "_stepper", None)
+        if stepper is None:
+            threads = bool(self.config.env_config.get(THREADS_KEY))
+            timeout = self.config.env_config.get("episode_timeout_s") if threads else None
+            stepper = self._stepper = Stepper(
+                list(self.env.envs), threads=threads, call_timeout_s=timeout
+            )
+            if threads:  # an episode in progress cannot move into a thread
+                self._needs_initial_reset = True
+        return stepper
 
     def _reset_all(self) -> None:
         """Fresh episodes on every sub-env (seeded on the runner's first reset only)."""
@@ -223,24 +290,42 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         episodes[env_index].__class__ = OrderedEpisode
 
     def _reset_env(self, i: int, seed: int | None) -> None:
+        """Start env ``i``'s next episode (its reset runs on the stepper)."""
         self._new_episode(i, self._ongoing_episodes)
-        obs, infos = self.env.envs[i].reset(seed=seed)
-        self._ongoing_episodes[i].add_env_reset(observations=obs, infos=infos)
         state = self.sampler_state
-        state.pending[i] = obs
+        state.pending[i] = None
         state.states[i] = {}
-        self._make_on_episode_callback("on_episode_start", i, self._ongoing_episodes)
+        self._stepper.start_reset(i, seed)
 
     def _step_env(
-        self,
-        i: int,
-        actions: dict[str, Any],
-        for_env: dict[str, Any],
-        extras: dict[str, Any],
-        counts: _Counts,
-        done: list[Any],
+        self, i: int, actions: dict[str, Any], for_env: dict[str, Any], extras: dict[str, Any]
     ) -> None:
-        obs, rewards, terms, truncs, infos = self.env.envs[i].step(for_env)
+        """Start env ``i``'s step; what was acted is recorded when it returns."""
+        state = self.sampler_state
+        state.pending[i] = None
+        state.acted[i] = (actions, extras)
+        self._stepper.start_step(i, for_env)
+
+    def _on_done(self, call: Done, counts: _Counts, done: list[Any] | None) -> None:
+        """Record a finished call. ``done`` gets the episodes it ends (None: the sample has
+        enough, so an episode ending here is left unfinished, as RLlib's loop leaves it)."""
+        if call.error is not None:
+            if isinstance(call.error, CallTimeout):
+                self._lost_episode(call.index, call.error)
+                return
+            raise call.error
+        i = call.index
+        if call.kind == RESET:
+            obs, infos = call.result
+            self._ongoing_episodes[i].add_env_reset(observations=obs, infos=infos)
+            self.sampler_state.pending[i] = obs
+            self._make_on_episode_callback("on_episode_start", i, self._ongoing_episodes)
+        else:
+            self._on_step(i, call.result, counts, done)
+
+    def _on_step(self, i: int, result: tuple, counts: _Counts, done: list[Any] | None) -> None:
+        obs, rewards, terms, truncs, infos = result
+        actions, extras = self.sampler_state.acted.pop(i)
         episode = self._ongoing_episodes[i]
         episode.add_env_step(
             observations=obs,
@@ -252,16 +337,54 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             extra_model_outputs=extras,
         )
         counts.add(obs, episode)
-        self.sampler_state.pending[i] = obs
         if self._step_callbacks:
             self._make_on_episode_callback("on_episode_step", i, self._ongoing_episodes)
         if not episode.is_done:
+            self.sampler_state.pending[i] = obs
+            return
+        if done is None:
             return
         counts.episodes += 1
+        MultiAgentEpisode.validate(episode)  # deferred while sampling
         self._make_on_episode_callback("on_episode_end", i, self._ongoing_episodes)
         self._prune_zero_len_sa_episodes(episode)
         done.append(episode.to_numpy() if self.episodes_to_numpy else episode)
         self._reset_env(i, None)
+
+    def _lost_episode(self, i: int, error: BaseException) -> None:
+        """Env ``i``'s call hung past ``episodes.timeout_s`` (threads only): its episode is
+        counted as a timeout failure (with the scenario's failure reward) and dropped, and the
+        slot gets a fresh env."""
+        from trainers.episode_metrics import EPISODE_METRICS, JOURNAL
+
+        old = self.env.envs[i]
+        graph_env = getattr(old.unwrapped, "env", None)
+        reward = 0.0
+        if graph_env is not None:
+            reward = float(graph_env.scenario.failure_state(None).reward)
+        values = {"episodes": 1, "team_return": reward, "success": 0.0, "truncated": 1.0,
+                  "error": 0.0, "timeout": 1.0}  # fmt: skip
+        for key, value in values.items():
+            self.metrics.log_value((EPISODE_METRICS, key), value, reduce="sum")
+        JOURNAL.record_error("timeout", str(error))
+        self._lost = getattr(self, "_lost", 0) + 1
+        self.sampler_state.acted.pop(i, None)
+        new = self._make_sub_env(i)
+        self.env.envs[i] = new
+        self._stepper.replace(i, new)
+        self._reset_env(i, None)
+
+    def _make_sub_env(self, i: int) -> Any:
+        """A fresh sub-env ``i``, built as RLlib builds the runner's envs."""
+        from ray.rllib.env.env_context import EnvContext
+
+        ctx = EnvContext(
+            self.config.env_config,
+            worker_index=self.worker_index or 0,
+            vector_index=i,
+            num_workers=self.config.num_env_runners,
+        )
+        return self.config.env(ctx)
 
     def _cut_ongoing(self) -> list[Any]:
         """The chunks of the episodes still running (RLlib's ``truncate_episodes``); sampling
@@ -276,7 +399,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         for episode in self._ongoing_episodes:
             if episode.env_t == 0:
                 continue
-            episode.validate()
+            MultiAgentEpisode.validate(episode)  # deferred while sampling
             self._ongoing_episodes_for_metrics[episode.id_].append(episode)
             self._prune_zero_len_sa_episodes(episode)
             out.append(episode.to_numpy() if self.episodes_to_numpy else episode)

@@ -717,6 +717,11 @@ class EpisodesConfig:
             ``batched`` (:mod:`trainers.batched_runner`: one forward per module per step over
             all acting agents, per-env RNG streams) or ``rllib`` (RLlib's own
             ``MultiAgentEnvRunner``, for comparison).
+        env_threads: with the batched sampler, step each env of a runner on its own thread,
+            so episodes waiting on slow tools or remote model calls do not hold the others
+            (raise ``resources.num_envs_per_env_runner`` to keep more episodes in flight); a
+            call running past ``timeout_s`` loses its episode (counted as a timeout) and its
+            env is replaced. Off: envs step one after another in the sampler's thread.
         tool_latency: ``{seconds: L, jitter: J}``: every tool call of a live episode first
             waits ``L`` s, or ``L ± J`` uniform from an RNG of its own (the episodes stay the
             same), for benchmarks and tests of slow tools (:mod:`scenarios.tool_latency`);
@@ -729,6 +734,7 @@ class EpisodesConfig:
     fail_after: int = 1
     engine: str = "auto"
     sampler: str = "auto"
+    env_threads: bool = False
     tool_latency: ToolLatency | None = None
     tool_timeout_s: float | None = None
 
