@@ -24,8 +24,15 @@ latency at all (this process's compute ceiling: the GIL runs one env's Python at
 the bound; where it is below 1 no scheduling in one process meets the bound (more processes
 do: RLlib env runners).
 
+``--runner``: the same bound through the trainer's sampler, :class:`~trainers.batched_runner.
+BatchedEnvRunner` on ``toolchain`` (an MLP policy, tool calls inside the scenario's nodes)
+with ``episodes.tool_latency`` and ``episodes.env_threads`` on (``threads``) or off
+(``serial``); ``c`` is the scenario's own count of tool calls per episode (``metric/calls``):
+``ratio`` uses ``c`` of a latency-free run, ``busy`` the case's own (episodes finished in a
+short window are biased towards few calls).
+
 Usage: ``python bench/slow_tools.py [--latency 0.2] [--jitter 0] [--sizes 1,4,16,64]
-[--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial]``.
+[--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial] [--runner]``.
 """
 
 from __future__ import annotations
@@ -141,6 +148,62 @@ def sample(envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float) -
     return Sampler(envs, threads, p).run(seconds)
 
 
+def runner_case(n: int, latency: float, threads: bool, seconds: float) -> dict[str, float]:
+    """Episodes/s and tool calls per episode of the batched sampler on ``toolchain`` with ``n``
+    envs, sampling ``4 n`` env steps per ``sample()`` call for ``seconds`` (after a warm-up)."""
+    from trainers.algo import to_algorithm_config
+    from trainers.batched_runner import BatchedEnvRunner
+    from trainers.config import ExperimentConfig
+
+    episodes = {"env_threads": threads, "timeout_s": 60.0}
+    if latency > 0:
+        episodes["tool_latency"] = {"seconds": latency}
+    cfg = ExperimentConfig.from_dict(
+        {"scenario": "toolchain", "episodes": episodes,
+         "resources": {"num_envs_per_env_runner": n}}
+    )  # fmt: skip
+    runner = BatchedEnvRunner(config=to_algorithm_config(cfg))
+    try:
+        runner.sample(num_timesteps=4 * n, explore=True)
+        runner.get_metrics()
+        start, episodes_done, calls = time.perf_counter(), 0.0, 0.0
+        while time.perf_counter() - start < seconds:
+            runner.sample(num_timesteps=4 * n, explore=True)
+            marl = runner.get_metrics().get("marl", {})
+            episodes_done += _value(marl.get("episodes", 0))
+            calls += _value(marl.get("metric/calls", 0.0))
+        wall = time.perf_counter() - start
+    finally:
+        runner.stop()
+    return {"eps": episodes_done / wall, "c": calls / max(episodes_done, 1.0)}
+
+
+def _value(x: object) -> float:
+    """A reduced metric: the local runner's ``get_metrics()`` holds ``Stats`` objects."""
+    peek = getattr(x, "peek", None)
+    value = float(peek() if peek is not None else x)  # type: ignore[arg-type]
+    return 0.0 if np.isnan(value) else value  # nothing logged in this call
+
+
+def run_runner(args: argparse.Namespace, sizes: list[int], modes: list[str]) -> None:
+    free = runner_case(1, 0.0, False, min(args.seconds, 4.0))
+    print(
+        f"\ntoolchain through BatchedEnvRunner: c = {free['c']:.2f} tool calls per episode; "
+        f"{free['eps']:.1f} episodes/s without latency, one env"
+    )
+    print(f"{'N':>3} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} {'ratio':>6} {'busy':>6}")
+    for n in sizes:
+        for mode in modes:
+            r = runner_case(n, args.latency, mode == "threads", args.seconds)
+            bound = n / (args.latency * free["c"])
+            busy = r["eps"] * args.latency * r["c"] / n  # with the case's own c
+            print(
+                f"{n:>3} {mode:<8} {r['eps']:>8.2f} {r['c']:>5.2f} {bound:>8.2f} "
+                f"{r['eps'] / bound:>6.2f} {busy:>6.2f}",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=0.2, help="L: seconds per tool call")
@@ -150,9 +213,13 @@ def main() -> None:
     parser.add_argument("--modes", default="threads,serial")
     parser.add_argument("--seconds", type=float, default=6.0, help="measured window per case")
     parser.add_argument("--answer-p", type=float, default=0.34, help="P(answer) per decision")
+    parser.add_argument("--runner", action="store_true", help="sample through BatchedEnvRunner")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
+    if args.runner:
+        run_runner(args, sizes, modes)
+        return
     print(
         f"tool latency L={args.latency:g} s ± {args.jitter:g}; window {args.seconds:g} s per case; "
         f"P(answer)={args.answer_p:g}"
