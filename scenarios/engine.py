@@ -482,9 +482,8 @@ class GraphEnv(ParallelEnv):
         shutdown, when RLlib's vector env closes its envs from ``__del__``; or another thread)
         the run is dropped with them: there is nothing left to clean up or report."""
         if self._run is not None and not self._run.finished:
-            run, self._run = self._run, None
             try:
-                run.abort()
+                self._run.abort()
             except (greenlet.error, RuntimeError) as exc:
                 if not _unrunnable(exc):
                     raise
