@@ -221,11 +221,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             if num_timesteps is None
             else (lambda: counts.env >= num_timesteps)
         )
-        lost = self._lost = 0
+        self._lost = 0  # episodes lost to hung calls in this sample
         while not target():
-            if self._lost - lost >= max(8, 2 * self.num_envs) and counts.env == 0:
+            if self._lost >= max(8, 2 * self.num_envs) and counts.env == 0:
                 raise RuntimeError(
-                    f"env runner {self.worker_index}: {self._lost - lost} episodes in a row hung "
+                    f"env runner {self.worker_index}: {self._lost} episodes in a row hung "
                     f"in a reset/step call past episodes.timeout_s="
                     f"{self.config.env_config.get('episode_timeout_s')} s and none stepped: fix "
                     "the tool or node that hangs (episodes.tool_timeout_s bounds each tool "
@@ -367,7 +367,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         for key, value in values.items():
             self.metrics.log_value((EPISODE_METRICS, key), value, reduce="sum")
         JOURNAL.record_error("timeout", str(error))
-        self._lost = getattr(self, "_lost", 0) + 1
+        self._lost += 1
         self.sampler_state.acted.pop(i, None)
         new = self._make_sub_env(i)
         self.env.envs[i] = new
