@@ -56,6 +56,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
+from trainers.lean_learner import Categoricals, categorical_lens
 from trainers.phase_timers import FORWARD_CLOCK
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
@@ -136,15 +137,20 @@ def sample_rows(dist: Any, rngs: Sequence[np.random.Generator]) -> torch.Tensor:
             dist._dist.loc.dtype
         )
         return dist._dist.loc + dist._dist.scale * z
-    u = torch.from_numpy(np.stack([rng.random(k) for rng in rngs]))
     cats = [dist] if isinstance(dist, TorchCategorical) else dist._cats
+    act = inverse_cdf([c._dist.probs for c in cats], rngs)
+    return act[:, 0] if isinstance(dist, TorchCategorical) else act
+
+
+def inverse_cdf(probs: Sequence[torch.Tensor], rngs: Sequence[np.random.Generator]) -> torch.Tensor:
+    """``[B, len(probs)]`` category indices: part ``j`` of row ``r`` from the ``j``-th of
+    ``len(probs)`` uniforms drawn from ``rngs[r]``."""
+    u = torch.from_numpy(np.stack([rng.random(len(probs)) for rng in rngs]))
     parts = []
-    for j, cat in enumerate(cats):
-        probs = cat._dist.probs
-        cdf = probs.double().cumsum(-1)
-        idx = (cdf < u[:, j : j + 1]).sum(-1).clamp_max(probs.shape[-1] - 1)
-        parts.append(idx)
-    return parts[0] if isinstance(dist, TorchCategorical) else torch.stack(parts, dim=-1)
+    for j, p in enumerate(probs):
+        cdf = p.double().cumsum(-1)
+        parts.append((cdf < u[:, j : j + 1]).sum(-1).clamp_max(p.shape[-1] - 1))
+    return torch.stack(parts, dim=-1)
 
 
 @dataclasses.dataclass
@@ -481,17 +487,42 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self, module: Any, logits: torch.Tensor, rows: _Rows, explore: bool, columns: dict
     ) -> torch.Tensor:
         """Sample (or, without exploration, take the mode of) each row's distribution; the
-        distribution inputs and log-probabilities go to ``columns``."""
-        if explore:
-            dist = module.get_exploration_action_dist_cls().from_logits(logits)
-            rngs = self.sampler_state.rngs
-            act = sample_rows(dist, [rngs[i] for i, _ in rows.keys])
+        distribution inputs and log-probabilities go to ``columns``. Categorical and
+        multi-categorical pools skip RLlib's distribution objects (``lean_learner``'s
+        :class:`Categoricals`: the same ops, so the same numbers)."""
+        dist_cls = (
+            module.get_exploration_action_dist_cls()
+            if explore
+            else module.get_inference_action_dist_cls()
+        )
+        lens = self._categorical_lens(dist_cls, logits)
+        rngs = self.sampler_state.rngs
+        if lens is not None:
+            cats = Categoricals(logits, *lens)
+            if explore:
+                act = inverse_cdf(cats.probs, [rngs[i] for i, _ in rows.keys])
+            else:
+                act = torch.stack([lg.argmax(-1) for lg in cats.logits], dim=-1)
+            act = act if lens[1] else act[:, 0]
+            logp = cats.logp(act)
         else:
-            dist = module.get_inference_action_dist_cls().from_logits(logits)
-            act = dist.to_deterministic().sample()
+            dist = dist_cls.from_logits(logits)
+            act = (
+                sample_rows(dist, [rngs[i] for i, _ in rows.keys])
+                if explore
+                else dist.to_deterministic().sample()
+            )
+            logp = dist.logp(act)
         columns[Columns.ACTION_DIST_INPUTS] = _numpy(logits)
-        columns[Columns.ACTION_LOGP] = _numpy(dist.logp(act))
+        columns[Columns.ACTION_LOGP] = _numpy(logp)
         return act
+
+    def _categorical_lens(self, dist_cls: Any, logits: torch.Tensor) -> Any:
+        """:func:`~trainers.lean_learner.categorical_lens` of ``dist_cls``, probed once."""
+        cache = self.__dict__.setdefault("_lens", {})
+        if dist_cls not in cache:
+            cache[dist_cls] = categorical_lens(dist_cls, logits)
+        return cache[dist_cls]
 
     def _action_space_for(self, mid: str) -> Any:
         spaces = getattr(self, "_module_action_spaces", None)
