@@ -15,7 +15,8 @@ One module per claim, each runnable as ``python -m experiments.<claim>`` with ``
 * :mod:`experiments.judge_voting` — a majority of noisy judges vs the exact verifier as reward
   (scripted judges: :mod:`experiments.judges`);
 * :mod:`experiments.curriculum` — learnability curriculum vs uniform task sampling;
-* :mod:`experiments.passk` — pass@1…pass@16 before and after GRPO on ``text-delegate``.
+* :mod:`experiments.passk` — pass@1…pass@16 before and after GRPO on ``text-delegate``;
+* :mod:`experiments.sampler_curves` — the batched sampler's learning curves vs RLlib's sampler.
 
 :mod:`experiments.harness` runs one config per seed and writes one JSON per (condition, seed)
 under ``experiments/results/<claim>/<budget>/``; :mod:`experiments.report` rebuilds the report
@@ -36,4 +37,5 @@ CLAIMS: tuple[str, ...] = (
     "turn_credit",
     "curriculum",
     "passk",
+    "sampler_curves",
 )

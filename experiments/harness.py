@@ -164,12 +164,12 @@ def make_config(ctx: Context, cond: Condition, seed: int) -> Any:
 
 def compact_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a ``metrics.jsonl`` row the report uses: ``charts/…`` without the prefix,
-    ``curriculum/…`` as they are, and per-agent credit as ``credit/<agent>``."""
+    ``curriculum/…`` and ``timers/…`` as they are, and per-agent credit as ``credit/<agent>``."""
     out: dict[str, Any] = {}
     for key, value in row.items():
         if key.startswith("charts/"):
             out[key.removeprefix("charts/")] = value
-        elif key.startswith("curriculum/"):  # trainers.curriculum's metrics, kept whole
+        elif key.startswith(("curriculum/", "timers/")):  # curriculum metrics, phase timers
             out[key] = value
         elif key.endswith("/credit") and key.count("/") == 1:
             out[f"credit/{key.split('/')[0]}"] = value
