@@ -58,7 +58,7 @@ def test_batched_final_return_within_rllib_seed_spread(
         margin = MARGIN_SD * sc.pooled_sd(r_final, b_final)
         ok = sc.inside(float(np.mean(b_final)), r_final, margin)
         lines.append(
-            f"{scenario}: batched mean {np.mean(b_final):.3f} {b_final} vs RLlib range "
+            f"{scenario}: batched mean {np.mean(b_final):.3f} ({_list(b_final)}) vs RLlib range "
             f"[{min(r_final):.3f}, {max(r_final):.3f}] ± {margin:.3f}"
         )
         if not ok:
@@ -68,4 +68,8 @@ def test_batched_final_return_within_rllib_seed_spread(
 
 
 def _show(records: Any) -> str:
-    return ", ".join(f"{an.final(r, sc.KEY):.3f}" for r in records)
+    return _list([an.final(r, sc.KEY) for r in records])
+
+
+def _list(values: Any) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
