@@ -228,11 +228,7 @@ def batched_sampler(cfg: ExperimentConfig, plan: Plan) -> bool:
     """Whether env runners sample with :class:`~trainers.batched_runner.BatchedEnvRunner`:
     ``episodes.sampler`` ``batched``, or ``auto`` when no pool is an LLM (``resolve`` refuses
     ``batched`` with LLM pools)."""
-    from marl_agents.pools import LLMModel
-
-    if cfg.episodes.sampler == "rllib":
-        return False
-    return not any(isinstance(p.model, LLMModel) for p in plan.pools.values())
+    return cfg.episodes.sampler != "rllib" and not has_llm_pool(plan)
 
 
 def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
@@ -254,6 +250,11 @@ def grpo_side_by_side(plan: Plan) -> bool:
     generation per step: teams with an LLM pool) or one after another in one env (``repeat =
     G``: small-network teams), which keeps every group whole when episode lengths vary (side by
     side, a sub-env that finishes early starts the next task before the others finish)."""
+    return has_llm_pool(plan)
+
+
+def has_llm_pool(plan: Plan) -> bool:
+    """Whether a pool of ``plan`` is an LLM."""
     from marl_agents.pools import LLMModel
 
     return any(isinstance(p.model, LLMModel) for p in plan.pools.values())
