@@ -33,6 +33,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
@@ -54,6 +55,7 @@ from ray.rllib.utils.metrics import (
     NUM_MODULE_STEPS_SAMPLED_LIFETIME,
     WEIGHTS_SEQ_NO,
 )
+from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
 from trainers.lean_learner import Categoricals, categorical_lens
@@ -176,6 +178,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 rngs=env_rngs(self.config.seed, self.worker_index or 0, n),
             ),
         )
+        self._stepper: Stepper | None = None  # built on the first sample() (_get_stepper)
+        self._lens: dict[Any, Any] = {}  # dist class → categorical_lens, probed once
+        self._lost = 0  # episodes lost to hung calls in the current sample()
         self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
             "on_episode_step" in type(c).__dict__ for c in self._callbacks
         )
@@ -227,7 +232,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             if num_timesteps is None
             else (lambda: counts.env >= num_timesteps)
         )
-        self._lost = 0  # episodes lost to hung calls in this sample
+        self._lost = 0
         while not target():
             if self._lost >= max(8, 2 * self.num_envs) and counts.env == 0:
                 raise RuntimeError(
@@ -268,7 +273,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     def _get_stepper(self) -> Stepper:
         """The sub-envs' :class:`~scenarios.in_flight.Stepper` (built on first use; with
         ``env_threads`` each env moves to its own thread, which starts it afresh)."""
-        stepper = getattr(self, "_stepper", None)
+        stepper = self._stepper
         if stepper is None:
             threads = bool(self.config.env_config.get(THREADS_KEY))
             timeout = self.config.env_config.get("episode_timeout_s") if threads else None
@@ -361,15 +366,13 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         """Env ``i``'s call hung past ``episodes.timeout_s`` (threads only): its episode is
         counted as a timeout failure (with the scenario's failure reward) and dropped, and the
         slot gets a fresh env."""
-        from trainers.episode_metrics import EPISODE_METRICS, JOURNAL
+        from trainers.episode_metrics import EPISODE_METRICS, JOURNAL, outcome_values
 
-        old = self.env.envs[i]
-        graph_env = getattr(old.unwrapped, "env", None)
+        graph_env = getattr(self.env.envs[i].unwrapped, "env", None)
         reward = 0.0
         if graph_env is not None:
             reward = float(graph_env.scenario.failure_state(None).reward)
-        values = {"episodes": 1, "team_return": reward, "success": 0.0, "truncated": 1.0,
-                  "error": 0.0, "timeout": 1.0}  # fmt: skip
+        values = {"episodes": 1, **outcome_values(reward, False, True, "timeout")}
         for key, value in values.items():
             self.metrics.log_value((EPISODE_METRICS, key), value, reduce="sum")
         JOURNAL.record_error("timeout", str(error))
@@ -470,7 +473,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if stateful:  # the state after this step, per row
             state_out = {k: v.detach() for k, v in out[Columns.STATE_OUT].items()}
         seq = self._weights_seq_no
-        space = self._action_space_for(mid)
+        space = module.action_space
         for r, (i, agent) in enumerate(rows.keys):
             a = act_np[r]
             actions[i][agent] = a
@@ -519,27 +522,14 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
 
     def _categorical_lens(self, dist_cls: Any, logits: torch.Tensor) -> Any:
         """:func:`~trainers.lean_learner.categorical_lens` of ``dist_cls``, probed once."""
-        cache = self.__dict__.setdefault("_lens", {})
-        if dist_cls not in cache:
-            cache[dist_cls] = categorical_lens(dist_cls, logits)
-        return cache[dist_cls]
-
-    def _action_space_for(self, mid: str) -> Any:
-        spaces = getattr(self, "_module_action_spaces", None)
-        if spaces is None:
-            spaces = self._module_action_spaces = {}
-        if mid not in spaces:
-            spaces[mid] = self.module[mid].action_space
-        return spaces[mid]
+        if dist_cls not in self._lens:
+            self._lens[dist_cls] = categorical_lens(dist_cls, logits)
+        return self._lens[dist_cls]
 
     def _for_env(self, action: Any, space: Any) -> Any:
         """The action the env gets: Box actions unsquashed/clipped as RLlib's connector does."""
-        import gymnasium as gym
-
         if not isinstance(space, gym.spaces.Box):
             return action
-        from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
-
         if self.config.normalize_actions:
             return unsquash_action(action, space)
         if self.config.clip_actions:

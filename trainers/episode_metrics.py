@@ -108,6 +108,10 @@ class EpisodeMetrics(RLlibCallback):
 
     _scenarios: ClassVar[dict[str, Any]] = {}
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._sums: dict[str, float] = {}  # this sample() call's episodes, summed
+
     def on_environment_created(self, *, env_runner: Any, **kwargs: Any) -> None:
         from trainers.phase_timers import instrument_env_runner
 
@@ -129,13 +133,8 @@ class EpisodeMetrics(RLlibCallback):
         if info is None:
             return
         outcome, seed, failure = info["outcome"], info.get("seed"), info.get("failure")
-        values = {
-            "team_return": float(outcome.reward),
-            "success": float(outcome.success),
-            "truncated": float(bool(getattr(outcome, "truncated", False))),
-            "error": float(failure == "error"),
-            "timeout": float(failure == "timeout"),
-        }
+        truncated = bool(getattr(outcome, "truncated", False))
+        values = outcome_values(outcome.reward, outcome.success, truncated, failure)
         if failure in ("error", "timeout"):
             JOURNAL.record_error(failure, str(info.get("error") or failure))
         if JOURNAL.wants_transcript():
@@ -150,7 +149,7 @@ class EpisodeMetrics(RLlibCallback):
         oracle = self._oracle(env_config, seed)
         if oracle is not None:
             values["oracle"] = oracle
-        sums = self.__dict__.setdefault("_sums", {})
+        sums = self._sums
         sums["episodes"] = sums.get("episodes", 0) + 1
         for key, value in values.items():
             sums[key] = sums.get(key, 0.0) + value
@@ -158,7 +157,7 @@ class EpisodeMetrics(RLlibCallback):
     def on_sample_end(self, *, metrics_logger: Any = None, **kwargs: Any) -> None:
         """Log the sums of this ``sample()`` call's episodes (one ``log_value`` per key, not
         per episode: the same per-iteration sums)."""
-        sums = self.__dict__.pop("_sums", None)
+        sums, self._sums = self._sums, {}
         if not sums or metrics_logger is None:
             return
         for key, value in sums.items():
@@ -176,6 +175,19 @@ class EpisodeMetrics(RLlibCallback):
             )
         value = self._scenarios[key].oracle_value(np.random.default_rng(seed))
         return None if value is None else float(value)
+
+
+def outcome_values(
+    reward: float, success: bool, truncated: bool, failure: str | None
+) -> dict[str, float]:
+    """The per-episode outcome terms every finished (or lost) episode adds to ``marl/…``."""
+    return {
+        "team_return": float(reward),
+        "success": float(success),
+        "truncated": float(truncated),
+        "error": float(failure == "error"),
+        "timeout": float(failure == "timeout"),
+    }
 
 
 def monitor_values(
