@@ -46,7 +46,8 @@ def check_replay(env: GraphEnv, seed: int) -> None:
 def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
     """Fast replays (:mod:`scenarios.replay`) equal LangGraph replays: same decisions, same
     observations, same outcome, for up to ``coalitions`` coalitions of a random episode's
-    players under every absent policy. Passes trivially for graphs the fast path does not run.
+    players (the full and the empty one, then random ones; each distinct coalition once) under
+    every absent policy. Passes trivially for graphs the fast path does not run.
     """
     if env.fast_graph() is None:
         return
@@ -58,7 +59,7 @@ def check_fast_replay(env: GraphEnv, seed: int, coalitions: int = 32) -> None:
         frozenset(p for p, keep in zip(players, bits, strict=True) if keep)
         for bits in (rng.integers(2, size=len(players)) for _ in range(coalitions - 2))
     ]
-    for members in [frozenset(players), frozenset(), *subsets]:
+    for members in dict.fromkeys([frozenset(players), frozenset(), *subsets]):
         for mode in ("skip", "placeholder", "default"):
             policy = Counterfactual(env.scenario, actions, mode).coalition(members)
             check = env.compare_replays(seed, policy)
