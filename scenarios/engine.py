@@ -47,6 +47,7 @@ from pettingzoo import ParallelEnv
 from scenarios.args import executed_action
 from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
+from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
 from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
 from scenarios.replay import (
     FAST_BRIDGE,
@@ -68,15 +69,6 @@ ENGINES = ("auto", "langgraph", "fast", "check")
 ENGINE_ENV = "MARL_ENGINE"
 
 
-class Clock:
-    """Seconds spent in a phase: a process-wide running sum."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-
-#: seconds this process has spent inside ``GraphEnv.reset``/``step`` (``timers/env_s``)
-ENV_CLOCK = Clock()
 #: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
 DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
 #: once the limit is reached, the alarm fires again this often until the graph lets go
@@ -374,7 +366,7 @@ class GraphEnv(ParallelEnv):
             if twin is not None:
                 self._compare("reset", out, twin._reset(self.seed_used, options))
         finally:
-            ENV_CLOCK.seconds += time.perf_counter() - start
+            ENV_CLOCK.add(time.perf_counter() - start)
         return out
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -384,7 +376,7 @@ class GraphEnv(ParallelEnv):
             if self._twin is not None:
                 self._compare(f"step {self._steps}", out, self._twin._step(actions))
         finally:
-            ENV_CLOCK.seconds += time.perf_counter() - start
+            ENV_CLOCK.add(time.perf_counter() - start)
         return out
 
     def _reset(

@@ -40,6 +40,11 @@ Contract:
   sampler. (``GraphEnv``'s own wall-clock limit interrupts a blocked node only in the main
   thread; in a worker thread it is checked when the graph hands decisions back, so this deadline
   and ``episodes.tool_timeout_s`` are the guards there.)
+* Env time (:data:`scenarios.clocks.ENV_CLOCK`, ``timers/env_s``): without threads the calls
+  run in the caller's thread and ``GraphEnv`` times them itself. With threads, calls of
+  several envs overlap, so the env threads are muted on the clock and the time the caller is
+  blocked in :meth:`wait` is added instead: env time is then the caller's wall time spent
+  waiting for envs, never more than the caller's own wall time.
 * :meth:`close` closes the envs (each in its own thread) and ends every thread; a call still in
   flight is waited for up to its deadline, else its thread (a daemon) closes its env and ends
   when the call returns: ``close()`` never hangs.
@@ -54,6 +59,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from scenarios.clocks import ENV_CLOCK
 
 RESET, STEP = "reset", "step"
 _CLOSE: Any = object()  # a worker's last job
@@ -118,6 +125,7 @@ class _Slot:
 
     def _work(self, results: queue.SimpleQueue) -> None:
         assert self.jobs is not None
+        ENV_CLOCK.mute()  # overlapping calls: the caller's wait() is the env time (module doc)
         while True:
             job = self.jobs.get()
             if job is _CLOSE:
@@ -216,6 +224,7 @@ class Stepper:
         """
         if not self._done and not any(s.call is not None for s in self._slots):
             raise RuntimeError("wait() with no call in flight: start_reset/start_step first")
+        start = time.perf_counter()
         while not self._done:
             deadlines = [s.deadline for s in self._slots if s.deadline is not None]
             block = None if not deadlines else max(0.0, min(deadlines) - time.perf_counter())
@@ -223,6 +232,8 @@ class Stepper:
                 self._accept(*self._results.get(timeout=block))
             self._drain()
             self._expire()
+        if self.threads:
+            ENV_CLOCK.add(time.perf_counter() - start)
         out, self._done = self._done, []
         return sorted(out, key=lambda d: d.index)
 

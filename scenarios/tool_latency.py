@@ -16,7 +16,8 @@ env config keys ``tool_latency`` / ``tool_timeout_s``) gives every live episode 
   touched, so an episode is the same with and without latency. Sync calls ``time.sleep``,
   async calls ``await asyncio.sleep`` (in an async app the event loop of the episode's thread
   waits). Counterfactual replays and the fast path's LangGraph replay after a fallback run
-  without latency (timeouts still apply).
+  without latency (timeouts still apply, and a call that timed out in the fast run raises
+  :class:`ToolTimeout` at once in the replay instead of running again: see below).
 * **Timeouts.** With ``timeout_s``, a call (its latency included) longer than that raises
   :class:`ToolTimeout` inside the tool call: a sync call runs on a daemon helper thread and is
   waited on (a hung tool's helper thread is left behind, blocked); an async one runs under
@@ -31,9 +32,21 @@ env config keys ``tool_latency`` / ``tool_timeout_s``) gives every live episode 
   ``ToolMessage`` that the agent reads, and the episode goes on. A scenario tool
   (``toolchain``) raises out of its node: a failed episode, as above.
 
-:attr:`ToolEpisode.calls` and :attr:`ToolEpisode.waited_s` count the episode's tool calls and
-injected seconds (``GraphEnv.tool_episode``). This module imports neither LangGraph nor
-LangChain (experiment configs use :class:`ToolLatency`); :func:`install` does, on first use.
+* **A timed-out call is made once.** Each live call has an ordinal (its place among the
+  episode's live calls). When the call with ordinal ``k`` of tool ``x`` timed out, the replay
+  of a fast run that falls back (:mod:`scenarios.stepped`, paused: no latency) raises the same
+  ``ToolTimeout`` for its own ``k``-th call of ``x`` without calling the tool, so LangGraph
+  ends the episode exactly as it would have, and the hung tool's wait is not paid twice.
+* **Tool wait** (``timers/tool_wait_s``): every call through a :class:`ToolEpisode` (its
+  latency and its run time, up to its timeout; replays too) is timed on
+  :data:`scenarios.clocks.TOOL_CLOCK`, the wall time during which at least one tool call of
+  this process was running. A call the caller stopped waiting for (its timeout) stops counting
+  then. Tools of an env without tool settings are not wrapped, so not timed.
+
+:attr:`ToolEpisode.calls`, :attr:`ToolEpisode.waited_s` and :attr:`ToolEpisode.timeouts` count
+the episode's live tool calls, injected seconds and timed-out calls (``GraphEnv.tool_episode``).
+This module imports neither LangGraph nor LangChain (experiment configs use
+:class:`ToolLatency`); :func:`install` does, on first use.
 """
 
 from __future__ import annotations
@@ -48,6 +61,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
+
+from scenarios.clocks import TOOL_CLOCK
 
 #: the run-config ``configurable`` key of the episode's :class:`ToolEpisode` (LangGraph path)
 TOOLS_KEY = "__marl_tools__"
@@ -160,35 +175,62 @@ class ToolEpisode:
         self.seed = seed
         self.calls = 0  #: tool calls made so far (replays without latency not counted)
         self.waited_s = 0.0  #: injected latency so far, seconds
+        self.timeouts = 0  #: calls that ran into ``tool_timeout_s`` (replays not counted)
         self._rng: Any = None
         self._lock = threading.Lock()
         self._paused = 0
+        self._replayed = 0  # calls made in the current replay
+        self._timed_out: set[tuple[int, str]] = set()  # (ordinal, tool) of live calls
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """No latency (and no counting) meanwhile: a replay redoing calls already made."""
-        self._paused += 1
+        """No latency (and no counting) meanwhile: a replay redoing calls already made (a call
+        that timed out raises again at once, see the module doc)."""
+        with self._lock:
+            if not self._paused:
+                self._replayed = 0
+            self._paused += 1
         try:
             yield
         finally:
-            self._paused -= 1
+            with self._lock:
+                self._paused -= 1
 
     def delay(self) -> float:
         """The wait of the next call (0 while paused); counts the call."""
+        return self._next("")[0]
+
+    def _next(self, name: str) -> tuple[float, int | None]:
+        """``(wait, ordinal)`` of the next call of tool ``name`` (ordinal None in a replay).
+
+        Raises:
+            ToolTimeout: in a replay, the call whose live twin timed out.
+        """
         latency = self.settings.latency
-        if self._paused:
-            return 0.0
         with self._lock:
-            self.calls += 1
+            if self._paused:
+                k, self._replayed = self._replayed, self._replayed + 1
+                if (k, name) in self._timed_out:
+                    raise self._timeout_error(name)
+                return 0.0, None
+            k, self.calls = self.calls, self.calls + 1
             if latency is None:
-                return 0.0
+                return 0.0, k
             if latency.jitter and self._rng is None:
                 import numpy as np
 
                 self._rng = np.random.default_rng([self.seed, SALT])
             wait = latency.draw(self._rng)
             self.waited_s += wait
-            return wait
+            return wait, k
+
+    def _timed_out_at(self, k: int | None, name: str) -> ToolTimeout:
+        """Record that live call ``k`` of ``name`` timed out; the error to raise."""
+        if k is not None:
+            with self._lock:
+                self.timeouts += 1
+                self._timed_out.add((k, name))
+        return self._timeout_error(name)
 
     def _timeout_error(self, name: str) -> ToolTimeout:
         return ToolTimeout(
@@ -197,8 +239,9 @@ class ToolEpisode:
         )
 
     def call(self, name: str, fn: Callable[[], Any]) -> Any:
-        """Run sync tool call ``fn`` with the episode's latency and timeout."""
-        wait = self.delay()
+        """Run sync tool call ``fn`` with the episode's latency and timeout (timed on
+        :data:`~scenarios.clocks.TOOL_CLOCK`)."""
+        wait, k = self._next(name)
         timeout = self.settings.timeout_s
 
         def body() -> Any:
@@ -206,13 +249,15 @@ class ToolEpisode:
                 time.sleep(wait)
             return fn()
 
-        if timeout is None:
-            return body()
-        return _on_helper_thread(body, timeout, lambda: self._timeout_error(name), name)
+        with TOOL_CLOCK.timing():
+            if timeout is None:
+                return body()
+            return _on_helper_thread(body, timeout, lambda: self._timed_out_at(k, name), name)
 
     async def acall(self, name: str, make: Callable[[], Awaitable[Any]]) -> Any:
-        """Await async tool call ``make()`` with the episode's latency and timeout."""
-        wait = self.delay()
+        """Await async tool call ``make()`` with the episode's latency and timeout (timed on
+        :data:`~scenarios.clocks.TOOL_CLOCK`)."""
+        wait, k = self._next(name)
         timeout = self.settings.timeout_s
 
         async def body() -> Any:
@@ -220,16 +265,17 @@ class ToolEpisode:
                 await asyncio.sleep(wait)
             return await make()
 
-        if timeout is None:
-            return await body()
-        deadline = asyncio.timeout(timeout)
-        try:
-            async with deadline:
+        with TOOL_CLOCK.timing():
+            if timeout is None:
                 return await body()
-        except TimeoutError:
-            if deadline.expired():
-                raise self._timeout_error(name) from None
-            raise
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    return await body()
+            except TimeoutError:
+                if deadline.expired():
+                    raise self._timed_out_at(k, name) from None
+                raise
 
 
 def _on_helper_thread(

@@ -8,6 +8,7 @@ Latencies are milliseconds; nothing here asserts on wall-clock time.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from scenarios.replay import same
 from scenarios.rllib_env import RLlibGraphEnv
 from scenarios.tool_latency import ToolLatency, ToolSettings, ToolTimeout, tool_call
 from scenarios.toolcalls import render_tool_call
+from scenarios.toolchain import TOOLS
 from tests.apps import slow_tools
 from trainers.config import ConfigError, EpisodesConfig, ExperimentConfig
 
@@ -400,3 +402,100 @@ def test_close_never_waits_on_a_hung_call() -> None:
     slow_tools.RELEASE.set()  # the call returns; the thread closes the env and ends
     thread.join()
     assert env.env.finished  # its episode was aborted by close(), in its own thread
+
+
+# ----- a timed-out tool is called once --------------------------------------------------------
+def hanging_calc(env: Any, calls: Counter[str]) -> None:
+    """Count ``env``'s toolchain tool calls by tool; ``calc`` hangs until the test ends."""
+    scenario = env.scenario
+    run_tool = scenario.run_tool
+
+    def counted(state: Any, log: Any, tool: int, *args: Any) -> Any:
+        calls[TOOLS[tool]] += 1
+        if TOOLS[tool] == "calc":
+            slow_tools.RELEASE.wait()
+        return run_tool(state, log, tool, *args)
+
+    scenario.run_tool = counted  # the nodes look it up at every call, on both engines
+
+
+def test_a_tool_that_times_out_is_called_once_on_both_engines() -> None:
+    runs = {}
+    for engine in ("fast", "langgraph"):
+        env = RLlibGraphEnv({"env": make("toolchain"), "engine": engine, "tool_timeout_s": 0.2})
+        calls: Counter[str] = Counter()
+        hanging_calc(env.env, calls)
+        policy = env.env.scenario.optimal_policy()
+        steps = play(env, 0, lambda k, a, obs, policy=policy: policy(a, obs))
+        tools = env.env.tool_episode
+        assert tools is not None and tools.timeouts == 1 and tools.calls == 3
+        assert (env.env.stepped_graph() is not None) == (engine == "fast")
+        runs[engine] = steps, calls
+    (fast, fast_calls), (slow, slow_calls) = runs["fast"], runs["langgraph"]
+    assert fast_calls["calc"] == slow_calls["calc"] == 1  # the wait is not paid twice
+    assert same(fast, slow)  # the same error, rewards and infos as the LangGraph path
+    (info,) = fast[-1][4].values()
+    assert info["failure"] == "error" and "raised ToolTimeout: tool 'calc'" in info["error"]
+
+
+# ----- evaluation uses the run's tool settings -------------------------------------------------
+class Scripted:
+    """The scenario's optimal policy behind :class:`~trainers.evaluate.TeamPolicy`'s interface."""
+
+    def __init__(self, env: Any) -> None:
+        self.policy = env.scenario.optimal_policy()
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observations: dict[str, Any]) -> dict[str, Any]:
+        return {a: self.policy(a, obs) for a, obs in observations.items()}
+
+
+def test_evaluation_episodes_get_the_runs_tool_latency_and_timeout() -> None:
+    from trainers.evaluate import _episode, _make_env, _summarise
+
+    cfg = ExperimentConfig(
+        scenario="toolchain",
+        episodes={"tool_latency": {"seconds": 0.002}, "tool_timeout_s": 0.2},
+    )
+    env = _make_env({"scenario": "toolchain"}, cfg)
+    assert env.tools == ToolSettings(ToolLatency(0.002), 0.2)
+    policy = Scripted(env)
+    fine = _episode(env, policy, 0, "team", cfg)
+    assert env.tool_episode.calls == 4 and env.tool_episode.waited_s == pytest.approx(0.008)
+    assert fine["failure"] is None and fine["tool_timeouts"] == 0 and fine["success"] == 1.0
+    calls: Counter[str] = Counter()
+    hanging_calc(env, calls)
+    hung = _episode(env, policy, 1, "team", cfg)  # returns: the hung tool times out
+    assert calls["calc"] == 1 and hung["tool_timeouts"] == 1 and hung["failure"] == "error"
+    assert "ToolTimeout" in hung["error"] and hung["success"] == 0.0
+    summary = _summarise([fine, hung], env.possible_agents).summary
+    assert summary["failures"] == 1 and summary["tool_timeouts"] == 1
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_evaluate_counts_a_hung_tool_as_a_timed_out_failure(tmp_path: Path) -> None:
+    from configs import tiny_config
+
+    from trainers.evaluate import evaluate
+    from trainers.run import train
+
+    episodes = {"tool_latency": {"seconds": 0.001}, "tool_timeout_s": 0.2}
+    cfg = tiny_config(tmp_path, batch=64, scenario="toolchain", episodes=episodes)
+    run = train(cfg.replace(budget={"iterations": 1})).run_dir
+    built: list[Any] = []
+
+    def make_env(env_config: Any) -> Any:
+        env = make(env_config["scenario"], topology=env_config.get("topology"))
+        hanging_calc(env, Counter())
+        built.append(env)
+        return env
+
+    result = evaluate(run, episodes=3, credit="team", show=False, make_env=make_env)
+    (env,) = built
+    assert env.tools == ToolSettings(ToolLatency(0.001), 0.2)  # the run's, as in training
+    records = result.episodes  # (whether the greedy team calls calc is up to its weights)
+    assert all(r["failure"] == "error" for r in records if r["tool_timeouts"])
+    assert result.summary["tool_timeouts"] == sum(r["tool_timeouts"] for r in records)
+    assert result.summary["failures"] == sum(r["failure"] is not None for r in records)

@@ -15,6 +15,7 @@ Contract:
   ``k``-th task from it with ``default_rng([*stream, k])`` (memoised per ``(stream, k)``, so the
   ``G`` sub-envs of a GRPO group play the same task even when the distribution changes while
   the group is running) and records each finished episode's ``(stream, k, task, passed)``.
+  Its methods hold a lock: with ``episodes.env_threads`` several envs draw and record at once.
   "Passed" is ``Outcome.success``, or ``reward ≥ pass_threshold`` when that is set.
 * Every iteration :meth:`Curriculum.step` (driver, from ``trainers.run``) drains the
   outcomes of every env runner (``foreach_env_runner``: remote runners too), updates the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -219,7 +221,9 @@ class LearnabilitySampler:
 
 # ----- the schedule (env-runner processes) ---------------------------------------------------
 class TaskSchedule:
-    """One process's view of the curriculum: tasks, distribution, draws, finished outcomes."""
+    """One process's view of the curriculum: tasks, distribution, draws, finished outcomes.
+
+    Thread-safe: every method holds the schedule's lock (env threads draw and record at once)."""
 
     #: memoised draws kept (older ``(stream, k)`` are forgotten)
     MAX_MEMO = 4096
@@ -229,50 +233,59 @@ class TaskSchedule:
         self.probs = np.zeros(0)
         self.memo: dict[tuple[int, ...], int] = {}
         self.outbox: list[tuple[tuple[int, ...], int, bool]] = []
+        self._lock = threading.RLock()
 
     def ensure(self, tasks: list[int]) -> None:
         """Start with ``tasks`` uniformly unless the driver already pushed them."""
-        if self.tasks != list(tasks):
-            self.tasks, self.probs = list(tasks), np.full(len(tasks), 1.0 / len(tasks))
-            self.memo = {}
+        with self._lock:
+            if self.tasks != list(tasks):
+                self.tasks, self.probs = list(tasks), np.full(len(tasks), 1.0 / len(tasks))
+                self.memo = {}
 
     def push(self, tasks: list[int], probs: np.ndarray, fresh: bool = False) -> None:
         """The driver's distribution (draws made before keep their task; ``fresh``: a new run
         starts, so draws and outcomes of an earlier run in this process are forgotten)."""
-        self.ensure(tasks)
-        self.probs = np.asarray(probs, dtype=float)
-        if fresh:
-            self.memo, self.outbox = {}, []
+        with self._lock:
+            self.ensure(tasks)
+            self.probs = np.asarray(probs, dtype=float)
+            if fresh:
+                self.memo, self.outbox = {}, []
 
     def draw(self, stream: tuple[int, ...], k: int) -> int:
         """The task index of the ``k``-th task of ``stream``."""
         key = (*stream, k)
-        if key not in self.memo:
-            u = float(np.random.default_rng([*stream, k]).random())
-            cdf = np.cumsum(self.probs)
-            self.memo[key] = int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(cdf) - 1))
-            if len(self.memo) > self.MAX_MEMO:
-                del self.memo[next(iter(self.memo))]
-        return self.memo[key]
+        with self._lock:
+            if key not in self.memo:
+                u = float(np.random.default_rng([*stream, k]).random())
+                cdf = np.cumsum(self.probs)
+                index = np.searchsorted(cdf, u * cdf[-1], side="right")
+                self.memo[key] = int(min(index, len(cdf) - 1))
+                if len(self.memo) > self.MAX_MEMO:
+                    del self.memo[next(iter(self.memo))]
+            return self.memo[key]
 
     def record(self, stream: tuple[int, ...], k: int, task: int, passed: bool) -> None:
-        self.outbox.append(((*stream, k), task, passed))
+        with self._lock:
+            self.outbox.append(((*stream, k), task, passed))
 
     def drain(self) -> list[tuple[tuple[int, ...], int, bool]]:
-        out, self.outbox = self.outbox, []
+        with self._lock:
+            out, self.outbox = self.outbox, []
         return out
 
     def get_state(self) -> dict[str, Any]:
-        return {
-            "tasks": list(self.tasks),
-            "probs": self.probs.copy(),
-            "memo": dict(self.memo),
-            "outbox": list(self.outbox),
-        }
+        with self._lock:
+            return {
+                "tasks": list(self.tasks),
+                "probs": self.probs.copy(),
+                "memo": dict(self.memo),
+                "outbox": list(self.outbox),
+            }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        self.tasks, self.probs = list(state["tasks"]), np.array(state["probs"])
-        self.memo, self.outbox = dict(state["memo"]), list(state["outbox"])
+        with self._lock:
+            self.tasks, self.probs = list(state["tasks"]), np.array(state["probs"])
+            self.memo, self.outbox = dict(state["memo"]), list(state["outbox"])
 
 
 #: this process's schedule (env runners and, with ``num_env_runners: 0``, the driver)

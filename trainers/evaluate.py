@@ -4,8 +4,15 @@ The modules are loaded straight from the checkpoint (no Ray, no env runners) and
 on the scenario's :class:`~scenarios.engine.GraphEnv` on fresh seeds. Reported: success rate,
 team return, the fraction of the oracle's expected return on the same tasks (where the scenario
 has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
-the scenario's latency metric and the wall time per decision. With ``transcripts=N`` the first
-``N`` episodes are also kept as transcripts (:mod:`trainers.transcripts`) and printed.
+the scenario's latency metric, the wall time per decision, and failed episodes (node errors,
+wall-clock timeouts, limits) with the tool calls that ran into ``episodes.tool_timeout_s``.
+With ``transcripts=N`` the first ``N`` episodes are also kept as transcripts
+(:mod:`trainers.transcripts`) and printed.
+
+Episodes run with the run's ``episodes`` settings: ``timeout_s``, ``engine``, and the same
+``tool_latency`` and ``tool_timeout_s`` as training (:mod:`scenarios.tool_latency`), so an
+evaluation measures the app that was trained and a hung tool ends its episode as a counted
+failure instead of hanging the evaluation.
 
 With ``k``, each of the ``episodes`` tasks is instead sampled ``k`` times with the team's
 exploration policy (seeds fixed) and pass@k, mean@k and best@k (:mod:`trainers.passk`) are
@@ -35,8 +42,11 @@ class EvalResult:
 
     Attributes:
         episodes: one dict per episode: ``return``, ``success``, ``oracle`` (or None),
-            ``decisions``, ``seconds``, ``metrics`` and ``credit`` (agent → credit).
-        summary: the means shown in the table (``success``, ``return``, ``oracle_fraction``...).
+            ``decisions``, ``seconds``, ``metrics``, ``credit`` (agent → credit), ``failure``
+            (None, ``"error"``, ``"timeout"`` or ``"limit"``), ``error`` and ``tool_timeouts``
+            (the episode's tool calls that timed out).
+        summary: the means shown in the table (``success``, ``return``, ``oracle_fraction``...),
+            and the counts ``failures`` (failed episodes) and ``tool_timeouts`` (timed-out calls).
         credit: agent → mean credit (empty for ``team``).
         transcripts: the first ``transcripts`` episodes as
             :meth:`~scenarios.engine.GraphEnv.transcript` data (with ``credit``).
@@ -148,7 +158,8 @@ def evaluate(
         show: print the rich table.
         make_env: builds the ``GraphEnv`` from the run's env config (e.g. one that reuses an
             environment across the seeds of an experiment, so oracle tables are built once);
-            default: a new environment with the run's ``episodes.timeout_s``.
+            default: a new environment with the run's ``episodes.timeout_s``. Either way the
+            run's ``tool_latency`` and ``tool_timeout_s`` are applied to it.
         transcripts: keep (and with ``show``, print) the first this many episodes as readable
             transcripts.
         k: sample each of the ``episodes`` tasks this many times and report pass@k (see the
@@ -174,6 +185,7 @@ def evaluate(
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
     env = make_env(plan.env_config) if make_env else _make_env(plan.env_config, cfg)
+    env.tools = tool_settings(cfg)
     if k is not None:
         return evaluate_passk(
             cfg, plan, policy, env, range(seed, seed + episodes), k, baseline, show
@@ -254,7 +266,16 @@ def _make_env(env_config: Mapping[str, Any], cfg: ExperimentConfig) -> Any:
     )
     env.episode_timeout_s = cfg.episodes.timeout_s
     env.engine = cfg.episodes.engine
+    env.tools = tool_settings(cfg)
     return env
+
+
+def tool_settings(cfg: ExperimentConfig) -> Any:
+    """The run's ``ToolSettings`` (``episodes.tool_latency`` / ``tool_timeout_s``; None: none),
+    as training gives its envs (``scenarios.rllib_env``)."""
+    from scenarios.tool_latency import ToolSettings
+
+    return ToolSettings.of(cfg.episodes.tool_latency, cfg.episodes.tool_timeout_s)
 
 
 def _episode(
@@ -272,6 +293,7 @@ def _episode(
     seconds = time.perf_counter() - start
     outcome = env.outcome
     oracle = env.scenario.oracle_value(np.random.default_rng(seed))
+    tools = env.tool_episode
     return {
         "seed": seed,
         "return": float(outcome.reward),
@@ -281,6 +303,9 @@ def _episode(
         "seconds": seconds,
         "metrics": dict(outcome.metrics or {}),
         "credit": _credit(env, seed, method, outcome, cfg),
+        "failure": env.failure,
+        "error": env.error,
+        "tool_timeouts": 0 if tools is None else tools.timeouts,
     }
 
 
@@ -306,6 +331,8 @@ def _summarise(records: list[dict[str, Any]], agents: list[str]) -> EvalResult:
         * sum(r["seconds"] for r in records)
         / max(1, sum(r["decisions"] for r in records)),
         "episode_ms": 1000 * float(np.mean([r["seconds"] for r in records])),
+        "failures": float(sum(r.get("failure") is not None for r in records)),
+        "tool_timeouts": float(sum(r.get("tool_timeouts", 0) for r in records)),
     }
     oracles = [r["oracle"] for r in records]
     if all(o is not None for o in oracles):
@@ -341,6 +368,9 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
         table.add_row("latency (scenario rounds)", f"{s['latency']:.2f}")
     table.add_row("latency per decision", f"{s['decision_ms']:.2f} ms")
     table.add_row("latency per episode", f"{s['episode_ms']:.1f} ms")
+    if s.get("failures") or s.get("tool_timeouts"):
+        table.add_row("failed episodes", f"{int(s['failures'])}")
+        table.add_row("tool calls timed out", f"{int(s['tool_timeouts'])}")
     console = Console()
     console.print(f"checkpoint: {checkpoint}", overflow="fold")
     console.print(table)

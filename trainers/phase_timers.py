@@ -1,14 +1,22 @@
 """Phase timers: where an iteration's wall time goes (``timers/…`` in ``metrics.jsonl``).
 
-Contract: every value is seconds of one iteration, non-negative; ``env_s + forward_s +
-sample_overhead_s + learn_s + sync_s`` ≤ the iteration's wall time (``charts/iteration_s``).
+Contract: every value is seconds of one iteration, non-negative; the phases
+(:data:`PHASE_KEYS`) ``env_s + forward_s + sample_overhead_s + learn_s + sync_s`` ≤ the
+iteration's wall time (``charts/iteration_s``), with or without ``episodes.env_threads``.
 
 * On each env runner (:func:`instrument_env_runner`, from the metrics callback's
-  ``on_environment_created``) ``sample()`` is timed, and inside it the time spent in
-  ``GraphEnv.reset``/``step`` (:data:`scenarios.engine.ENV_CLOCK`) and in the RL module's
-  forward passes; the three are logged per ``sample()`` as sums under ``marl/timers/…``.
-  With several env runners sampling side by side, the sums are divided by their number
-  (per-runner seconds, comparable with the driver's).
+  ``on_environment_created``) ``sample()`` is timed, and inside it the env time
+  (:data:`scenarios.clocks.ENV_CLOCK`: the sampler's thread inside ``GraphEnv.reset``/``step``,
+  or with env threads blocked waiting for them, :mod:`scenarios.in_flight`), the RL module's
+  forward passes and the tool wait; they are logged per ``sample()`` as sums under
+  ``marl/timers/…``. With several env runners sampling side by side, the sums are divided by
+  their number (per-runner seconds, comparable with the driver's).
+* ``tool_wait_s`` (:data:`TOOL_WAIT_KEY`, not a phase: it lies inside sampling) is the wall time
+  during which at least one tool call of the runner's episodes was running
+  (:data:`scenarios.clocks.TOOL_CLOCK`; the latency of ``episodes.tool_latency`` plus the tools'
+  own run time, timed only where ``tool_latency`` or ``tool_timeout_s`` is set). Overlapping
+  calls of envs in flight count once, so it is ≤ the sampling time; without env threads it is
+  part of ``env_s``, with them it may overlap forward passes and bookkeeping.
 * In the driver (:func:`instrument_algo`) the learner update and the weight sync are timed
   around ``learner_group.update`` and ``env_runner_group.sync_weights``.
 * ``sample_overhead_s`` = sampling time minus env and forward time: RLlib's connectors,
@@ -22,12 +30,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scenarios.engine import ENV_CLOCK, Clock
+from scenarios.clocks import ENV_CLOCK, TOOL_CLOCK, Clock
 
 #: the runner-side timers, logged under ``marl/timers``
-RUNNER_KEYS = ("sample_s", "env_s", "forward_s")
+RUNNER_KEYS = ("sample_s", "env_s", "forward_s", "tool_wait_s")
+#: the disjoint phases of an iteration (their sum ≤ ``charts/iteration_s``)
+PHASE_KEYS = tuple(f"timers/{p}_s" for p in ("env", "forward", "sample_overhead", "learn", "sync"))
+#: seconds with a tool call running, inside the sampling phases (see the module doc)
+TOOL_WAIT_KEY = "timers/tool_wait_s"
 #: the keys :func:`iteration_timers` adds to each metrics row
-TIMER_KEYS = tuple(f"timers/{p}_s" for p in ("env", "forward", "sample_overhead", "learn", "sync"))
+TIMER_KEYS = (*PHASE_KEYS, TOOL_WAIT_KEY)
 _MARK = "_marl_timed"
 
 
@@ -41,7 +53,7 @@ def _timed(fn: Callable[..., Any], clock: Any) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         finally:
-            clock.seconds += time.perf_counter() - start
+            clock.add(time.perf_counter() - start)
 
     setattr(call, _MARK, True)
     return call
@@ -66,12 +78,14 @@ def instrument_env_runner(env_runner: Any) -> None:
         module = getattr(env_runner, "module", None)
         if module is not None:
             _time_module(module)
-        env0, fwd0, start = ENV_CLOCK.seconds, FORWARD_CLOCK.seconds, time.perf_counter()
+        env0, fwd0, tool0 = ENV_CLOCK.seconds, FORWARD_CLOCK.seconds, TOOL_CLOCK.seconds
+        start = time.perf_counter()
         out = sample(*args, **kwargs)
         values = {
             "sample_s": time.perf_counter() - start,
             "env_s": ENV_CLOCK.seconds - env0,
             "forward_s": FORWARD_CLOCK.seconds - fwd0,
+            "tool_wait_s": TOOL_CLOCK.seconds - tool0,
         }
         metrics = getattr(env_runner, "metrics", None)
         if metrics is not None:  # read by get_metrics() right after sample()
@@ -117,11 +131,12 @@ def iteration_timers(
     side (0: the driver's own)."""
     timers = ((result.get("env_runners") or {}).get("marl") or {}).get("timers") or {}
     n = max(1, runners)
-    sample, env, forward = (float(timers.get(k, 0.0) or 0.0) / n for k in RUNNER_KEYS)
+    sample, env, forward, tool = (float(timers.get(k, 0.0) or 0.0) / n for k in RUNNER_KEYS)
     return {
         "timers/env_s": env,
         "timers/forward_s": forward,
         "timers/sample_overhead_s": max(0.0, sample - env - forward),
         "timers/learn_s": float(driver.get("learn_s", 0.0)),
         "timers/sync_s": float(driver.get("sync_s", 0.0)),
+        TOOL_WAIT_KEY: tool,
     }

@@ -1022,6 +1022,8 @@ def _row_info(row: Mapping[str, Any]) -> str:
     if "timers/env_s" in row:
         phases = ("env", "forward", "sample_overhead", "learn", "sync")
         parts.append(" ".join(f"{p} {row[f'timers/{p}_s']:.2f}s" for p in phases))
+    if row.get("timers/tool_wait_s"):  # slow tools: wall time with a tool call running
+        parts.append(f"tool wait {row['timers/tool_wait_s']:.2f}s")
     if row.get("monitor/alarms"):
         parts.append(f"[red]{row['monitor/alarms']} alarm(s), see log[/red]")
     return " · ".join(parts)
