@@ -7,7 +7,9 @@ Latencies are milliseconds; nothing here asserts on wall-clock time.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from marl_agents.llm.env_chat_model import tokens_action
+from scenarios.clocks import ENV_CLOCK, TOOL_CLOCK, BusyClock, Clock
 from scenarios.in_flight import CallTimeout, Done, Stepper
 from scenarios.registry import make
 from scenarios.replay import same
@@ -28,6 +31,7 @@ from scenarios.toolcalls import render_tool_call
 from scenarios.toolchain import TOOLS
 from tests.apps import slow_tools
 from trainers.config import ConfigError, EpisodesConfig, ExperimentConfig
+from trainers.curriculum import TaskSchedule
 
 APPS = {"sync": "tests.apps.slow_tools:sync_app", "async": "tests.apps.slow_tools:async_app"}
 JITTERED = ToolSettings(ToolLatency(seconds=0.004, jitter=0.003))
@@ -499,3 +503,138 @@ def test_evaluate_counts_a_hung_tool_as_a_timed_out_failure(tmp_path: Path) -> N
     assert all(r["failure"] == "error" for r in records if r["tool_timeouts"])
     assert result.summary["tool_timeouts"] == sum(r["tool_timeouts"] for r in records)
     assert result.summary["failures"] == sum(r["failure"] is not None for r in records)
+
+
+# ----- clocks with env threads -----------------------------------------------------------------
+class FakeTime:
+    """A time source the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_busy_clock_counts_overlapping_calls_once() -> None:
+    now = FakeTime()
+    clock = BusyClock(now)
+    clock.enter()  # call a: 100 → 103
+    now.t = 101.0
+    clock.enter()  # call b: 101 → 105 (overlaps a)
+    now.t = 103.0
+    clock.exit()
+    assert clock.seconds == 3.0  # the span in progress counts up to now
+    now.t = 105.0
+    clock.exit()
+    now.t = 110.0  # idle
+    with clock.timing():  # call c: 110 → 111
+        now.t = 111.0
+    assert clock.seconds == 6.0  # 100–105 and 110–111, not 3 + 4 + 1
+
+
+def test_a_muted_thread_adds_nothing_to_a_clock() -> None:
+    clock = Clock()
+    clock.add(1.0)
+
+    def muted() -> None:
+        clock.mute()
+        clock.add(5.0)
+
+    def loud() -> None:
+        for _ in range(1000):
+            clock.add(0.001)
+
+    threads = [threading.Thread(target=f) for f in (muted, loud, loud)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    clock.add(1.0)  # this thread is not muted
+    assert clock.seconds == pytest.approx(4.0)
+
+
+def test_with_env_threads_env_and_tool_time_stay_within_the_callers_wall_time() -> None:
+    """Four envs wait on tools side by side: summed over threads their reset/step time is ~4×
+    the wall time, but ENV_CLOCK (the caller's wait) and TOOL_CLOCK (time with a call running)
+    never exceed the caller's wall time."""
+    envs = [rllib_env(APPS["sync"], tool_latency={"seconds": 0.02}) for _ in range(4)]
+    replies = Replies(envs[0])
+    script = replies.script()
+    with Stepper(envs, threads=True) as stepper:
+        env0, tool0, start = ENV_CLOCK.seconds, TOOL_CLOCK.seconds, time.perf_counter()
+        ends = drive(stepper, lambda i, k, a: script[min(k, 2)], last=3)
+        wall = time.perf_counter() - start
+        env_s, tool_s = ENV_CLOCK.seconds - env0, TOOL_CLOCK.seconds - tool0
+    assert len(ends) >= 4 and all(e.error is None for e in ends)
+    assert 0 < env_s <= wall and 0 < tool_s <= wall
+
+
+def test_without_threads_the_env_clock_times_the_calls_here() -> None:
+    env = rllib_env("toolchain", tool_latency={"seconds": 0.002})
+    policy = env.env.scenario.optimal_policy()
+    with Stepper([env]) as stepper:
+        env0, tool0 = ENV_CLOCK.seconds, TOOL_CLOCK.seconds
+        stepper.start_reset(0, seed=0)
+        while True:
+            (done,) = stepper.wait()
+            if done.kind == "step" and done.result[2]["__all__"]:
+                break
+            obs = done.result[0]
+            stepper.start_step(0, {a: policy(a, obs[a]) for a in obs})
+    tool_s = TOOL_CLOCK.seconds - tool0
+    assert tool_s >= 4 * 0.002  # four calls, each sleeping its latency first
+    assert ENV_CLOCK.seconds - env0 >= tool_s  # the tool calls ran inside reset/step
+
+
+# ----- the curriculum schedule under env threads -------------------------------------------------
+def test_the_curriculum_schedule_is_safe_to_hammer_from_threads() -> None:
+    """Env threads draw and record while the driver pushes distributions over task lists of
+    different lengths: no draw is stale (every memoised index fits the current task list), and
+    every recorded outcome is drained exactly once."""
+    schedule = TaskSchedule()
+    lists = {
+        5: ([0, 1, 2, 3, 4], np.array([0, 0, 0, 0, 1.0])),
+        2: ([10, 11], np.array([0.5, 0.5])),
+    }
+    schedule.push(*lists[5])
+    drained: list[Any] = []
+    recorded = [0] * 6
+    errors: list[BaseException] = []
+    start = threading.Barrier(7)
+
+    def env_thread(t: int) -> None:
+        start.wait()
+        try:
+            for k in range(400):
+                i = schedule.draw((t % 2,), k)
+                with schedule._lock:  # a consistent look at the current list and draws
+                    assert all(v < len(schedule.tasks) for v in schedule.memo.values())
+                schedule.record((t % 2,), k, i, bool(k % 2))
+                recorded[t] += 1
+                if k % 97 == 0:
+                    drained.extend(schedule.drain())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def driver() -> None:
+        start.wait()
+        for j in range(200):
+            schedule.push(*lists[2 if j % 2 else 5])
+            drained.extend(schedule.drain())
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=env_thread, args=(t,)) for t in range(6)]
+        threads.append(threading.Thread(target=driver))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    drained.extend(schedule.drain())
+    assert len(drained) == sum(recorded) == 6 * 400
+    assert sorted(Counter(key for key, _, _ in drained).values()) == [3] * 800
