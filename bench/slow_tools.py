@@ -24,6 +24,17 @@ latency at all (this process's compute ceiling: the GIL runs one env's Python at
 the bound; where it is below 1 no scheduling in one process meets the bound (more processes
 do: RLlib env runners).
 
+``--procs P[,P…]``: each case also runs as ``P`` processes (``multiprocessing`` spawn), each
+with ``N / P`` of the envs in flight; they build their envs, meet at a barrier, sample a window
+each, and their episodes/s add up (``P = 1`` runs here, as without the flag). Next to every
+ratio the table prints the **CPU bound** ``cores / (CPU seconds per episode)`` (``cpu``:
+episodes/s if every core of this process's affinity did nothing but this work; CPU seconds =
+``time.process_time()`` of all processes over their windows, divided by the episodes they
+finished) and ``cpu/bound`` = CPU bound ÷ the latency bound: below 1, the machine's CPU (not
+the tools' latency) limits the case, and no scheduling can meet the latency bound; above 1,
+latency does, and the ratio says how well envs in flight hide it. On a machine shared with
+other work the CPU bound is optimistic (other processes take cores too).
+
 ``--runner``: the same bound through the trainer's sampler, :class:`~trainers.batched_runner.
 BatchedEnvRunner` on ``toolchain`` (an MLP policy, tool calls inside the scenario's nodes)
 with ``episodes.tool_latency`` and ``episodes.env_threads`` on (``threads``) or off
@@ -32,15 +43,19 @@ with ``episodes.tool_latency`` and ``episodes.env_threads`` on (``threads``) or 
 short window are biased towards few calls).
 
 Usage: ``python bench/slow_tools.py [--latency 0.2] [--jitter 0] [--sizes 1,4,16,64]
-[--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial] [--runner]``.
+[--apps sync,async] [--seconds 6] [--answer-p 0.34] [--modes threads,serial] [--procs 1,2]
+[--no-ceiling] [--runner]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,13 +100,14 @@ def make_envs(app: str, n: int, latency: float, jitter: float) -> list[RLlibGrap
 class Sampler:
     """Episodes on every env through a :class:`Stepper`, counted in a time window."""
 
-    def __init__(self, envs: list[RLlibGraphEnv], threads: bool, p: float) -> None:
+    def __init__(self, envs: list[RLlibGraphEnv], threads: bool, p: float, base: int = 0) -> None:
         self.envs, self.threads = envs, threads
-        self.replies = [RandomReplies(env, p, seed=i) for i, env in enumerate(envs)]
+        self.replies = [RandomReplies(env, p, seed=base + i) for i, env in enumerate(envs)]
         self.turns, self.calling = [0] * len(envs), [False] * len(envs)
-        self.seeds = iter(range(10**9))
+        self.seeds = iter(range(base * 10**6, 10**12))
         self.ended = self.calls = self.finished = self.call_steps = 0
         self.start: float | None = None
+        self.cpu_start = 0.0
 
     def take(self, stepper: Stepper, done: Done, go_on: bool) -> None:
         """Count one finished call; start env ``i``'s next call when ``go_on``."""
@@ -109,6 +125,7 @@ class Sampler:
             self.finished += in_window
             if self.start is None and self.ended >= len(self.envs):
                 self.start = time.perf_counter()  # every env has finished an episode
+                self.cpu_start = time.process_time()
             self.turns[i] = 0
             if go_on:
                 stepper.start_reset(i, seed=next(self.seeds))
@@ -127,11 +144,12 @@ class Sampler:
             for i in range(len(self.envs)):
                 stepper.start_reset(i, seed=next(self.seeds))
             if not self.threads:
-                self.start = time.perf_counter()
+                self.start, self.cpu_start = time.perf_counter(), time.process_time()
             while self.start is None or time.perf_counter() - self.start < seconds:
                 for done in stepper.wait():
                     self.take(stepper, done, go_on=True)
             window = time.perf_counter() - self.start
+            cpu = time.process_time() - self.cpu_start
             if not self.threads:
                 for done in stepper.wait():
                     self.take(stepper, done, go_on=False)
@@ -139,13 +157,60 @@ class Sampler:
             "eps": self.finished / window,
             "c": self.calls / max(self.ended, 1),
             "call_steps_s": self.call_steps / window,
+            "cpu_s": cpu,
+            "finished": float(self.finished),
+            "ended": float(self.ended),
+            "calls": float(self.calls),
         }
 
 
-def sample(envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float) -> dict[str, float]:
-    """Episodes/s in the window, ``c`` (tool calls per episode finished in the whole run) and
-    tool-call steps finished per second in the window (see the module doc)."""
-    return Sampler(envs, threads, p).run(seconds)
+def sample(
+    envs: list[RLlibGraphEnv], threads: bool, seconds: float, p: float, base: int = 0
+) -> dict[str, float]:
+    """Episodes/s in the window, ``c`` (tool calls per episode finished in the whole run),
+    tool-call steps finished per second in the window (see the module doc), and the process's
+    CPU seconds and finished episodes in the window."""
+    return Sampler(envs, threads, p, base).run(seconds)
+
+
+def _proc(
+    case: tuple[str, int, float, float, bool, float, float], rank: int, start: Any, out: Any
+) -> None:
+    """One process of a ``--procs`` case: its envs, the barrier, one window, its counts."""
+    app, n, latency, jitter, threads, seconds, p = case
+    envs = make_envs(app, n, latency, jitter)
+    start.wait()  # every process has built its envs: the windows run side by side
+    out.put(sample(envs, threads, seconds, p, base=1000 * (rank + 1)))
+
+
+def sample_procs(
+    procs: int, app: str, n: int, latency: float, jitter: float, threads: bool, seconds: float,
+    p: float,
+) -> dict[str, float]:  # fmt: skip
+    """:func:`sample` in ``procs`` processes with ``n / procs`` envs each; rates and counts
+    summed (``c`` over all their episodes)."""
+    if procs == 1:
+        return sample(make_envs(app, n, latency, jitter), threads, seconds, p)
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(procs), ctx.Queue()
+    case = (app, n // procs, latency, jitter, threads, seconds, p)
+    workers = [ctx.Process(target=_proc, args=(case, r, start, out)) for r in range(procs)]
+    for w in workers:
+        w.start()
+    parts = [out.get() for _ in workers]
+    for w in workers:
+        w.join()
+    total = {k: sum(part[k] for part in parts) for k in ("eps", "call_steps_s", "cpu_s")}
+    total.update({k: sum(part[k] for part in parts) for k in ("finished", "ended", "calls")})
+    total["c"] = total["calls"] / max(total["ended"], 1.0)
+    return total
+
+
+def cpu_bound(r: dict[str, float]) -> float:
+    """Episodes/s if every core did nothing but this work: cores / CPU seconds per episode."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    per_episode = r["cpu_s"] / max(r["finished"], 1.0)
+    return float(cores or 1) / max(per_episode, 1e-9)
 
 
 def runner_case(n: int, latency: float, threads: bool, seconds: float) -> dict[str, float]:
@@ -213,10 +278,13 @@ def main() -> None:
     parser.add_argument("--modes", default="threads,serial")
     parser.add_argument("--seconds", type=float, default=6.0, help="measured window per case")
     parser.add_argument("--answer-p", type=float, default=0.34, help="P(answer) per decision")
+    parser.add_argument("--procs", default="1", help="P: processes sharing the N envs")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the no-latency ceiling")
     parser.add_argument("--runner", action="store_true", help="sample through BatchedEnvRunner")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
+    procs = [int(p) for p in args.procs.split(",")]
     if args.runner:
         run_runner(args, sizes, modes)
         return
@@ -225,32 +293,43 @@ def main() -> None:
         f"P(answer)={args.answer_p:g}"
     )
     header = (
-        f"{'app':<6} {'N':>3} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} {'ratio':>6} "
-        f"{'busy':>6} {'ceiling/bound':>13}"
+        f"{'app':<6} {'N':>3} {'P':>2} {'mode':<8} {'eps/s':>8} {'c':>5} {'bound':>8} "
+        f"{'ratio':>6} {'cpu':>8} {'cpu/bound':>9} {'busy':>6} {'ceiling/bound':>13}"
     )
     for app in args.apps.split(","):
         # c: a latency-free serial run of one env (many episodes, none cut off by the window);
-        # the ceiling: the largest N with threads and no latency
+        # the ceiling: the largest N with threads and no latency, in one process
         free = sample(make_envs(app, 1, 0.0, 0.0), False, min(args.seconds, 4.0), args.answer_p)
-        ceiling = sample(make_envs(app, max(sizes), 0.0, 0.0), True, args.seconds, args.answer_p)
+        ceiling = None
+        if not args.no_ceiling:
+            envs = make_envs(app, max(sizes), 0.0, 0.0)
+            ceiling = sample(envs, True, args.seconds, args.answer_p)["eps"]
         c = free["c"]
         print(
             f"\n{app}: c = {c:.2f} tool calls per episode (bound = N / (L · c)); without "
-            f"latency {free['eps']:.1f} episodes/s serially with one env, {ceiling['eps']:.1f} "
-            f"with {max(sizes)} on threads (the ceiling)"
+            f"latency {free['eps']:.1f} episodes/s serially with one env"
+            + ("" if ceiling is None else f", {ceiling:.1f} with {max(sizes)} on threads")
         )
         print(header)
         for n in sizes:
-            envs = make_envs(app, n, args.latency, args.jitter)
             bound = n / (args.latency * c)
             for mode in modes:
-                r = sample(envs, mode == "threads", args.seconds, args.answer_p)
-                busy = r["call_steps_s"] * args.latency / n
-                print(
-                    f"{app:<6} {n:>3} {mode:<8} {r['eps']:>8.2f} {r['c']:>5.2f} {bound:>8.2f} "
-                    f"{r['eps'] / bound:>6.2f} {busy:>6.2f} {ceiling['eps'] / bound:>13.2f}",
-                    flush=True,
-                )
+                for p in procs:
+                    if n % p:
+                        continue  # N envs do not split evenly over P processes
+                    r = sample_procs(
+                        p, app, n, args.latency, args.jitter, mode == "threads", args.seconds,
+                        args.answer_p,
+                    )  # fmt: skip
+                    busy = r["call_steps_s"] * args.latency / n
+                    cpu = cpu_bound(r)
+                    top = "-" if ceiling is None else f"{ceiling / bound:.2f}"
+                    print(
+                        f"{app:<6} {n:>3} {p:>2} {mode:<8} {r['eps']:>8.2f} {r['c']:>5.2f} "
+                        f"{bound:>8.2f} {r['eps'] / bound:>6.2f} {cpu:>8.1f} "
+                        f"{cpu / bound:>9.2f} {busy:>6.2f} {top:>13}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":
