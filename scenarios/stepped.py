@@ -16,7 +16,9 @@ order), emits the same rewards and ends with the same ``result``/``error`` as ``
   so far is replayed through LangGraph (``GraphRun``) with the same actions; the LangGraph run
   then carries the episode on. This assumes node functions are deterministic given the state and
   the decisions (as counterfactual credit does); a replay that hands out different decisions
-  raises :class:`~scenarios.base.ScenarioError`.
+  raises :class:`~scenarios.base.ScenarioError`. The replay runs without tool latency, and a
+  tool call that timed out in the fast run raises its ``ToolTimeout`` at once there instead of
+  running again (:mod:`scenarios.tool_latency`): a hung tool is waited for once.
 """
 
 from __future__ import annotations

@@ -33,10 +33,11 @@ env config keys ``tool_latency`` / ``tool_timeout_s``) gives every live episode 
   (``toolchain``) raises out of its node: a failed episode, as above.
 
 * **A timed-out call is made once.** Each live call has an ordinal (its place among the
-  episode's live calls). When the call with ordinal ``k`` of tool ``x`` timed out, the replay
-  of a fast run that falls back (:mod:`scenarios.stepped`, paused: no latency) raises the same
-  ``ToolTimeout`` for its own ``k``-th call of ``x`` without calling the tool, so LangGraph
-  ends the episode exactly as it would have, and the hung tool's wait is not paid twice.
+  episode's live calls). When live call ``k``, a call of tool ``x``, timed out, the replay of
+  a fast run that falls back (:mod:`scenarios.stepped`, paused: no latency) raises the same
+  ``ToolTimeout`` at its own ``k``-th call, when that is a call of ``x``, without calling the
+  tool: LangGraph ends the episode exactly as it would have, and the hung tool's wait is not
+  paid twice.
 * **Tool wait** (``timers/tool_wait_s``): every call through a :class:`ToolEpisode` (its
   latency and its run time, up to its timeout; replays too) is timed on
   :data:`scenarios.clocks.TOOL_CLOCK`, the wall time during which at least one tool call of
