@@ -184,8 +184,11 @@ def evaluate(
         raise ConfigError(f"k must be an integer ≥ 1 (samples per task), got {k!r}")
     setup_process()
     cfg, plan, policy = load_team(checkpoint)
-    env = make_env(plan.env_config) if make_env else _make_env(plan.env_config, cfg)
-    env.tools = tool_settings(cfg)
+    if make_env is not None:
+        env = make_env(plan.env_config)
+        env.tools = tool_settings(cfg)  # as _make_env gives its env
+    else:
+        env = _make_env(plan.env_config, cfg)
     if k is not None:
         return evaluate_passk(
             cfg, plan, policy, env, range(seed, seed + episodes), k, baseline, show
@@ -331,8 +334,8 @@ def _summarise(records: list[dict[str, Any]], agents: list[str]) -> EvalResult:
         * sum(r["seconds"] for r in records)
         / max(1, sum(r["decisions"] for r in records)),
         "episode_ms": 1000 * float(np.mean([r["seconds"] for r in records])),
-        "failures": float(sum(r.get("failure") is not None for r in records)),
-        "tool_timeouts": float(sum(r.get("tool_timeouts", 0) for r in records)),
+        "failures": float(sum(r["failure"] is not None for r in records)),
+        "tool_timeouts": float(sum(r["tool_timeouts"] for r in records)),
     }
     oracles = [r["oracle"] for r in records]
     if all(o is not None for o in oracles):
