@@ -722,6 +722,9 @@ class EpisodesConfig:
             (raise ``resources.num_envs_per_env_runner`` to keep more episodes in flight); a
             call running past ``timeout_s`` loses its episode (counted as a timeout) and its
             env is replaced. Off: envs step one after another in the sampler's thread.
+            With threads each env's episodes are the same as without, but which envs' steps
+            fill a ``sample()`` depends on when their calls return: runs (and resumes) are not
+            bit-reproducible.
         tool_latency: ``{seconds: L, jitter: J}``: every tool call of a live episode first
             waits ``L`` s, or ``L ± J`` uniform from an RNG of its own (the episodes stay the
             same), for benchmarks and tests of slow tools (:mod:`scenarios.tool_latency`);
