@@ -152,7 +152,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config.framework("torch")
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
     config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(plan)))
-    if batched_sampler(cfg, plan):
+    if batched_sampler(cfg):
         from trainers.batched_runner import BatchedEnvRunner
 
         config.env_runners(env_runner_cls=BatchedEnvRunner)
@@ -224,11 +224,11 @@ def _env_runner_kwargs(
     }
 
 
-def batched_sampler(cfg: ExperimentConfig, plan: Plan) -> bool:
+def batched_sampler(cfg: ExperimentConfig) -> bool:
     """Whether env runners sample with :class:`~trainers.batched_runner.BatchedEnvRunner`:
-    ``episodes.sampler`` ``batched``, or ``auto`` when no pool is an LLM (``resolve`` refuses
-    ``batched`` with LLM pools)."""
-    return cfg.episodes.sampler != "rllib" and not has_llm_pool(plan)
+    ``episodes.sampler`` ``batched`` or ``auto`` (small-network and LLM pools alike); RLlib's
+    own sampler with ``rllib``."""
+    return cfg.episodes.sampler != "rllib"
 
 
 def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:

@@ -66,6 +66,16 @@ from trainers.phase_timers import FORWARD_CLOCK
 STATE_ATTR = "_batched"
 #: env-config key: step each sub-env on its own thread (``episodes.env_threads``)
 THREADS_KEY = "env_threads"
+#: the forward-batch key of per-row sampling seeds (``marl_agents.llm.rl_module``'s
+#: ``SAMPLING_SEEDS``; spelled here so the runner does not import transformers)
+SAMPLING_SEEDS = "sampling_seeds"
+#: LLM rows' sampling seeds are drawn uniformly below this (a vLLM / torch seed fits it)
+SEED_BOUND = 2**31 - 1
+#: module outputs that are not stored as extra model outputs
+_NOT_EXTRAS = frozenset({Columns.ACTIONS, Columns.ACTIONS_FOR_ENV, Columns.STATE_OUT})
+#: runner metric: rows per LLM ``generate`` call (one forward of an LLM module), the mean
+#: over the forwards since the last ``get_metrics()``
+ROWS_PER_GENERATE = ("marl", "llm", "rows_per_generate")
 
 
 class OrderedEpisode(MultiAgentEpisode):
@@ -445,6 +455,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         extras: dict[int, dict],
     ) -> None:
         module = self.module[mid]
+        if getattr(module, "acts_with_token_ids", False):
+            self._act_tokens(module, rows, explore, actions, for_env, extras)
+            return
         state = self.sampler_state
         stateful = module.is_stateful()
         obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False))
@@ -484,6 +497,42 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 h = {k: v[r] for k, v in state_out.items()}
                 state.states[i][agent] = h
                 extra[Columns.STATE_OUT] = {k: v.numpy() for k, v in h.items()}
+            extras[i][agent] = extra
+
+    def _act_tokens(
+        self,
+        module: Any,
+        rows: _Rows,
+        explore: bool,
+        actions: dict[int, dict],
+        for_env: dict[int, dict],
+        extras: dict[int, dict],
+    ) -> None:
+        """An LLM module's rows (``CausalLMModule``): **one** ``generate`` for all of them.
+
+        Observations go in as the token ids they are (the obs space's integer dtype). Each row
+        gets a sampling seed drawn from its env's generator (:data:`~marl_agents.llm.
+        rl_module.SAMPLING_SEEDS`), so its tokens depend on its env's stream alone. Every output
+        but the actions (``action_logp``, ``token_logp``, ``sampling_temperature``) is stored
+        per row under its own name, as RLlib's sampler stores it.
+        """
+        rngs = self.sampler_state.rngs
+        dtype = getattr(module.observation_space, "dtype", None) or np.int64
+        obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
+        seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], dtype=np.int64)
+        batch = {Columns.OBS: obs, SAMPLING_SEEDS: torch.from_numpy(seeds)}
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = (module.forward_exploration if explore else module.forward_inference)(batch)
+        FORWARD_CLOCK.seconds += time.perf_counter() - start
+        self.metrics.log_value(ROWS_PER_GENERATE, len(rows.keys), reduce="mean")
+        act_np = _numpy(out[Columns.ACTIONS])
+        columns = {k: _numpy(v) for k, v in out.items() if k not in _NOT_EXTRAS}
+        seq = self._weights_seq_no
+        for r, (i, agent) in enumerate(rows.keys):
+            actions[i][agent] = for_env[i][agent] = act_np[r]
+            extra = {k: v[r] for k, v in columns.items()}
+            extra[WEIGHTS_SEQ_NO] = seq
             extras[i][agent] = extra
 
     def _draw(

@@ -319,20 +319,10 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
             f"pool(s) {llm} are LLMs (model.type 'llm'): they run with token-level GRPO; set "
             f"algorithm.name: GRPO ({name} needs a value function, which a causal LM has not)"
         )
-    if llm and cfg.episodes.env_threads:
-        raise ConfigError(
-            f"episodes.env_threads needs the batched sampler, which samples small-network "
-            f"pools only, but {llm} are LLMs: remove env_threads"
-        )
     if cfg.episodes.env_threads and cfg.episodes.sampler == "rllib":
         raise ConfigError(
             "episodes.env_threads needs the batched sampler: set episodes.sampler: auto or "
             "batched, or remove env_threads"
-        )
-    if llm and cfg.episodes.sampler == "batched":
-        raise ConfigError(
-            f"episodes.sampler: batched samples small-network pools only, but {llm} are LLMs "
-            "(their modules sample tokens themselves): use episodes.sampler: auto or rllib"
         )
     if isinstance(cfg.algorithm, GRPOAlgo) and cfg.algorithm.grpo.kl_coef:
         other = [f"{p.id} ({p.model.type})" for p in pools.values()

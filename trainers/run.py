@@ -535,7 +535,7 @@ def train(
     plan = resolve(cfg)
     algo_config = to_algorithm_config(cfg, plan)
     exports = export_pools(cfg, plan)  # every config error is raised by now
-    setup_process(hash_seed_matters=not batched_sampler(cfg, plan))
+    setup_process(hash_seed_matters=not batched_sampler(cfg))
     run = open_run_dir(cfg, run_dir)  # ConfigError for an unwritable output, before Ray
     started_ray = ensure_ray(cfg)
     console = progress_console(cfg)

@@ -12,7 +12,9 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   :data:`TOKEN_LOGP` — under the distribution that drew them, ``softmax(logits / T)``
   (the behaviour policy: the ``old_logprobs`` of the GRPO ratio) — and the temperature
   ``T`` of each row as the extra model output :data:`SAMPLING_TEMPERATURE`, so the
-  temperature travels with the batch to the learner.
+  temperature travels with the batch to the learner. A batch may carry one seed per row
+  (:data:`SAMPLING_SEEDS`, the batched sampler's draw from the row's env stream): each row
+  is then sampled with its own ``SamplingParams(seed=...)``, on either sampler.
 * **Sampler** (``model_config["sampler"]``): ``"transformers"`` samples with the module's LM
   as above; ``"vllm"`` with a vLLM engine in this process
   (:class:`~marl_agents.llm.vllm_sampler.VLLMSampler`) that loads the module's weights
@@ -66,7 +68,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +89,10 @@ TOKEN_ENTROPY = "token_entropy"
 #: extra model output / batch column: the temperature each row was sampled at ``[B]``
 #: (``0``: greedy); the learner scores the row's tokens under ``logits / temperature``.
 SAMPLING_TEMPERATURE = "sampling_temperature"
+#: optional forward-batch key: one sampling seed per row ``[B]`` (int). A row's tokens then
+#: depend on its prompt, the weights and its seed only, not on the rows sharing the batch
+#: (the batched sampler draws each from the row's env stream); absent: the backend's own RNG.
+SAMPLING_SEEDS = "sampling_seeds"
 
 
 class SamplingConfigError(ValueError):
@@ -125,6 +132,10 @@ def load_causal_lm(
 
 class CausalLMModule(TorchRLModule):
     """A causal LM policy over :class:`~scenarios.text_space.TextSpaces` (module doc)."""
+
+    #: the batched sampler (``trainers.batched_runner``) hands this module its token-id
+    #: observations as they are (no float cast) and stores its outputs as it returns them
+    acts_with_token_ids = True
 
     @override
     def setup(self) -> None:
@@ -242,15 +253,23 @@ class CausalLMModule(TorchRLModule):
         super().set_state(state)
         self._weights_version = self.weights_version + 1
 
-    def generate(self, prompts: list[list[int]], temperature: float) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], temperature: float, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
         """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM:
         in process with transformers, or with the module's vLLM engine (``sampler: vllm``),
-        which first loads the module's weights if they changed since its last sample."""
-        params = SamplingParams(
+        which first loads the module's weights if they changed since its last sample.
+        ``seeds``: one per prompt (its own ``SamplingParams.seed``), or None."""
+        one = SamplingParams(
             temperature=temperature,
             top_p=self.top_p if temperature > 0 else 1.0,
             max_new_tokens=self.spaces.max_new_tokens,
         )
+        params: SamplingParams | list[SamplingParams] = one
+        if seeds is not None:
+            if len(seeds) != len(prompts):
+                raise ValueError(f"{len(seeds)} sampling seeds for {len(prompts)} prompts")
+            params = [dataclasses.replace(one, seed=int(s)) for s in seeds]
         if self.sampler == "vllm":
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
@@ -285,7 +304,10 @@ class CausalLMModule(TorchRLModule):
 
     def _act(self, batch: Mapping[str, Any], temperature: float) -> dict[str, Any]:
         obs = batch[Columns.OBS]
-        gens = self.generate(self.prompts(obs), temperature)
+        seeds = batch.get(SAMPLING_SEEDS)
+        if seeds is not None:
+            seeds = np.asarray(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds).tolist()
+        gens = self.generate(self.prompts(obs), temperature, seeds)
         width = self.spaces.max_new_tokens
         actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
         token_lp = np.zeros((len(gens), width), dtype=np.float32)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marl_agents.llm.backend import Generation, SamplingParams
+from marl_agents.llm.backend import Generation, Params
 from marl_agents.llm.vllm_backend import VLLMBackend, import_vllm
 
 
@@ -145,9 +145,10 @@ class VLLMSampler:
         self.sync_s = time.perf_counter() - start
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, version: int
+        self, prompts: Sequence[Sequence[int]], params: Params, *, version: int
     ) -> list[Generation]:
-        """Sample one completion per prompt with the engine's weights.
+        """Sample one completion per prompt with the engine's weights (``params``: one for all
+        prompts or one per prompt; a prompt's ``seed`` becomes its vLLM request's seed).
 
         Raises:
             StaleWeightsError: the engine holds weights ``self.version``, not ``version``.
