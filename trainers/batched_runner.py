@@ -57,6 +57,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
+from marl_agents.llm.rl_module import SAMPLING_SEEDS
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
 from trainers.lean_learner import Categoricals, categorical_lens
 from trainers.phase_timers import FORWARD_CLOCK
@@ -66,9 +67,6 @@ from trainers.phase_timers import FORWARD_CLOCK
 STATE_ATTR = "_batched"
 #: env-config key: step each sub-env on its own thread (``episodes.env_threads``)
 THREADS_KEY = "env_threads"
-#: the forward-batch key of per-row sampling seeds (``marl_agents.llm.rl_module``'s
-#: ``SAMPLING_SEEDS``; spelled here so the runner does not import transformers)
-SAMPLING_SEEDS = "sampling_seeds"
 #: LLM rows' sampling seeds are drawn uniformly below this (a vLLM / torch seed fits it)
 SEED_BOUND = 2**31 - 1
 #: module outputs that are not stored as extra model outputs
