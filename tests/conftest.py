@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--sampler") == "rllib":  # in this process (not remote runners)
         import trainers.algo
 
-        trainers.algo.batched_sampler = lambda cfg, plan: False
+        trainers.algo.batched_sampler = lambda cfg: False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

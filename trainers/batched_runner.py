@@ -1,5 +1,5 @@
-"""The batched multi-agent sampler (``episodes.sampler: batched``, the default for teams of
-small networks).
+"""The batched multi-agent sampler (``episodes.sampler: batched``, the default for every team:
+small networks, scripted pools and LLM pools).
 
 :class:`BatchedEnvRunner` is RLlib's ``MultiAgentEnvRunner`` with its sampling loop replaced;
 everything around the loop is RLlib's own (weights sync, metrics reduction, checkpoints,
@@ -17,12 +17,20 @@ learner connectors (GAE, credit, GRPO groups, GRU sequences) are unchanged. Per 
 * writes each env step once into the episode (``add_env_step``) and turns an episode into
   numpy once, when it ends; per-agent step counts are logged once per ``sample()`` call.
 
+**LLM pools** (modules with ``acts_with_token_ids``: ``CausalLMModule``) sample their tokens
+themselves: their rows (token-id observations, in the obs space's integer dtype) go into
+**one** forward, i.e. one batched ``generate``, per module per step — with
+``episodes.env_threads``, over whichever envs are ready while others wait on tools — each row
+with a sampling seed drawn from its env's generator (``SAMPLING_SEEDS``), so a row's tokens
+depend on its env's stream only; their outputs (``action_logp``, ``token_logp``,
+``sampling_temperature``) are stored as the module returns them. ``marl/llm/rows_per_generate``
+(the runner's metrics) is the mean number of rows per such call.
+
 Actions, log-probabilities, distribution inputs, GRU ``state_out`` and ``weights_seq_no`` land
 in the episodes under RLlib's column names, so the two samplers are interchangeable; the same
-policy gives the same action distribution (tested). Not covered (use ``sampler: rllib``):
-LLM pools (their modules sample tokens themselves), ``random_actions`` (delegated to RLlib's
-loop), custom env-to-module / module-to-env connectors (there are none in an experiment
-config). The RLlib sampler remains behind ``episodes.sampler: rllib``.
+policy gives the same action distribution (tested). Not covered (RLlib's loop runs them):
+``random_actions``, custom env-to-module / module-to-env connectors (there are none in an
+experiment config). The RLlib sampler remains behind ``episodes.sampler: rllib``.
 """
 
 from __future__ import annotations

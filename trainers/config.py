@@ -713,10 +713,10 @@ class EpisodesConfig:
             it, else LangGraph), ``langgraph``, ``fast`` (the fast path, or an error naming why
             not) or ``check`` (both, compared at every step: slow, for tests); the same
             episodes either way (:class:`scenarios.engine.GraphEnv`).
-        sampler: how env runners sample: ``auto`` (``batched`` unless a pool is an LLM),
-            ``batched`` (:mod:`trainers.batched_runner`: one forward per module per step over
-            all acting agents, per-env RNG streams) or ``rllib`` (RLlib's own
-            ``MultiAgentEnvRunner``, for comparison).
+        sampler: how env runners sample: ``auto`` (= ``batched``), ``batched``
+            (:mod:`trainers.batched_runner`: one forward per module per step over all acting
+            agents, for an LLM pool one batched ``generate``; per-env RNG streams) or ``rllib``
+            (RLlib's own ``MultiAgentEnvRunner``, for comparison).
         env_threads: with the batched sampler, step each env of a runner on its own thread,
             so episodes waiting on slow tools or remote model calls do not hold the others
             (raise ``resources.num_envs_per_env_runner`` to keep more episodes in flight); a

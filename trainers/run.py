@@ -329,7 +329,8 @@ def flatten_result(
     """Namespaced metrics of one ``algo.train()`` result.
 
     ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction,
-    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit) and
+    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit),
+    ``rows_per_generate`` (LLM pools on the batched sampler: mean rows per ``generate``) and
     the scenario's metrics; ``losses/<pool>/…`` for learning pools (PPO's losses, and GRPO's
     ``grpo/…`` statistics such as ``logprob_gap_fresh``); ``<agent>/return`` and
     ``<agent>/credit`` per agent.
@@ -360,6 +361,9 @@ def flatten_result(
             out["charts/oracle"] = oracle / n
             if abs(oracle) > 1e-9:
                 out[ORACLE_FRACTION_KEY] = _num(marl.get("team_return")) / oracle
+        llm = marl.get("llm") or {}  # the batched sampler's LLM generate calls
+        if "rows_per_generate" in llm:
+            out["charts/rows_per_generate"] = _num(llm["rows_per_generate"])
         for key, value in marl.items():
             if key.startswith("metric/"):
                 out[f"charts/{key.removeprefix('metric/')}"] = _num(value) / n
