@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app lives in tests/
 
-from slow_tools import _value  # noqa: E402  (bench/ is this script's directory)
+from slow_tools import _value  # bench/ is this script's directory
 
 APP = "tests.apps.llm_tools:app"
 

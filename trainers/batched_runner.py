@@ -462,8 +462,30 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     ) -> None:
         module = self.module[mid]
         if getattr(module, "acts_with_token_ids", False):
-            self._act_tokens(module, rows, explore, actions, for_env, extras)
-            return
+            act_np, columns, state_out = self._generate_rows(module, rows, explore)
+        else:
+            act_np, columns, state_out = self._forward_rows(module, rows, explore)
+        state = self.sampler_state
+        seq = self._weights_seq_no
+        space = module.action_space
+        for r, (i, agent) in enumerate(rows.keys):
+            a = act_np[r]
+            actions[i][agent] = a
+            for_env[i][agent] = self._for_env(a, space)
+            extra = {k: v[r] for k, v in columns.items()}
+            extra[WEIGHTS_SEQ_NO] = seq
+            if state_out is not None:  # the state after this step, per row
+                h = {k: v[r] for k, v in state_out.items()}
+                state.states[i][agent] = h
+                extra[Columns.STATE_OUT] = {k: v.numpy() for k, v in h.items()}
+            extras[i][agent] = extra
+
+    def _forward_rows(
+        self, module: Any, rows: _Rows, explore: bool
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, torch.Tensor] | None]:
+        """A small-network (or scripted) module's rows: one forward on float observations
+        (GRU states per row), actions sampled from each row's env stream. Returns the actions,
+        the columns to store and, for a recurrent module, the state after this step."""
         state = self.sampler_state
         stateful = module.is_stateful()
         obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False))
@@ -474,10 +496,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 k: torch.stack([state.states[i].get(a, {}).get(k, v) for i, a in rows.keys])
                 for k, v in init.items()
             }
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = (module.forward_exploration if explore else module.forward_inference)(batch)
-        FORWARD_CLOCK.seconds += time.perf_counter() - start
+        out = _forward(module, batch, explore)
         columns: dict[str, np.ndarray] = {}
         if Columns.ACTIONS in out:  # scripted modules act directly
             act = out[Columns.ACTIONS]
@@ -488,58 +507,30 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             logits = logits[:, 0] if stateful else logits  # no time axis
             with torch.no_grad():
                 act = self._draw(module, logits, rows, explore, columns)
-        act_np = _numpy(act)
-        if stateful:  # the state after this step, per row
+        state_out = None
+        if stateful:
             state_out = {k: v.detach() for k, v in out[Columns.STATE_OUT].items()}
-        seq = self._weights_seq_no
-        space = module.action_space
-        for r, (i, agent) in enumerate(rows.keys):
-            a = act_np[r]
-            actions[i][agent] = a
-            for_env[i][agent] = self._for_env(a, space)
-            extra = {k: v[r] for k, v in columns.items()}
-            extra[WEIGHTS_SEQ_NO] = seq
-            if stateful:
-                h = {k: v[r] for k, v in state_out.items()}
-                state.states[i][agent] = h
-                extra[Columns.STATE_OUT] = {k: v.numpy() for k, v in h.items()}
-            extras[i][agent] = extra
+        return _numpy(act), columns, state_out
 
-    def _act_tokens(
-        self,
-        module: Any,
-        rows: _Rows,
-        explore: bool,
-        actions: dict[int, dict],
-        for_env: dict[int, dict],
-        extras: dict[int, dict],
-    ) -> None:
+    def _generate_rows(
+        self, module: Any, rows: _Rows, explore: bool
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], None]:
         """An LLM module's rows (``CausalLMModule``): **one** ``generate`` for all of them.
 
         Observations go in as the token ids they are (the obs space's integer dtype). Each row
         gets a sampling seed drawn from its env's generator (:data:`~marl_agents.llm.
         rl_module.SAMPLING_SEEDS`), so its tokens depend on its env's stream alone. Every output
-        but the actions (``action_logp``, ``token_logp``, ``sampling_temperature``) is stored
-        per row under its own name, as RLlib's sampler stores it.
+        but the actions (``action_logp``, ``token_logp``, ``sampling_temperature``) is a column
+        stored under its own name, as RLlib's sampler stores it.
         """
         rngs = self.sampler_state.rngs
         dtype = getattr(module.observation_space, "dtype", None) or np.int64
         obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
         seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], dtype=np.int64)
-        batch = {Columns.OBS: obs, SAMPLING_SEEDS: torch.from_numpy(seeds)}
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = (module.forward_exploration if explore else module.forward_inference)(batch)
-        FORWARD_CLOCK.seconds += time.perf_counter() - start
+        out = _forward(module, {Columns.OBS: obs, SAMPLING_SEEDS: torch.from_numpy(seeds)}, explore)
         self.metrics.log_value(ROWS_PER_GENERATE, len(rows.keys), reduce="mean")
-        act_np = _numpy(out[Columns.ACTIONS])
         columns = {k: _numpy(v) for k, v in out.items() if k not in _NOT_EXTRAS}
-        seq = self._weights_seq_no
-        for r, (i, agent) in enumerate(rows.keys):
-            actions[i][agent] = for_env[i][agent] = act_np[r]
-            extra = {k: v[r] for k, v in columns.items()}
-            extra[WEIGHTS_SEQ_NO] = seq
-            extras[i][agent] = extra
+        return _numpy(out[Columns.ACTIONS]), columns, None
 
     def _draw(
         self, module: Any, logits: torch.Tensor, rows: _Rows, explore: bool, columns: dict
@@ -590,6 +581,15 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if self.config.clip_actions:
             return clip_action(action, space)
         return action
+
+
+def _forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any]:
+    """``forward_exploration`` (or ``forward_inference``) without gradients, timed."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = (module.forward_exploration if explore else module.forward_inference)(batch)
+    FORWARD_CLOCK.seconds += time.perf_counter() - start
+    return out
 
 
 def _numpy(t: Any) -> np.ndarray:
