@@ -13,14 +13,14 @@ directly: no Ray). Every tool call waits ``L`` s (``episodes.tool_latency``). Fo
 * ``rllib``: RLlib's own ``MultiAgentEnvRunner`` (``episodes.sampler: rllib``; its vector env
   steps the envs in lock-step: one batched ``generate`` per step, every env waits for all).
 
-Printed per case: episodes/s, ``rows/gen`` (mean rows per ``generate``: the batched sampler's
+Printed per case (the median of ``--rounds`` alternating runs): episodes/s, ``rows/gen`` (mean rows per ``generate``: the batched sampler's
 ``marl/llm/rows_per_generate``), the tool-bound ``N / (L · c)`` and the ratios
 ``threads/serial`` and ``threads/rllib`` (side by side in one run, so the machine's load is
 shared alike). Where the ratio to the bound is far below 1 the process is compute-bound
 (generation and LangGraph on one GIL), not tool-bound.
 
 Usage: ``python bench/llm_in_flight.py [--latency 0.2] [--sizes 2,8,16] [--turns 3]
-[--seconds 8] [--new-tokens 6] [--modes threads,serial,rllib]``.
+[--seconds 8] [--new-tokens 6] [--modes threads,serial,rllib] [--rounds 1]``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app lives in tests/
 
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window per case")
     parser.add_argument("--new-tokens", type=int, default=6, help="max_new_tokens per reply")
     parser.add_argument("--modes", default="threads,serial,rllib")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating runs (median)")
     args = parser.parse_args()
     import torch
 
@@ -108,15 +111,24 @@ def main() -> None:
         f"{args.turns - 1} critic replies of <= {args.new_tokens} tokens; {args.seconds:g} s "
         "per case"
     )
-    print(f"{'N':>3} {'mode':<8} {'eps/s':>7} {'rows/gen':>8} {'bound':>7} {'ratio':>6}")
+    print(
+        f"{'N':>3} {'mode':<8} {'eps/s':>7} {'rows/gen':>8} {'bound':>7} {'ratio':>6} "
+        "(min–max over rounds)"
+    )
     for n in (int(s) for s in args.sizes.split(",")):
         bound = n / (args.latency * c) if args.latency > 0 and c > 0 else float("inf")
+        runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+        for _ in range(args.rounds):  # modes alternate, so load changes hit them alike
+            for mode in modes:
+                runs[mode].append(case(mode, n, args))
         got = {}
         for mode in modes:
-            got[mode] = r = case(mode, n, args)
+            eps = [r["eps"] for r in runs[mode]]
+            got[mode] = r = {"eps": float(np.median(eps)), "rows": runs[mode][-1]["rows"]}
+            spread = f"{min(eps):.2f}–{max(eps):.2f}" if len(eps) > 1 else ""
             print(
                 f"{n:>3} {mode:<8} {r['eps']:>7.2f} {r['rows']:>8.2f} {bound:>7.2f} "
-                f"{r['eps'] / bound:>6.2f}",
+                f"{r['eps'] / bound:>6.2f} {spread}",
                 flush=True,
             )
         ratios = [
