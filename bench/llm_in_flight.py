@@ -16,8 +16,8 @@ directly: no Ray). Every tool call waits ``L`` s (``episodes.tool_latency``). Fo
 Printed per case (the median of ``--rounds`` alternating runs): episodes/s, ``rows/gen``
 (mean rows per ``generate``: the batched sampler's ``marl/llm/rows_per_generate``), the
 tool-bound ``N / (L · c)`` and the ratios ``threads/serial`` and ``threads/rllib`` (side by
-side in one run, so the machine's load is shared alike). Where the ratio to the bound is far below 1 the process is compute-bound
-(generation and LangGraph on one GIL), not tool-bound.
+side in one run, so the machine's load is shared alike). Where the ratio to the bound is far
+below 1 the process is compute-bound (generation and LangGraph on one GIL), not tool-bound.
 
 Usage: ``python bench/llm_in_flight.py [--latency 0.2] [--sizes 2,8,16] [--turns 3]
 [--seconds 8] [--new-tokens 6] [--modes threads,serial,rllib] [--rounds 1]``.
