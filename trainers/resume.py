@@ -9,7 +9,8 @@ the curriculum's pass-rate estimates and each process's task schedule, the proce
 (``time_total_s``). :func:`save` writes them into a checkpoint directory (``marl_state.pkl``,
 and ``marl_state.json`` with the iteration); :func:`restore` puts them back after
 ``Algorithm.from_checkpoint`` (and gives remote env runners the learner's weights, which it does
-not), so the resumed run samples, learns and reports what the uninterrupted one would have.
+not — or, under asynchronous GRPO where they lag the learner by design, the weights they held),
+so the resumed run samples, learns and reports what the uninterrupted one would have.
 Asynchronous GRPO has no sample in flight between iterations: the batch sampled ahead is saved
 with its policy versions (:mod:`trainers.async_sampling`), so nothing is lost.
 
@@ -69,6 +70,7 @@ def save(algo: Any, path: Path) -> None:
             "learners": _foreach_learner(algo, capture_learner),
             "curriculum": _curriculum_state(algo),
             "pipeline": _pipeline(algo).state() if _pipeline(algo) else None,
+            "runner_weights": _lagging_weights(algo),
         }
         data = cloudpickle.dumps(state)
     except Exception as exc:  # any capture failure costs exactness, not the checkpoint
@@ -116,8 +118,9 @@ def restore(algo: Any, path: Path) -> bool:
         pipe.set_state(state["pipeline"])  # the batch sampled ahead, and the policy versions
     if group is not None:
         if pipe is None or pipe.runner_version == pipe.learner_version:
-            # (runners that lag by design keep the checkpoint's env-runner weights: last sync)
             _push_learner_weights(algo)
+        else:  # runners that lag by design get back the weights they held (the last sync)
+            _push_runner_weights(algo, state.get("runner_weights"))
         restored = group.foreach_env_runner(
             lambda r: restore_runner(r, runners), local_env_runner=False
         )
@@ -148,6 +151,34 @@ def _push_learner_weights(algo: Any) -> None:
     algo.env_runner_group.foreach_env_runner(
         lambda r: r.module.set_state(state), local_env_runner=True
     )
+
+
+def _lagging_weights(algo: Any) -> dict[int, Any] | None:
+    """Asynchronous GRPO's remote runners' weights when they lag the learner by design
+    (``from_checkpoint`` would give them newer ones); None when they hold the learner's."""
+    pipe = _pipeline(algo)
+    group = getattr(algo, "env_runner_group", None)
+    if pipe is None or group is None or pipe.runner_version == pipe.learner_version:
+        return None
+    parts = group.foreach_env_runner(
+        lambda r: (int(r.worker_index or 0), r.module.get_state(inference_only=True)),
+        local_env_runner=False,
+    )
+    return dict(parts)
+
+
+def _push_runner_weights(algo: Any, weights: Mapping[int, Any] | None) -> None:
+    """Give each remote env runner the weights :func:`_lagging_weights` saved for it."""
+    if not weights:
+        log.warning("the checkpoint has no lagging env-runner weights: resuming is not exact")
+        return
+
+    def put(runner: Any) -> None:
+        state = weights.get(int(runner.worker_index or 0))
+        if state is not None:
+            runner.module.set_state(state)
+
+    algo.env_runner_group.foreach_env_runner(put, local_env_runner=False)
 
 
 def _pipeline(algo: Any) -> Any:
