@@ -79,6 +79,14 @@ def new_agent_episode(episode: MultiAgentEpisode, agent_id: Any) -> SingleAgentE
     return sa
 
 
+def _append(buffer: InfiniteLookbackBuffer, item: Any) -> None:
+    """``buffer.append(item)``."""
+    if buffer.finalized:
+        buffer.append(item)
+    else:
+        buffer.data.append(item)
+
+
 def _is_numpy(sa: SingleAgentEpisode) -> bool:
     return sa.observations.finalized or sa.rewards.finalized or sa.actions.finalized
 
@@ -134,14 +142,14 @@ def add_env_step(
     episode.is_terminated = terminateds.get("__all__", False)
     episode.is_truncated = truncateds.get("__all__", False)
     sa_episodes = episode.agent_episodes
-    done = {a for a, sa in sa_episodes.items() if sa.is_done}
-    done.update(a for a in terminateds if terminateds[a])
-    done.update(a for a in truncateds if truncateds[a])
-    if all(a in done for a in sa_episodes):  # RLlib: all agents done in mixed ways
+    if all(  # RLlib: every agent done (in whatever mix of ways) terminates the episode
+        sa.is_terminated or sa.is_truncated or terminateds.get(a) or truncateds.get(a)
+        for a, sa in sa_episodes.items()
+    ):
         episode.is_terminated = True
     for agent_id, mapping in episode.env_t_to_agent_t.items():
         if agent_id not in observations:
-            mapping.append(SKIP)
+            _append(mapping, SKIP)
     # the same set expression as RLlib's: agents are visited (and created) in its order
     ending = terminateds.get("__all__") or truncateds.get("__all__")
     agent_ids = (
@@ -222,7 +230,8 @@ def _agent_step(
         obs, info, action, reward, extra = step
     if obs is not None:
         _sa_step(sa, obs, action, reward, info, terminated, truncated, extra)
-        episode.env_t_to_agent_t[agent_id].append(len(sa) + episode.agent_t_started[agent_id])
+        agent_t = sa.t - sa.t_started + episode.agent_t_started[agent_id]  # len(sa) + start
+        _append(episode.env_t_to_agent_t[agent_id], agent_t)
     if terminated or truncated:
         episode._del_hanging(agent_id)
 
@@ -339,7 +348,7 @@ def _sa_step(
             if buf is None:
                 outputs[k] = _buffer(data=[v])
             else:
-                buf.append(v)
+                _append(buf, v)
     sa.is_terminated = terminated
     sa.is_truncated = truncated
     sa._last_added_observation = obs
