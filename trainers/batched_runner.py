@@ -413,18 +413,20 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             mean[EPISODE_AGENT_STEPS] = agent_steps
             mean[EPISODE_MODULE_RETURN_MEAN] = modules
         log = self.metrics.log_value
-        for reduce, values in (
+        parts = (
             ("mean", mean),
             ("min", {EPISODE_LEN_MIN: length, EPISODE_RETURN_MIN: ret}),
             ("max", {EPISODE_LEN_MAX: length, EPISODE_RETURN_MAX: ret}),
-        ):
-            for key in sorted(values):
-                value = values[key]
-                if not isinstance(value, Mapping):
-                    log((key,), value, reduce=reduce, window=win)
-                    continue
-                for sub in sorted(value):
-                    log((key, sub), value[sub], reduce=reduce, window=win)
+        )
+        with self.metrics._threading_lock:  # as log_dict holds it
+            for reduce, values in parts:
+                for key in sorted(values):
+                    value = values[key]
+                    if not isinstance(value, Mapping):
+                        log((key,), value, reduce=reduce, window=win)
+                        continue
+                    for sub in sorted(value):
+                        log((key, sub), value[sub], reduce=reduce, window=win)
 
     def _lost_episode(self, i: int, error: BaseException) -> None:
         """Env ``i``'s call hung past ``episodes.timeout_s`` (threads only): its episode is
