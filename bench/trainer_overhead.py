@@ -127,8 +127,29 @@ def run_ours(iterations: int, out: str, engine: str = "langgraph", sampler: str 
         }
     )
     marks: list[tuple[float, int]] = []
-    train(cfg, report=lambda row: marks.append((time.perf_counter(), row["charts/env_steps"])))
+    rows: list[dict[str, Any]] = []
+
+    def report(row: dict[str, Any]) -> None:
+        marks.append((time.perf_counter(), row["charts/env_steps"]))
+        rows.append(row)
+
+    train(cfg, report=report)
+    PHASES.setdefault((engine, sampler), []).append(phases_per_1000_steps(rows))
     return steps_per_s(marks)
+
+
+#: (engine, sampler) of a ``train()`` row → its runs' phase seconds per 1,000 env steps
+PHASES: dict[tuple[str, str], list[dict[str, float]]] = {}
+
+
+def phases_per_1000_steps(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """``timers/…`` and the iteration's wall time, summed over the measured iterations (the
+    first one excluded, as for the throughput), per 1,000 env steps."""
+    from trainers.phase_timers import TIMER_KEYS
+
+    steps = rows[-1]["charts/env_steps"] - rows[0]["charts/env_steps"]
+    keys = (*TIMER_KEYS, "charts/iteration_s")
+    return {k: 1000 * sum(float(r.get(k, 0.0)) for r in rows[1:]) / steps for k in keys}
 
 
 def main() -> None:
@@ -182,6 +203,12 @@ def main() -> None:
         print(f"train()'s own overhead (langgraph env, RLlib sampler, same num_envs): ×{own:.3f}")
     fast_plain, fast_ours = med["plain_fast"] / base, med["ours_fast_rllib"] / med["ours"]
     print(f"gain of the fast env: plain ×{fast_plain:.2f}, train() ×{fast_ours:.2f}")
+    print("train()'s phases, seconds per 1,000 env steps (median over rounds; timers/… rows):")
+    for (engine, sampler), runs in PHASES.items():
+        line = "  ".join(
+            f"{k.split('/')[-1]} {statistics.median(r[k] for r in runs):.3f}" for k in runs[0]
+        )
+        print(f"  {engine}/{sampler}: {line}")
     batched = med["ours_fast"] / med["ours_fast_rllib"]
     print(f"gain of the batched sampler (fast env): ×{batched:.2f}")
     print(f"goal: train() / best plain RLlib = ×{med['ours_fast'] / base:.2f} (≥ 3)")
