@@ -7,7 +7,7 @@ same arguments they leave it in exactly the state RLlib's methods leave it in (e
 mapping, flag and the order of ``agent_episodes``), raise the same ``MultiAgentEnvError``\\ s,
 and differ only in wall-clock stamps and random episode ids (``tests/test_episode_build.py``
 compares them field by field). What they skip: building each agent's ``SingleAgentEpisode``
-through its constructor (three ``InfiniteLookbackBuffer``\\ s, each recomputing its space's
+through its constructor (four ``InfiniteLookbackBuffer``\\ s, each computing its space's
 structure, and a ``validate()``), the list-building ``set`` churn of the multi-agent step and
 the per-item buffer methods. An episode already turned into numpy goes through RLlib's own
 methods (RLlib then checks the spaces as it appends).
