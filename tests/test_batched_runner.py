@@ -254,21 +254,31 @@ def test_a_seed_fixes_training_without_pythonhashseed(tmp_path: Path) -> None:
     """Two processes with different ``PYTHONHASHSEED``s train the same (episodes and updates):
     the sampler's streams are per env, and its episodes order agents sorted for the learner."""
     sections = {"seed": 3, "pools": TEAM["pools"], "topology": "star:3"}
-    outs = []
-    for hashseed in ("1", "2"):
+    procs = []
+    for hashseed in ("1", "2"):  # side by side: each process runs its own one-CPU Ray
         env = {**os.environ, "PYTHONHASHSEED": hashseed,
                "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}  # fmt: skip
         script = SCRIPT.format(tmp=str(tmp_path / hashseed), sections=sections)
-        proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(script)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=ROOT,
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(script)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+            )
         )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    outs = []
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-3000:]
+            outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:  # none is left running, whatever failed
+            proc.kill()
+            proc.wait()
     assert len(outs[0]) == 2 and "losses/worker/policy_loss" in outs[0][-1]
     assert outs[0] == outs[1]
 
