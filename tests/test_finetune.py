@@ -318,13 +318,19 @@ def finetune_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_runs_a_job_as_a_subprocess(tmp_path):
+def test_cli_runs_a_job_then_resumes_it_as_a_subprocess(tmp_path, ray_session):
+    """``marl finetune JOB`` (in this process, on the session's Ray), then ``--resume`` in a
+    process of its own, as a user runs it."""
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
     job = small_job(tmp_path)
     job.budget.iterations = 1
     path = tmp_path / "job.yaml"
     job.to_yaml(path)
-    proc = finetune_cli(str(path), "--wandb", "disabled")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = CliRunner().invoke(app, ["finetune", str(path), "--wandb", "disabled"])
+    assert out.exit_code == 0, out.output
     run = tmp_path / "smoke"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 1
