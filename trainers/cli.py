@@ -189,8 +189,12 @@ def eval_command(
     """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency;
     with --k, pass@k of the trained team and its starting point side by side."""
     from trainers.evaluate import EVAL_SEED, evaluate
+    from trainers.run import quiet_ray_logs
 
     cwd_on_path()
+    import ray.rllib  # noqa: F401  (its import sets its loggers' levels: quiet them after it)
+
+    quiet_ray_logs()  # RLlib's warnings as modules load, as `marl run` keeps them out
     with config_errors():
         evaluate(
             checkpoint,

@@ -182,7 +182,7 @@ def evaluate(
         raise ConfigError(f"credit={credit!r} is unknown: use one of {', '.join(CREDIT_METHODS)}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ConfigError(f"k must be an integer ≥ 1 (samples per task), got {k!r}")
-    setup_process()
+    setup_process(hash_seed_matters=False)  # no RLlib sampler here: agents act one by one
     cfg, plan, policy = load_team(checkpoint)
     if make_env is not None:
         env = make_env(plan.env_config)
