@@ -250,11 +250,6 @@ def grpo_side_by_side(plan: Plan) -> bool:
     generation per step: teams with an LLM pool) or one after another in one env (``repeat =
     G``: small-network teams), which keeps every group whole when episode lengths vary (side by
     side, a sub-env that finishes early starts the next task before the others finish)."""
-    return has_llm_pool(plan)
-
-
-def has_llm_pool(plan: Plan) -> bool:
-    """Whether a pool of ``plan`` is an LLM."""
     from marl_agents.pools import LLMModel
 
     return any(isinstance(p.model, LLMModel) for p in plan.pools.values())

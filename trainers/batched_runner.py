@@ -638,7 +638,7 @@ def _forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any
     start = time.perf_counter()
     with torch.no_grad():
         out = (module.forward_exploration if explore else module.forward_inference)(batch)
-    FORWARD_CLOCK.seconds += time.perf_counter() - start
+    FORWARD_CLOCK.add(time.perf_counter() - start)
     return out
 
 
