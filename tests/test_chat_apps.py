@@ -203,6 +203,7 @@ def test_complete_call_picks_the_one_tool_a_prefix_names():
         ({"roles": {"nobody": "worker"}}, r"roles names \['nobody'\]"),
         ({"roles": {"assistant": "boss"}}, "are not roles: use one of"),
         ({"agents": ["helper"]}, "not in agents="),
+        ({"prefill": "<tool>"}, r"prefill must map agent ids to the text"),
     ],
 )
 def test_bad_chat_app_arguments_name_the_fix(kwargs, match):

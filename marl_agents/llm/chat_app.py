@@ -118,6 +118,11 @@ class ChatAppScenario(Scenario):
         self.format_penalty = float(format_penalty)
         self.complete_calls = bool(complete_calls)
         self.max_supersteps = int(max_supersteps)
+        if prefill is not None and not isinstance(prefill, Mapping):
+            raise ScenarioError(
+                f"prefill must map agent ids to the text their replies start with (e.g. "
+                f"{{'assistant': '<tool>'}}), got {type(prefill).__name__} {prefill!r}"
+            )
         self.prefill = dict(prefill or {})
         self.models = ChatModels(self, agents)
         app = build_app(self.models)
