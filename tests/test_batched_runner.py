@@ -28,8 +28,10 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
 )
 
 from trainers.algo import to_algorithm_config
-from trainers.batched_runner import BatchedEnvRunner, sample_rows
+from trainers.action_rows import categorical_rows, inverse_cdf, sample_rows
+from trainers.batched_runner import BatchedEnvRunner, forward_fn
 from trainers.config import ConfigError, ExperimentConfig
+from trainers.lean_learner import Categoricals
 from trainers.plan import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +95,66 @@ def test_gaussian_rows_have_the_distribution_moments() -> None:
     got = sample_rows(dist, [np.random.default_rng(7)] * len(logits)).numpy()
     np.testing.assert_allclose(got.mean(0), [1.0, -2.0], atol=0.05)
     np.testing.assert_allclose(got.std(0), [0.5, 2.0], rtol=0.03)
+
+
+@pytest.mark.parametrize(
+    ("lens", "multi"), [([4, 4, 4], True), ([2, 3, 5], True), ([6], False), ([3], True)]
+)
+@pytest.mark.parametrize("explore", [True, False])
+def test_categorical_rows_are_categoricals_bit_for_bit(
+    lens: list[int], multi: bool, explore: bool
+) -> None:
+    """The sampler's fused categorical path gives the actions, log-probabilities and random
+    draws of ``Categoricals`` + ``inverse_cdf`` (its per-part ops), to the last bit."""
+    gen = torch.Generator().manual_seed(sum(lens))
+    for b in (1, 2, 7, 16, 33):
+        for scale in (0.1, 3.0, 40.0):
+            logits = torch.randn(b, sum(lens), generator=gen) * scale
+            cats = Categoricals(logits, lens, multi)
+            if explore:
+                want = inverse_cdf(cats.probs, [np.random.default_rng(r) for r in range(b)])
+            else:
+                want = torch.stack([lg.argmax(-1) for lg in cats.logits], dim=-1)
+            want = want if multi else want[:, 0]
+            rngs = [np.random.default_rng(r) for r in range(b)] if explore else None
+            act, logp = categorical_rows(logits, lens, multi, rngs)
+            assert act.dtype == np.int64 and np.array_equal(act, want.numpy())
+            assert logp.dtype == torch.float32 and torch.equal(logp, cats.logp(want))
+            if rngs is not None:  # the same number of draws per row
+                assert [r.random() for r in rngs] == [
+                    np.random.default_rng(r).random(len(lens) + 1)[-1] for r in range(b)
+                ]
+
+
+def test_direct_forward_is_rllibs_wrapper_and_leaves_the_modes() -> None:
+    """The runner calls ``_forward_exploration``/``_forward_inference`` of a module in eval
+    mode (no ``eval()`` walk per call): the same outputs as RLlib's wrappers, every submodule
+    left in the mode it was in; a module in train mode (or with an instance-level wrapper)
+    goes through the wrapper."""
+    r = runner(BatchedEnvRunner)
+    try:
+        r.sample(num_timesteps=20, explore=True)  # puts the modules in eval mode
+        module = r.module["orchestrator"]
+        obs = torch.randn(5, module.observation_space.shape[0])
+        for explore in (True, False):
+            fn = forward_fn(module, explore)
+            assert fn.__name__.startswith("_forward_")
+            with torch.no_grad():
+                got = fn({Columns.OBS: obs})
+                want = (module.forward_exploration if explore else module.forward_inference)(
+                    {Columns.OBS: obs}
+                )
+            assert got.keys() == want.keys()
+            for key in want:
+                assert torch.equal(got[key], want[key])
+            assert not any(m.training for m in module.modules())
+        module.train()
+        assert forward_fn(module, True) == module.forward_exploration
+        module.eval()
+        module.forward_exploration = spy = lambda batch: module._forward_exploration(batch)
+        assert forward_fn(module, True) is spy
+    finally:
+        r.stop()
 
 
 def test_batched_and_rllib_runners_sample_the_same_action_frequencies() -> None:

@@ -48,11 +48,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.distribution.torch.torch_distribution import (
-    TorchCategorical,
-    TorchDiagGaussian,
-    TorchMultiCategorical,
-)
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.utils.metrics import (
@@ -80,8 +76,9 @@ from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from marl_agents.llm.rl_module import SAMPLING_SEEDS
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
+from trainers.action_rows import categorical_rows, sample_rows
 from trainers.episode_build import add_env_reset, add_env_step
-from trainers.lean_learner import Categoricals, categorical_lens
+from trainers.lean_learner import categorical_lens
 from trainers.phase_timers import FORWARD_CLOCK
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
@@ -144,47 +141,6 @@ def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.rand
     return [np.random.default_rng([base, int(worker_index), i]) for i in range(num_envs)]
 
 
-def draws_per_row(dist: Any) -> int:
-    """How many random numbers one row of ``dist`` consumes (0: sampled by torch)."""
-    if isinstance(dist, TorchCategorical):
-        return 1
-    if isinstance(dist, TorchMultiCategorical):
-        return len(dist._cats)
-    if isinstance(dist, TorchDiagGaussian):
-        return int(dist._dist.loc.shape[-1])
-    return 0
-
-
-def sample_rows(dist: Any, rngs: Sequence[np.random.Generator]) -> torch.Tensor:
-    """A sample of every row of ``dist``, row ``r`` driven by ``rngs[r]`` alone.
-
-    Categorical parts by inverse CDF on one uniform each, diagonal Gaussians from standard
-    normals; other distributions fall back to ``dist.sample()`` (torch's global RNG).
-    """
-    k = draws_per_row(dist)
-    if k == 0:
-        return dist.sample()
-    if isinstance(dist, TorchDiagGaussian):
-        z = torch.from_numpy(np.stack([rng.standard_normal(k) for rng in rngs])).to(
-            dist._dist.loc.dtype
-        )
-        return dist._dist.loc + dist._dist.scale * z
-    cats = [dist] if isinstance(dist, TorchCategorical) else dist._cats
-    act = inverse_cdf([c._dist.probs for c in cats], rngs)
-    return act[:, 0] if isinstance(dist, TorchCategorical) else act
-
-
-def inverse_cdf(probs: Sequence[torch.Tensor], rngs: Sequence[np.random.Generator]) -> torch.Tensor:
-    """``[B, len(probs)]`` category indices: part ``j`` of row ``r`` from the ``j``-th of
-    ``len(probs)`` uniforms drawn from ``rngs[r]``."""
-    u = torch.from_numpy(np.stack([rng.random(len(probs)) for rng in rngs]))
-    parts = []
-    for j, p in enumerate(probs):
-        cdf = p.double().cumsum(-1)
-        parts.append((cdf < u[:, j : j + 1]).sum(-1).clamp_max(p.shape[-1] - 1))
-    return torch.stack(parts, dim=-1)
-
-
 @dataclasses.dataclass
 class _Rows:
     """The agents one module acts for in this step: ``(env index, agent id)`` and observations."""
@@ -237,7 +193,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 random_actions=random_actions,
                 force_reset=force_reset,
             )
-        for m in self.module.values():  # forward_* toggle train/eval on every call otherwise
+        for m in self.module.values():  # once here, not on every forward (forward_fn)
             if isinstance(m, torch.nn.Module):
                 m.eval()
         OrderedEpisode.deferred_validation = True
@@ -584,11 +540,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
 
     def _draw(
         self, module: Any, logits: torch.Tensor, rows: _Rows, explore: bool, columns: dict
-    ) -> torch.Tensor:
+    ) -> Any:
         """Sample (or, without exploration, take the mode of) each row's distribution; the
         distribution inputs and log-probabilities go to ``columns``. Categorical and
-        multi-categorical pools skip RLlib's distribution objects (``lean_learner``'s
-        :class:`Categoricals`: the same ops, so the same numbers)."""
+        multi-categorical pools skip RLlib's distribution objects
+        (:func:`~trainers.action_rows.categorical_rows`: the same ops, so the same numbers)."""
         dist_cls = (
             module.get_exploration_action_dist_cls()
             if explore
@@ -597,13 +553,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         lens = self._categorical_lens(dist_cls, logits)
         rngs = self.sampler_state.rngs
         if lens is not None:
-            cats = Categoricals(logits, *lens)
-            if explore:
-                act = inverse_cdf(cats.probs, [rngs[i] for i, _ in rows.keys])
-            else:
-                act = torch.stack([lg.argmax(-1) for lg in cats.logits], dim=-1)
-            act = act if lens[1] else act[:, 0]
-            logp = cats.logp(act)
+            draw = [rngs[i] for i, _ in rows.keys] if explore else None
+            act, logp = categorical_rows(logits, lens[0], lens[1], draw)
         else:
             dist = dist_cls.from_logits(logits)
             act = (
@@ -637,9 +588,26 @@ def _forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any
     """``forward_exploration`` (or ``forward_inference``) without gradients, timed."""
     start = time.perf_counter()
     with torch.no_grad():
-        out = (module.forward_exploration if explore else module.forward_inference)(batch)
+        out = forward_fn(module, explore)(batch)
     FORWARD_CLOCK.add(time.perf_counter() - start)
     return out
+
+
+def forward_fn(module: Any, explore: bool) -> Any:
+    """``module.forward_exploration`` (``forward_inference``), or for a torch module in eval
+    mode whose wrapper is RLlib's own, the ``_forward_exploration`` (``_forward_inference``)
+    that wrapper calls: ``TorchRLModule``'s wrapper walks every submodule with ``eval()`` on
+    each call (and ``train()`` after, had it been training). The runner puts its modules in
+    eval mode once per ``sample()`` (``_sample``), so the walk changes nothing there."""
+    name = "forward_exploration" if explore else "forward_inference"
+    if (
+        isinstance(module, TorchRLModule)
+        and not module.training
+        and getattr(type(module), name) is getattr(TorchRLModule, name)
+        and name not in vars(module)  # no instance-level wrapper (a timer, a test's spy)
+    ):
+        return getattr(module, f"_{name}")
+    return getattr(module, name)
 
 
 def _numpy(t: Any) -> np.ndarray:
