@@ -107,11 +107,11 @@ def main() -> None:
 
     import torch
 
+    from scenarios.clocks import ENV_CLOCK
     from trainers import batched_runner, episode_metrics
     from trainers.algo import to_algorithm_config
     from trainers.config import ExperimentConfig
     from trainers.phase_timers import FORWARD_CLOCK
-    from scenarios.clocks import ENV_CLOCK
 
     torch.set_num_threads(1)
     base = load_base(args.base)
@@ -151,7 +151,8 @@ def main() -> None:
     print("process CPU seconds of sample() + get_metrics() per 1,000 env steps (median):")
     for name, v in med.items():
         env, fwd = (statistics.median(wall[name][k]) for k in ("env", "forward"))
-        print(f"  {name:<5} {v:.4f}  ×{med['base'] / v:.3f}   (wall: env {env:.4f}, forward {fwd:.4f})")
+        ratio = med["base"] / v
+        print(f"  {name:<5} {v:.4f}  ×{ratio:.3f}   (wall: env {env:.4f}, forward {fwd:.4f})")
     paired = statistics.median(a - b for a, b in zip(cpu["base"], cpu["new"], strict=True))
     print(f"paired difference (base − new): {paired:.4f} s per 1,000 env steps")
     print(f"identical episodes and metrics on every call: {same}")

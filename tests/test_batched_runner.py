@@ -27,8 +27,8 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchMultiCategorical,
 )
 
-from trainers.algo import to_algorithm_config
 from trainers.action_rows import categorical_rows, inverse_cdf, sample_rows
+from trainers.algo import to_algorithm_config
 from trainers.batched_runner import BatchedEnvRunner, forward_fn
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.lean_learner import Categoricals
