@@ -128,26 +128,34 @@ def test_categorical_rows_are_categoricals_bit_for_bit(
 
 def test_direct_forward_is_rllibs_wrapper_and_leaves_the_modes() -> None:
     """The runner calls ``_forward_exploration``/``_forward_inference`` of a module in eval
-    mode (no ``eval()`` walk per call): the same outputs as RLlib's wrappers, every submodule
-    left in the mode it was in; a module in train mode (or with an instance-level wrapper)
-    goes through the wrapper."""
+    mode (no ``eval()`` walk per call; for RLlib's default PPO module the actor encoder and
+    policy head alone): the same outputs as RLlib's wrappers, every submodule left in the mode
+    it was in; a module in train mode (or with an instance-level wrapper) goes through the
+    wrapper."""
     r = runner(BatchedEnvRunner)
     try:
         r.sample(num_timesteps=20, explore=True)  # puts the modules in eval mode
+        for mid, direct in (("orchestrator", "_actor_forward"), ("worker", "_forward_")):
+            module = r.module[mid]
+            obs = torch.randn(5, 1, module.observation_space.shape[0])
+            batch = {Columns.OBS: obs if module.is_stateful() else obs[:, 0]}
+            if module.is_stateful():
+                batch[Columns.STATE_IN] = {
+                    k: torch.randn(5, *v.shape) for k, v in module.get_initial_state().items()
+                }
+            for explore in (True, False):
+                fn = forward_fn(module, explore)
+                assert getattr(fn, "func", fn).__name__.startswith(direct)
+                with torch.no_grad():
+                    got = fn(batch)
+                    wrapper = module.forward_exploration if explore else module.forward_inference
+                    want = wrapper(batch)
+                assert list(got) == list(want)
+                for key in want:
+                    for a, b in zip(flatten(got[key]), flatten(want[key]), strict=True):
+                        assert torch.equal(a, b)
+                assert not any(m.training for m in module.modules())
         module = r.module["orchestrator"]
-        obs = torch.randn(5, module.observation_space.shape[0])
-        for explore in (True, False):
-            fn = forward_fn(module, explore)
-            assert fn.__name__.startswith("_forward_")
-            with torch.no_grad():
-                got = fn({Columns.OBS: obs})
-                want = (module.forward_exploration if explore else module.forward_inference)(
-                    {Columns.OBS: obs}
-                )
-            assert got.keys() == want.keys()
-            for key in want:
-                assert torch.equal(got[key], want[key])
-            assert not any(m.training for m in module.modules())
         module.train()
         assert forward_fn(module, True) == module.forward_exploration
         module.eval()
@@ -155,6 +163,14 @@ def test_direct_forward_is_rllibs_wrapper_and_leaves_the_modes() -> None:
         assert forward_fn(module, True) is spy
     finally:
         r.stop()
+
+
+def flatten(value: Any) -> list[torch.Tensor]:
+    return (
+        [v for k in sorted(value) for v in flatten(value[k])]
+        if isinstance(value, dict)
+        else [value]
+    )
 
 
 def test_batched_and_rllib_runners_sample_the_same_action_frequencies() -> None:

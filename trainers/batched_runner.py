@@ -38,6 +38,7 @@ experiment config). The RLlib sampler remains behind ``episodes.sampler: rllib``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections import Counter, defaultdict
@@ -47,7 +48,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.models.base import ENCODER_OUT
+from ray.rllib.core.models.torch.encoder import TorchActorCriticEncoder
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
@@ -598,16 +602,41 @@ def forward_fn(module: Any, explore: bool) -> Any:
     mode whose wrapper is RLlib's own, the ``_forward_exploration`` (``_forward_inference``)
     that wrapper calls: ``TorchRLModule``'s wrapper walks every submodule with ``eval()`` on
     each call (and ``train()`` after, had it been training). The runner puts its modules in
-    eval mode once per ``sample()`` (``_sample``), so the walk changes nothing there."""
+    eval mode once per ``sample()`` (``_sample``), so the walk changes nothing there.
+    RLlib's default PPO module with a separate actor encoder gets :func:`_actor_forward`."""
     name = "forward_exploration" if explore else "forward_inference"
-    if (
+    if not (
         isinstance(module, TorchRLModule)
         and not module.training
         and getattr(type(module), name) is getattr(TorchRLModule, name)
         and name not in vars(module)  # no instance-level wrapper (a timer, a test's spy)
     ):
-        return getattr(module, f"_{name}")
-    return getattr(module, name)
+        return getattr(module, name)
+    if _actor_only(module, name):
+        return functools.partial(_actor_forward, module)
+    return getattr(module, f"_{name}")
+
+
+def _actor_only(module: Any, name: str) -> bool:
+    """Whether ``module._forward`` is RLlib's default PPO one on a non-shared, stateless
+    actor-critic encoder, reached through RLlib's default ``_forward_exploration``
+    (``_forward_inference``): it runs the critic encoder too and drops its output."""
+    encoder = getattr(module, "encoder", None)
+    return (
+        type(module)._forward is DefaultPPOTorchRLModule._forward
+        and getattr(type(module), f"_{name}") is getattr(TorchRLModule, f"_{name}")
+        and type(encoder) is TorchActorCriticEncoder
+        and not encoder.config.shared
+    )
+
+
+def _actor_forward(module: Any, batch: dict[str, Any]) -> dict[str, Any]:
+    """What RLlib's default PPO ``_forward`` returns, without the critic encoder it computes
+    and drops (the env runners' modules keep their critic: the pools give RLlib explicit
+    module specs, which it does not make inference-only)."""
+    with torch.no_grad():
+        actor = module.encoder.actor_encoder(batch)[ENCODER_OUT]
+        return {Columns.ACTION_DIST_INPUTS: module.pi(actor)}
 
 
 def _numpy(t: Any) -> np.ndarray:
