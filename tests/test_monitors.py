@@ -12,7 +12,14 @@ import pytest
 from configs import tiny_config
 
 from trainers.config import ConfigError, ExperimentConfig
-from trainers.monitors import Monitors, MonitorsConfig, pearson_from_sums, slope, strongest
+from trainers.monitors import (
+    Monitors,
+    MonitorsConfig,
+    episode_length,
+    pearson_from_sums,
+    slope,
+    strongest,
+)
 
 
 def monitors(**sections: object) -> Monitors:
@@ -29,6 +36,41 @@ def test_pearson_from_sums_matches_hand_computation() -> None:
     assert r == pytest.approx(3 / math.sqrt(2 * 42 / 9))
     assert pearson_from_sums(3, 3.0, 6.0, 3.0, 14.0, 6.0) is None  # x constant
     assert pearson_from_sums(1, 1.0, 1.0, 1.0, 1.0, 1.0) is None
+
+
+def test_episode_length_counts_tokens_before_the_pad_and_decisions() -> None:
+    """Text agents (``MultiDiscrete``, pad ``nvec - 1``): tokens before the first pad of each
+    completion; other agents: one per decision."""
+    import types
+
+    import gymnasium as gym
+    import numpy as np
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    def agent(space: gym.Space, actions: list) -> SingleAgentEpisode:
+        return SingleAgentEpisode(
+            observations=[0] * (len(actions) + 1),
+            actions=actions,
+            rewards=[0.0] * len(actions),
+            action_space=space,
+            len_lookback_buffer=0,
+        )
+
+    text = agent(
+        gym.spaces.MultiDiscrete([10, 10, 10]),
+        [np.array([1, 2, 9]), np.array([9, 3, 9]), np.array([4, 5, 6])],  # 2 + 0 + 3
+    )
+    episode = types.SimpleNamespace(
+        agent_episodes={
+            "text": text,
+            "chooser": agent(gym.spaces.Discrete(3), [1, 2]),  # 2
+            "box": agent(gym.spaces.Box(-1, 1, (2,)), [np.zeros(2, np.float32)]),  # 1
+            "idle": agent(gym.spaces.Discrete(3), []),  # 0
+        }
+    )
+    assert episode_length(episode) == 8
+    text.to_numpy()  # a finished, numpy episode counts alike
+    assert episode_length(episode) == 8
 
 
 def test_slope_is_least_squares() -> None:

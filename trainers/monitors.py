@@ -277,15 +277,14 @@ def episode_length(episode: Any) -> int:
         actions = agent_episode.get_actions()
         if len(actions) == 0:
             continue
-        space = getattr(agent_episode, "action_space", None)
-        nvec = getattr(space, "nvec", None)
-        arr = np.asarray(actions)
-        if nvec is not None and arr.ndim == 2 and np.size(nvec) == arr.shape[1]:
-            is_pad = arr == np.asarray(nvec).reshape(-1)[0] - 1
-            first = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), arr.shape[1])
-            total += int(first.sum())
-        else:
+        nvec = getattr(getattr(agent_episode, "action_space", None), "nvec", None)
+        arr = np.asarray(actions) if nvec is not None else None
+        if arr is None or arr.ndim != 2 or np.size(nvec) != arr.shape[1]:
             total += len(actions)
+            continue
+        pad, width = int(np.asarray(nvec).reshape(-1)[0]) - 1, arr.shape[1]
+        for row in arr.tolist():  # a few short rows: Python beats numpy's per-call cost
+            total += row.index(pad) if pad in row else width
     return total
 
 
