@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import time
 from collections import Counter, defaultdict
@@ -476,14 +477,15 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         else:
             act_np, columns, state_out = self._forward_rows(module, rows, explore)
         state = self.sampler_state
-        seq = self._weights_seq_no
         space = module.action_space
-        for r, (i, agent) in enumerate(rows.keys):
-            a = act_np[r]
+        box = isinstance(space, gym.spaces.Box)
+        names = (*columns, WEIGHTS_SEQ_NO)
+        # each row's values (iterating an array yields what indexing it does)
+        per_row = zip(act_np, *columns.values(), itertools.repeat(self._weights_seq_no))
+        for r, ((i, agent), (a, *values)) in enumerate(zip(rows.keys, per_row)):
             actions[i][agent] = a
-            for_env[i][agent] = self._for_env(a, space)
-            extra = {k: v[r] for k, v in columns.items()}
-            extra[WEIGHTS_SEQ_NO] = seq
+            for_env[i][agent] = self._for_env(a, space) if box else a
+            extra = dict(zip(names, values))
             if state_out is not None:  # the state after this step, per row
                 h = {k: v[r] for k, v in state_out.items()}
                 state.states[i][agent] = h
