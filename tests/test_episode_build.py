@@ -272,7 +272,8 @@ def _float_array(x: Any) -> bool:
 
 # ----- real runners ------------------------------------------------------------------------
 def rllib_recording(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
-    """Make ``runner`` record through RLlib's own methods and log RLlib's own metrics."""
+    """Make ``runner`` record through RLlib's own methods and compute and log RLlib's own
+    metrics."""
 
     def reset(episode: Any, observations: Any, infos: Any = None) -> None:
         episode.add_env_reset(observations=observations, infos=infos)
@@ -283,6 +284,7 @@ def rllib_recording(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
     monkeypatch.setattr(batched_runner, "add_env_reset", reset)
     monkeypatch.setattr(batched_runner, "add_env_step", step)
     runner._log_episode_metrics = MultiAgentEnvRunner._log_episode_metrics.__get__(runner)
+    runner.get_metrics = MultiAgentEnvRunner.get_metrics.__get__(runner)
 
 
 def build(extra: dict[str, Any], envs: int) -> Any:

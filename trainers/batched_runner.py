@@ -85,6 +85,7 @@ from trainers.action_rows import categorical_rows, sample_rows
 from trainers.episode_build import add_env_reset, add_env_step
 from trainers.lean_learner import categorical_lens
 from trainers.phase_timers import FORWARD_CLOCK
+from trainers.runner_metrics import episode_totals
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
 #: :mod:`trainers.resume` with RLlib's own)
@@ -354,6 +355,16 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         done.append(episode.to_numpy() if self.episodes_to_numpy else episode)
         self._reset_env(i, None)
 
+    def get_metrics(self) -> Any:
+        """RLlib's ``get_metrics``, each agent's return summed once per episode
+        (:func:`~trainers.runner_metrics.episode_totals`: the same values)."""
+        ongoing = self._ongoing_episodes_for_metrics
+        for episode in self._done_episodes_for_metrics:
+            assert episode.is_done
+            self._log_episode_metrics(*episode_totals(episode, ongoing.pop(episode.id_, ())))
+        self._done_episodes_for_metrics.clear()
+        return self.metrics.reduce()
+
     def _log_episode_metrics(
         self,
         length: Any,
@@ -482,10 +493,10 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         names = (*columns, WEIGHTS_SEQ_NO)
         # each row's values (iterating an array yields what indexing it does)
         per_row = zip(act_np, *columns.values(), itertools.repeat(self._weights_seq_no))
-        for r, ((i, agent), (a, *values)) in enumerate(zip(rows.keys, per_row)):
+        for r, ((i, agent), (a, *values)) in enumerate(zip(rows.keys, per_row, strict=True)):
             actions[i][agent] = a
             for_env[i][agent] = self._for_env(a, space) if box else a
-            extra = dict(zip(names, values))
+            extra = dict(zip(names, values, strict=True))
             if state_out is not None:  # the state after this step, per row
                 h = {k: v[r] for k, v in state_out.items()}
                 state.states[i][agent] = h
