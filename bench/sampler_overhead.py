@@ -4,10 +4,11 @@ The sampler's modules (:data:`MODULES`: the runner, episode recording, the per-e
 callback and the monitors' per-episode terms) are loaded a second time as they are at
 ``--base`` (default ``main``), under other names; one ``BatchedEnvRunner`` of each is built on
 the default experiment (delegate, ``star:3``, 16 envs, same seed, same weights) and their
-``sample()`` + ``get_metrics()`` calls alternate. Both sample the same episodes (checked on
-every call: observations, actions, rewards, infos and extra model outputs of every agent, and
-the metrics but wall-clock ones), so the env's own cost is the same on both sides and the
-difference is the sampler's (``timers/sample_overhead_s`` plus the forward's wrapper).
+``sample()`` + ``get_metrics()`` calls alternate (who goes first alternates too). Both sample
+the same episodes (checked on every call: observations, actions, rewards, infos and extra model
+outputs of every agent, and the metrics but wall-clock ones), so the env's own cost is the same
+on both sides and the difference is the sampler's (``timers/sample_overhead_s`` plus the
+forward's wrapper).
 
 Prints process CPU seconds per 1,000 env steps (medians), the median of the paired
 differences (machine load hits both alike) and the phase timers (wall seconds).
@@ -129,7 +130,9 @@ def main() -> None:
     same = True
     for call in range(args.calls + 1):  # the first call warms up
         data = {}
-        for name, runner in runners.items():
+        order = list(runners) if call % 2 else list(runners)[::-1]  # who goes first alternates
+        for name in order:
+            runner = runners[name]
             env0, fwd0 = ENV_CLOCK.seconds, FORWARD_CLOCK.seconds
             start = time.process_time()
             episodes = runner.sample(num_timesteps=args.steps, explore=True)
