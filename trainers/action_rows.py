@@ -83,7 +83,7 @@ def categorical_rows(
         groups = [logits.detach().reshape(b, len(lens), lens[0])]
     else:
         groups = [p.unsqueeze(1) for p in torch.split(logits.detach(), list(lens), dim=-1)]
-    u = None if rngs is None else np.stack([rng.random(len(lens)) for rng in rngs])
+    u = None if rngs is None else np.array([rng.random(len(lens)) for rng in rngs])
     acts, picked, j = [], [], 0
     for g in groups:
         norm = g - g.logsumexp(-1, keepdim=True)  # [B, k, n]: log-probabilities
@@ -95,7 +95,8 @@ def categorical_rows(
             act = (cdf < u[:, j : j + k, None]).sum(-1)
             np.minimum(act, n - 1, out=act)
         acts.append(act)
-        picked.append(np.take_along_axis(norm.numpy(), act[:, :, None], -1)[:, :, 0])
+        rows = np.arange(0, b * k * n, n).reshape(b, k)  # flat offsets of each [r, part]
+        picked.append(norm.numpy().reshape(-1)[rows + act])
         j += k
     act = acts[0] if len(acts) == 1 else np.concatenate(acts, axis=1)
     parts = picked[0] if len(picked) == 1 else np.concatenate(picked, axis=1)

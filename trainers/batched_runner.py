@@ -669,14 +669,13 @@ class _Counts:
     def __init__(self) -> None:
         self.env = 0
         self.episodes = 0
-        self.agents: Counter[str] = Counter()
+        self.agents: Counter[Any] = Counter()
         self.modules: Counter[str] = Counter()
 
     def add(self, obs: Mapping[str, Any], episode: Any) -> None:
         self.env += 1
-        for aid in obs:
-            self.agents[str(aid)] += 1
-            self.modules[episode.module_for(aid)] += 1
+        self.agents.update(obs.keys())  # agent ids as they are: str() once, in log()
+        self.modules.update(map(episode.module_for, obs))
 
     def log(self, runner: MultiAgentEnvRunner) -> None:
         m = runner.metrics
@@ -687,7 +686,10 @@ class _Counts:
         if self.episodes:
             m.log_value(NUM_EPISODES, self.episodes, reduce="sum")
             m.log_value(NUM_EPISODES_LIFETIME, self.episodes, reduce="lifetime_sum")
+        agents: Counter[str] = Counter()
         for aid, n in self.agents.items():
+            agents[str(aid)] += n
+        for aid, n in agents.items():
             m.log_value((NUM_AGENT_STEPS_SAMPLED, aid), n, reduce="sum")
             m.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, aid), n, reduce="lifetime_sum")
         for mid, n in self.modules.items():
