@@ -2,9 +2,10 @@
 
 One ``BatchedEnvRunner`` on the default experiment (delegate, ``star:3``, 16 envs) alternates
 its ``sample()`` calls between RLlib's recording (``MultiAgentEpisode.add_env_reset`` /
-``add_env_step`` and RLlib's per-episode ``_log_episode_metrics``) and ours
-(:mod:`trainers.episode_build`, ``BatchedEnvRunner._log_episode_metrics``); both give the same
-episodes and metrics (``tests/test_episode_build.py``). Process CPU seconds of
+``add_env_step``, RLlib's ``get_metrics`` and per-episode ``_log_episode_metrics``) and ours
+(:mod:`trainers.episode_build`, ``BatchedEnvRunner.get_metrics`` and
+``_log_episode_metrics``); both give the same episodes and metrics
+(``tests/test_episode_build.py``). Process CPU seconds of
 ``sample()`` + ``get_metrics()`` per 1,000 env steps, medians, and the median of the paired
 differences (machine load hits both alike).
 
@@ -22,8 +23,8 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def recorders(runner: Any) -> dict[str, tuple[Any, Any, Any]]:
-    """name → (reset, step, per-episode metric logging) for ``runner``."""
+def recorders(runner: Any) -> dict[str, tuple[Any, Any, Any, Any]]:
+    """name → (reset, step, per-episode metric logging, ``get_metrics``) for ``runner``."""
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
     from trainers import episode_build
@@ -40,11 +41,13 @@ def recorders(runner: Any) -> dict[str, tuple[Any, Any, Any]]:
             rllib_reset,
             rllib_step,
             MultiAgentEnvRunner._log_episode_metrics.__get__(runner),
+            MultiAgentEnvRunner.get_metrics.__get__(runner),
         ),
         "ours": (
             episode_build.add_env_reset,
             episode_build.add_env_step,
             BatchedEnvRunner._log_episode_metrics.__get__(runner),
+            BatchedEnvRunner.get_metrics.__get__(runner),
         ),
     }
 
@@ -71,9 +74,9 @@ def main() -> None:
     ways = recorders(runner)
     cpu: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(args.calls):
-        for name, (reset, step, log) in ways.items():
+        for name, (reset, step, log, get_metrics) in ways.items():
             batched_runner.add_env_reset, batched_runner.add_env_step = reset, step
-            runner._log_episode_metrics = log
+            runner._log_episode_metrics, runner.get_metrics = log, get_metrics
             start = time.process_time()
             episodes = runner.sample(num_timesteps=args.steps, explore=True)
             runner.get_metrics()
