@@ -8,16 +8,18 @@ learner connectors (GAE, credit, GRPO groups, GRU sequences) are unchanged. Per 
 
 * gathers the acting agents of every sub-env and runs **one forward pass per module** on their
   stacked observations (``forward_exploration``, or ``forward_inference`` with
-  ``explore=False``), with GRU states carried per ``(env, agent)``;
+  ``explore=False``; for a torch module in eval mode what those wrappers call, without their
+  per-call ``eval()`` walk: :func:`forward_fn`), with GRU states carried per ``(env, agent)``;
 * samples every row from the module's action distribution by inverse CDF with uniforms (or
   normals) drawn from **that sub-env's own generator** (``SeedSequence([seed, worker, env])``):
   an episode's actions depend on its env's stream only, not on which other agents shared the
-  batch, set iteration order or ``PYTHONHASHSEED``; log-probabilities come from RLlib's
-  distribution (``dist.logp``), as in RLlib's sampler;
+  batch, set iteration order or ``PYTHONHASHSEED`` (:mod:`trainers.action_rows`);
+  log-probabilities are those of RLlib's distribution (``dist.logp``), as in RLlib's sampler;
 * writes each env step once into the episode (:mod:`trainers.episode_build`: RLlib's
   ``add_env_step`` bookkeeping without its per-step object churn, same result) and turns an
   episode into numpy once, when it ends; per-agent step counts are logged once per
-  ``sample()`` call, per-episode RLlib metrics without ``log_dict``'s tree walk.
+  ``sample()`` call, per-episode RLlib metrics without ``log_dict``'s tree walk and each
+  agent's return summed once (:mod:`trainers.runner_metrics`).
 
 **LLM pools** (modules with ``acts_with_token_ids``: ``CausalLMModule``) sample their tokens
 themselves: their rows (token-id observations, in the obs space's integer dtype) go into
