@@ -39,38 +39,50 @@ def test_pearson_from_sums_matches_hand_computation() -> None:
 
 
 def test_episode_length_counts_tokens_before_the_pad_and_decisions() -> None:
-    """Text agents (``MultiDiscrete``, pad ``nvec - 1``): tokens before the first pad of each
-    completion; other agents: one per decision."""
+    """Text agents (token-id observations and actions, pad ``nvec - 1``): tokens before the
+    first pad of each completion; other agents, a ``MultiDiscrete`` choice over a ``Box``
+    observation included (delegate's orchestrator): one per decision."""
     import types
 
     import gymnasium as gym
     import numpy as np
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    def agent(space: gym.Space, actions: list) -> SingleAgentEpisode:
+    def agent(space: gym.Space, actions: list, obs: gym.Space | None = None) -> SingleAgentEpisode:
+        obs = obs or gym.spaces.Box(-1, 1, (2,))
         return SingleAgentEpisode(
-            observations=[0] * (len(actions) + 1),
+            observations=[obs.sample() for _ in range(len(actions) + 1)],
             actions=actions,
             rewards=[0.0] * len(actions),
+            observation_space=obs,
             action_space=space,
             len_lookback_buffer=0,
         )
 
+    ids = gym.spaces.MultiDiscrete([10] * 4)  # a prompt of 4 token ids, vocab 9 + pad
     text = agent(
         gym.spaces.MultiDiscrete([10, 10, 10]),
         [np.array([1, 2, 9]), np.array([9, 3, 9]), np.array([4, 5, 6])],  # 2 + 0 + 3
+        ids,
     )
+    choice = gym.spaces.MultiDiscrete([4, 4, 4])  # 3 is a choice here, not a pad
+    mixed = gym.spaces.MultiDiscrete([10, 10, 9])  # not one pad id
+    other_pad = gym.spaces.MultiDiscrete([11, 11, 11])  # not the observation's ids
     episode = types.SimpleNamespace(
         agent_episodes={
             "text": text,
             "chooser": agent(gym.spaces.Discrete(3), [1, 2]),  # 2
             "box": agent(gym.spaces.Box(-1, 1, (2,)), [np.zeros(2, np.float32)]),  # 1
             "idle": agent(gym.spaces.Discrete(3), []),  # 0
+            "delegate": agent(choice, [np.array([3, 3, 1]), np.array([0, 3, 2])]),  # 2
+            "mixed": agent(mixed, [np.array([9, 1, 2])], ids),  # 1
+            "other_pad": agent(other_pad, [np.array([9, 1, 2])], ids),  # 1
         }
     )
-    assert episode_length(episode) == 8
-    text.to_numpy()  # a finished, numpy episode counts alike
-    assert episode_length(episode) == 8
+    assert episode_length(episode) == 12
+    for a in episode.agent_episodes.values():  # a finished, numpy episode counts alike
+        a.to_numpy()
+    assert episode_length(episode) == 12
 
 
 def test_slope_is_least_squares() -> None:
