@@ -27,7 +27,9 @@ from trainers.lean_learner import (
     LeanGRPOLearner,
     LeanPPOLearner,
     LeanTorchLearner,
+    StackedCategoricals,
     categorical_lens,
+    categoricals,
 )
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -142,17 +144,25 @@ def test_categoricals_match_torch_distributions_bit_for_bit() -> None:
             TorchMultiCategorical.get_partial_dist_cls(input_lens=[9]),
             torch.randint(0, 9, (64, 1), generator=gen),
         ),
+        (  # parts of one size: StackedCategoricals
+            TorchMultiCategorical.get_partial_dist_cls(input_lens=[3, 3, 3]),
+            torch.randint(0, 3, (64, 3), generator=gen),
+        ),
     ):
         found = categorical_lens(dist_cls, logits)
         assert found is not None
-        ours, prev = Categoricals(logits, *found), Categoricals(other, *found)
         theirs, their_prev = dist_cls.from_logits(logits), dist_cls.from_logits(other)
-        pairs = [
-            (ours.logp(actions), theirs.logp(actions)),
-            (ours.entropy(), theirs.entropy()),
-            (prev.kl(ours), their_prev.kl(theirs)),
-            (ours.kl(prev), theirs.kl(their_prev)),  # infinite where prev has probability 0
-        ]
+        pairs = []
+        for make in (Categoricals, categoricals):
+            ours, prev = make(logits, *found), make(other, *found)
+            pairs += [
+                (ours.logp(actions), theirs.logp(actions)),
+                (ours.entropy(), theirs.entropy()),
+                (prev.kl(ours), their_prev.kl(theirs)),
+                (ours.kl(prev), theirs.kl(their_prev)),  # infinite where prev has probability 0
+            ]
+        stacked = found[0] == [3, 3, 3]
+        assert isinstance(categoricals(logits, *found), StackedCategoricals) is stacked
         for a, b in pairs:
             assert torch.equal(a, b)
             (ga,) = torch.autograd.grad(a[torch.isfinite(a)].sum(), logits, retain_graph=True)
