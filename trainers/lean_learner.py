@@ -340,10 +340,18 @@ class LeanPPOLearner(CreditPPOTorchLearner, LeanTorchLearner):
     """PPO (with credit normalisation when asked): RLlib's clipped surrogate, value and KL
     terms on :class:`Categoricals`, loss metrics deferred to the end of the update."""
 
+    #: build PPO's learner batch with array ops (:mod:`trainers.learner_batch`; False: RLlib's
+    #: connector pieces, the same batch).
+    array_batch: bool = True
+
     @override
     def build(self) -> None:
         self._lean_lens: dict[tuple[str, str], Any] = {}
         super().build()
+        if self.array_batch:
+            from trainers.learner_batch import install
+
+            install(self._learner_connector)
 
     def _lens(self, module_id: str, which: str, module: Any, logits: torch.Tensor) -> Any:
         key = (module_id, which)

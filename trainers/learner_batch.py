@@ -1,0 +1,276 @@
+"""PPO's learner batch built with array ops (the lean learner's connector pipeline).
+
+Contract:
+
+* :func:`install` replaces a PPO learner pipeline of RLlib's default shape —
+  ``AddOneTsToEpisodesAndTruncate``, credit pieces (:class:`~trainers.credit_connector.
+  CreditConnector`), RLlib's default batch pieces (``AddObservationsFromEpisodesToBatch`` …
+  ``NumpyToTensor``), ``GeneralAdvantageEstimation``, optionally
+  :class:`~trainers.credit_learner.PerAgentAdvantageNormalization` — by one
+  :class:`ArrayPPOBatch` piece holding those pieces; any other pipeline is left as it is.
+* :class:`ArrayPPOBatch` gives the batch RLlib's pieces give (same modules in the same order,
+  same columns, rows, dtypes and values; advantages and value targets by GAE's own functions)
+  from each agent episode's arrays: per module one ``np.concatenate`` per column instead of
+  per-episode batch items. Covered: ``MultiAgentEpisode``s after ``to_numpy()`` whose buffers
+  hold plain arrays, each agent episode at least one step long, non-recurrent modules, an
+  empty incoming batch. Anything else runs the held pieces in order, as the pipeline would
+  (``fallbacks`` counts those calls).
+* Episodes: ids are renamed as RLlib's pieces rename them; credit pieces see the episodes
+  before the one-step extension (they read infos and rewards up to the outcome, which the
+  extension does not move); the extension itself (``add_one_ts_to_episodes_and_truncate``)
+  is applied only when a piece after GAE reads the episodes. The learner reads nothing else
+  from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray.rllib.connectors.common import (
+    AddObservationsFromEpisodesToBatch,
+    AddStatesFromEpisodesToBatch,
+    AddTimeDimToBatchAndZeroPad,
+    AgentToModuleMapping,
+    BatchIndividualItems,
+    NumpyToTensor,
+)
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.connectors.learner import (
+    AddColumnsFromEpisodesToTrainBatch,
+    AddOneTsToEpisodesAndTruncate,
+    GeneralAdvantageEstimation,
+)
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
+from ray.rllib.utils.metrics.utils import to_snake_case
+from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_truncate
+from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
+
+from trainers.credit_connector import CreditConnector
+from trainers.credit_learner import PerAgentAdvantageNormalization
+
+__all__ = ["ArrayPPOBatch", "install"]
+
+#: RLlib's default batch pieces, in their pipeline order.
+DEFAULT_PIECES = (
+    AddObservationsFromEpisodesToBatch,
+    AddColumnsFromEpisodesToTrainBatch,
+    AddTimeDimToBatchAndZeroPad,
+    AddStatesFromEpisodesToBatch,
+    AgentToModuleMapping,
+    BatchIndividualItems,
+    NumpyToTensor,
+)
+#: pieces that may sit between the one-step extension and the default pieces (they rewrite
+#: rewards of finished episodes) and after GAE (they read the extended episodes).
+BEFORE = (CreditConnector,)
+AFTER = (PerAgentAdvantageNormalization,)
+
+
+def install(pipeline: Any) -> ArrayPPOBatch | None:
+    """Put an :class:`ArrayPPOBatch` in place of ``pipeline``'s pieces when they have RLlib's
+    default PPO shape (see the module docstring); returns it, or None (pipeline untouched)."""
+    if pipeline is None:
+        return None
+    pieces = list(pipeline.connectors)
+    n = len(DEFAULT_PIECES)
+    try:
+        start = next(i for i, p in enumerate(pieces) if type(p) is DEFAULT_PIECES[0])
+    except StopIteration:
+        return None
+    before, default = pieces[:start], pieces[start : start + n]
+    gae, after = pieces[start + n : start + n + 1], pieces[start + n + 1 :]
+    shape_ok = (
+        before
+        and type(before[0]) is AddOneTsToEpisodesAndTruncate
+        and all(type(p) in BEFORE for p in before[1:])
+        and [type(p) for p in default] == list(DEFAULT_PIECES)
+        and len(gae) == 1
+        and type(gae[0]) is GeneralAdvantageEstimation
+        and all(type(p) in AFTER for p in after)
+    )
+    if not shape_ok:
+        return None
+    piece = ArrayPPOBatch(pieces, pipeline.input_observation_space, pipeline.input_action_space)
+    pipeline.connectors = [piece]
+    return piece
+
+
+class ArrayPPOBatch(ConnectorV2):
+    """The PPO learner batch from episode arrays (see the module docstring).
+
+    Args:
+        pieces: the pipeline's pieces it stands in for (run in order when not covered).
+    """
+
+    def __init__(self, pieces: list[Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pieces = list(pieces)
+        self.credit = [p for p in pieces[1:] if type(p) in BEFORE]
+        self.after = [p for p in pieces if type(p) in AFTER]
+        self.to_tensor = next(p for p in pieces if type(p) is NumpyToTensor)
+        self.gae = next(p for p in pieces if type(p) is GeneralAdvantageEstimation)
+        self.fallbacks = 0
+
+    def __call__(
+        self,
+        *,
+        rl_module: Any,
+        batch: dict[str, Any],
+        episodes: list[Any],
+        shared_data: dict[str, Any] | None = None,
+        metrics: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        shared_data = shared_data if shared_data is not None else {}
+        kwargs.pop("data", None)  # the pipeline's deprecated alias of ``batch``
+        call = {"rl_module": rl_module, "shared_data": shared_data, "metrics": metrics, **kwargs}
+        agent_eps = _covered(rl_module, batch, episodes)
+        if agent_eps is None:
+            self.fallbacks += 1
+            return self._run(self.pieces, batch, episodes, call)
+        _rename(episodes, agent_eps)
+        ends = [(len(sa), bool(sa.is_terminated), bool(sa.is_truncated or not sa.is_done))
+                for sa in agent_eps]  # fmt: skip
+        shared_data["_added_loss_mask_for_valid_episode_ts"] = True
+        batch = self._run(self.credit, batch, episodes, call)  # rewrites rewards in place
+        columns, lens = _columns(agent_eps, ends)
+        batch = self.to_tensor(batch=columns, episodes=episodes, **call)
+        self._advantages(rl_module, batch, lens, episodes, call)
+        if self.after:
+            for sa in agent_eps:
+                add_one_ts_to_episodes_and_truncate([sa])
+            batch = self._run(self.after, batch, episodes, call)
+        return batch
+
+    def _advantages(
+        self,
+        rl_module: Any,
+        batch: dict[str, Any],
+        lens: dict[str, list[int]],
+        episodes: list[Any],
+        call: dict[str, Any],
+    ) -> None:
+        """``GeneralAdvantageEstimation``'s columns: the same value forward, targets, and
+        normalisation, over each module's concatenated (extended) episodes."""
+        gae = self.gae
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for mid, module in rl_module._rl_modules.items():
+            if mid not in batch or not isinstance(module, ValueFunctionAPI):
+                continue
+            cols = batch[mid]
+            vf_preds = convert_to_numpy(module.compute_values(cols))
+            targets = compute_value_targets(
+                values=vf_preds,
+                rewards=convert_to_numpy(cols[Columns.REWARDS]),
+                terminateds=convert_to_numpy(cols[Columns.TERMINATEDS]),
+                truncateds=convert_to_numpy(cols[Columns.TRUNCATEDS]),
+                gamma=gae.gamma,
+                lambda_=gae.lambda_,
+            )
+            assert targets.shape[0] == sum(lens[mid])
+            adv = targets - vf_preds
+            adv = (adv - adv.mean()) / max(1e-4, adv.std())
+            out[mid] = {Postprocessing.ADVANTAGES: adv, Postprocessing.VALUE_TARGETS: targets}
+        for mid, module_batch in self.to_tensor(batch=out, episodes=episodes, **call).items():
+            batch[mid].update(module_batch)
+
+    @staticmethod
+    def _run(pieces: list[Any], batch: Any, episodes: list[Any], call: dict[str, Any]) -> Any:
+        """Call ``pieces`` in order as ``ConnectorPipelineV2`` does (per-piece timers)."""
+        metrics = call.get("metrics")
+        for piece in pieces:
+            if metrics:
+                name = to_snake_case(type(piece).__name__)
+                key = (ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, name)
+                with metrics.log_time(key):
+                    batch = piece(batch=batch, episodes=episodes, data=batch, **call)
+            else:
+                batch = piece(batch=batch, episodes=episodes, data=batch, **call)
+        return batch
+
+
+def _covered(rl_module: Any, batch: Any, episodes: list[Any]) -> list[Any] | None:
+    """The agent episodes in RLlib's iteration order when the array path covers the call,
+    else None."""
+    if batch or not episodes or not all(isinstance(e, MultiAgentEpisode) for e in episodes):
+        return None
+    agent_eps = [e.agent_episodes[a] for e in episodes for a in e.agent_ids]
+    stateful: dict[str, bool] = {}
+    extras: dict[str, Any] = {}  # one set of extra model outputs per module: equal columns
+    for sa in agent_eps:
+        mid = sa.module_id
+        if mid not in stateful:
+            stateful[mid] = mid not in rl_module or rl_module[mid].is_stateful()
+            extras[mid] = sa.extra_model_outputs.keys()
+        if stateful[mid] or not sa.is_numpy or len(sa) < 1:
+            return None
+        if sa.extra_model_outputs.keys() != extras[mid]:
+            return None
+        bufs = (sa.observations, sa.actions, sa.rewards, *sa.extra_model_outputs.values())
+        if not all(type(b.data) is np.ndarray for b in bufs):
+            return None
+    return agent_eps
+
+
+def _rename(episodes: list[Any], agent_eps: list[Any]) -> None:
+    """The id suffixes ``AddOneTsToEpisodesAndTruncate`` gives episode chunks."""
+    for i, ma in enumerate(episodes):
+        ma.id_ += "_" + str(i)
+        for sa in ma.agent_episodes.values():
+            sa.multi_agent_episode_id = ma.id_
+    for i, sa in enumerate(agent_eps):
+        sa.id_ += "_" + str(i)
+
+
+def _tail(buf: Any, n: int) -> np.ndarray:
+    """The ``n`` items of a numpy'd lookback buffer after its lookback."""
+    return buf.data[buf.lookback : buf.lookback + n]
+
+
+def _extend(data: np.ndarray, item: Any) -> np.ndarray:
+    """``data`` and ``item`` as the buffer's ``append`` joins them (same dtype promotion)."""
+    return np.concatenate([data, np.asarray(item)[np.newaxis]], axis=0)
+
+
+def _columns(
+    agent_eps: list[Any], ends: list[tuple[int, bool, bool]]
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[int]]]:
+    """Per module (in order of first appearance) the numpy columns of its agent episodes,
+    each extended by one step, and the extended lengths."""
+    parts: dict[str, dict[str, list[np.ndarray]]] = {}
+    lens: dict[str, list[int]] = {}
+    for sa, (n, terminated, truncated) in zip(agent_eps, ends, strict=True):
+        mid = sa.module_id
+        if mid not in parts:
+            parts[mid] = {}
+            lens[mid] = []
+        cols = parts[mid]
+        lens[mid].append(n + 1)
+        flags = np.zeros((3, n + 1), dtype=bool)
+        flags[0, :n] = True
+        flags[1, n - 1] = terminated
+        flags[2, n - 1] = truncated
+        actions = _tail(sa.actions, n)
+        rewards = _tail(sa.rewards, n)
+        new = {
+            Columns.LOSS_MASK: flags[0],
+            Columns.TERMINATEDS: flags[1],
+            Columns.TRUNCATEDS: flags[2],
+            Columns.OBS: _tail(sa.observations, n + 1),
+            Columns.ACTIONS: _extend(actions, actions[-1]),
+            Columns.REWARDS: _extend(rewards, 0.0),
+        }
+        for key, buf in sa.extra_model_outputs.items():
+            if key not in new and key not in (Columns.STATE_IN, Columns.STATE_OUT):
+                data = _tail(buf, n)
+                new[key] = _extend(data, data[-1])
+        for key, value in new.items():
+            cols.setdefault(key, []).append(value)
+    out = {mid: {k: np.concatenate(v) for k, v in cols.items()} for mid, cols in parts.items()}
+    return out, lens
