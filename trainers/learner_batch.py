@@ -233,44 +233,47 @@ def _tail(buf: Any, n: int) -> np.ndarray:
     return buf.data[buf.lookback : buf.lookback + n]
 
 
-def _extend(data: np.ndarray, item: Any) -> np.ndarray:
-    """``data`` and ``item`` as the buffer's ``append`` joins them (same dtype promotion)."""
-    return np.concatenate([data, np.asarray(item)[np.newaxis]], axis=0)
-
-
 def _columns(
     agent_eps: list[Any], ends: list[tuple[int, bool, bool]]
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[int]]]:
     """Per module (in order of first appearance) the numpy columns of its agent episodes,
     each extended by one step, and the extended lengths."""
-    parts: dict[str, dict[str, list[np.ndarray]]] = {}
-    lens: dict[str, list[int]] = {}
-    for sa, (n, terminated, truncated) in zip(agent_eps, ends, strict=True):
-        mid = sa.module_id
-        if mid not in parts:
-            parts[mid] = {}
-            lens[mid] = []
-        cols = parts[mid]
-        lens[mid].append(n + 1)
-        flags = np.zeros((3, n + 1), dtype=bool)
-        flags[0, :n] = True
-        flags[1, n - 1] = terminated
-        flags[2, n - 1] = truncated
-        actions = _tail(sa.actions, n)
-        rewards = _tail(sa.rewards, n)
-        new = {
-            Columns.LOSS_MASK: flags[0],
-            Columns.TERMINATEDS: flags[1],
-            Columns.TRUNCATEDS: flags[2],
-            Columns.OBS: _tail(sa.observations, n + 1),
-            Columns.ACTIONS: _extend(actions, actions[-1]),
-            Columns.REWARDS: _extend(rewards, 0.0),
-        }
-        for key, buf in sa.extra_model_outputs.items():
-            if key not in new and key not in (Columns.STATE_IN, Columns.STATE_OUT):
-                data = _tail(buf, n)
-                new[key] = _extend(data, data[-1])
-        for key, value in new.items():
-            cols.setdefault(key, []).append(value)
-    out = {mid: {k: np.concatenate(v) for k, v in cols.items()} for mid, cols in parts.items()}
+    groups: dict[str, list[int]] = {}
+    for i, sa in enumerate(agent_eps):
+        groups.setdefault(sa.module_id, []).append(i)
+    out, lens = {}, {}
+    for mid, members in groups.items():
+        eps = [agent_eps[i] for i in members]
+        flags = np.array([ends[i] for i in members], dtype=np.int64).reshape(-1, 3)
+        out[mid] = _module_columns(eps, flags)
+        lens[mid] = (flags[:, 0] + 1).tolist()
     return out, lens
+
+
+def _module_columns(eps: list[Any], flags: np.ndarray) -> dict[str, np.ndarray]:
+    """One module's columns: per agent episode of ``n`` steps its ``n + 1`` observations, its
+    ``n`` actions, rewards and extra model outputs followed by a copy of the last one (reward
+    0.0: what ``add_one_ts_to_episodes_and_truncate`` appends, same dtype promotion), the loss
+    mask (False on the extra row) and terminated/truncated flags on the last real row."""
+    n = flags[:, 0]
+    ext = n + 1
+    ep = np.repeat(np.arange(len(eps)), ext)  # each extended row's episode
+    k = np.arange(int(ext.sum())) - np.repeat(np.cumsum(ext) - ext, ext)  # its step
+    starts = np.cumsum(n) - n
+    last = k == n[ep] - 1
+    src = starts[ep] + np.minimum(k, n[ep] - 1)  # the extra row repeats the last one
+    cols = {
+        Columns.LOSS_MASK: k < n[ep],
+        Columns.TERMINATEDS: last & flags[ep, 1].astype(bool),
+        Columns.TRUNCATEDS: last & flags[ep, 2].astype(bool),
+        Columns.OBS: np.concatenate([_tail(sa.observations, len(sa) + 1) for sa in eps]),
+        Columns.ACTIONS: np.concatenate([_tail(sa.actions, len(sa)) for sa in eps])[src],
+    }
+    rewards = [_tail(sa.rewards, len(sa)) for sa in eps]
+    rewards.append(np.asarray(0.0)[np.newaxis])  # the appended reward, at index n.sum()
+    cols[Columns.REWARDS] = np.concatenate(rewards)[np.where(k < n[ep], src, int(n.sum()))]
+    for key in eps[0].extra_model_outputs:
+        if key not in cols and key not in (Columns.STATE_IN, Columns.STATE_OUT):
+            data = [_tail(sa.extra_model_outputs[key], len(sa)) for sa in eps]
+            cols[key] = np.concatenate(data)[src]
+    return cols
