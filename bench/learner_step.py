@@ -2,13 +2,16 @@
 
 The default experiment (``delegate`` star:3, PPO, MLP pools: orchestrator + shared worker,
 1,000 env steps an iteration, minibatches of 250, 6 epochs). Each round samples one
-iteration's episodes, then updates both learners (two algorithms in this process, the lean one
-started from the RLlib one's state) on copies of the same episodes, alternating which goes
-first, so machine load hits both alike. Reported per learner (medians over rounds): the whole
-``learner_group.update`` call, its learner connector pipeline (episodes → batch, GAE, credit),
-the minibatch steps (``_update``: forward, loss, backward, optimiser) and the time per
-minibatch; then the rllib/lean ratios, also of the update's CPU time (``process_time``: less
-sensitive than wall time to other processes on a shared machine).
+iteration's episodes, then updates three learners (three algorithms in this process, started
+from the RLlib one's state) on copies of the same episodes, rotating which goes first, so
+machine load hits all alike: ``rllib`` (RLlib's PPO learner), ``pieces`` (the lean learner on
+RLlib's learner connector pieces, ``LeanPPOLearner.array_batch = False``) and ``lean`` (the
+default: the batch from episode arrays, ``trainers/learner_batch.py``). Reported per learner
+(medians over rounds): the whole ``learner_group.update`` call, its learner connector pipeline
+(episodes → batch, GAE, credit), the minibatch steps (``_update``: forward, loss, backward,
+optimiser) and the time per minibatch; then the rllib/lean and pieces/lean ratios, also of the
+update's CPU time (``process_time``: less sensitive than wall time to other processes on a
+shared machine).
 
 Run: ``python bench/learner_step.py [--rounds 8] [--warmup 2]``.
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-LEARNERS = ("rllib", "lean")
+LEARNERS = ("rllib", "pieces", "lean")
 
 
 def timed(obj: Any, name: str, sink: list[float]) -> None:
@@ -45,11 +48,19 @@ def timed(obj: Any, name: str, sink: list[float]) -> None:
 def build(learner: str) -> Any:
     from trainers.algo import to_algorithm_config
     from trainers.config import ExperimentConfig
+    from trainers.lean_learner import LeanPPOLearner
 
+    class PiecesLearner(LeanPPOLearner):  # the lean learner on RLlib's connector pieces
+        array_batch = False
+
+    kind = "lean" if learner == "pieces" else learner
     cfg = ExperimentConfig.from_dict(
-        {"algorithm": {"learner": learner}, "logging": {"progress": False, "wandb": "disabled"}}
+        {"algorithm": {"learner": kind}, "logging": {"progress": False, "wandb": "disabled"}}
     )
-    return cfg, to_algorithm_config(cfg).build_algo()
+    config = to_algorithm_config(cfg)
+    if learner == "pieces":
+        config.learners(learner_class=PiecesLearner)
+    return cfg, config.build_algo()
 
 
 def main() -> None:
@@ -83,7 +94,8 @@ def main() -> None:
         f"{a.num_epochs} epochs; {args.warmup} warm-up + {args.rounds} rounds"
     )
     ref = algos["rllib"]
-    algos["lean"].learner_group.set_state(ref.learner_group.get_state())
+    for kind in LEARNERS[1:]:
+        algos[kind].learner_group.set_state(ref.learner_group.get_state())
     rows: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in LEARNERS}
     cpus: dict[str, list[float]] = {k: [] for k in LEARNERS}
     for r in range(args.warmup + args.rounds):
@@ -97,7 +109,8 @@ def main() -> None:
             "minibatch_size": a.minibatch_size,
             "shuffle_batch_per_epoch": True,
         }
-        order = LEARNERS if r % 2 == 0 else LEARNERS[::-1]
+        k = r % len(LEARNERS)
+        order = LEARNERS[k:] + LEARNERS[:k]
         for kind in order:
             copies = [MultiAgentEpisode.from_state(s) for s in pickle.loads(blob)]
             p = probes[kind]
@@ -111,28 +124,30 @@ def main() -> None:
                 rows[kind].append((total, sum(p["pipeline"]), sum(mb), len(mb)))
                 cpus[kind].append(cpu)
         if r >= args.warmup:
-            (rt, *_), (lt, *_) = rows["rllib"][-1], rows["lean"][-1]
-            rc, lc = cpus["rllib"][-1], cpus["lean"][-1]
-            print(
-                f"  round {r - args.warmup + 1}: rllib {rt * 1e3:6.1f} ms ({rc * 1e3:6.1f} ms CPU)"
-                f"  lean {lt * 1e3:6.1f} ms ({lc * 1e3:6.1f} ms CPU)"
+            times = "  ".join(
+                f"{kind} {rows[kind][-1][0] * 1e3:6.1f} ms ({cpus[kind][-1] * 1e3:6.1f} ms CPU)"
+                for kind in LEARNERS
             )
+            print(f"  round {r - args.warmup + 1}: {times}")
     med: dict[str, dict[str, float]] = {}
     for kind in LEARNERS:
         total, pipeline, loop, n = (statistics.median(col) for col in zip(*rows[kind], strict=True))
-        med[kind] = {"update": total, "minibatch": loop / n}
+        med[kind] = {"update": total, "minibatch": loop / n, "pipeline": pipeline}
         print(
-            f"{kind:>5}: update {total * 1e3:6.1f} ms (pipeline {pipeline * 1e3:5.1f} ms, "
+            f"{kind:>6}: update {total * 1e3:6.1f} ms (pipeline {pipeline * 1e3:5.1f} ms, "
             f"minibatch steps {loop * 1e3:6.1f} ms = {n:.0f} × {loop / n * 1e3:5.2f} ms, "
             f"other {(total - pipeline - loop) * 1e3:5.1f} ms)"
         )
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
-    print(
-        f"ratio rllib/lean: update {med['rllib']['update'] / med['lean']['update']:.2f}×, "
-        f"per minibatch {med['rllib']['minibatch'] / med['lean']['minibatch']:.2f}×, "
-        f"update CPU time {cpu['rllib'] / cpu['lean']:.2f}× "
-        f"({cpu['rllib'] * 1e3:.1f} vs {cpu['lean'] * 1e3:.1f} ms)"
-    )
+    lean = med["lean"]
+    for kind in LEARNERS[:-1]:
+        print(
+            f"ratio {kind}/lean: update {med[kind]['update'] / lean['update']:.2f}×, "
+            f"pipeline {med[kind]['pipeline'] / lean['pipeline']:.2f}×, "
+            f"per minibatch {med[kind]['minibatch'] / lean['minibatch']:.2f}×, "
+            f"update CPU time {cpu[kind] / cpu['lean']:.2f}× "
+            f"({cpu[kind] * 1e3:.1f} vs {cpu['lean'] * 1e3:.1f} ms)"
+        )
     for algo in algos.values():
         algo.stop()
     ray.shutdown()

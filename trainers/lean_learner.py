@@ -85,6 +85,7 @@ class LeanTorchLearner(TorchLearner):
     def build(self) -> None:
         self._lean_offp: dict[str, Any] = {}
         self._lean_stash: dict[str, Callable[[], dict[str, Any]]] = {}
+        self._lean_training = False
         super().build()
 
     @override
@@ -127,6 +128,43 @@ class LeanTorchLearner(TorchLearner):
                 self.get_optimizer(module_id, name).step()
 
     @override
+    def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> Any:
+        if self.config.num_learners > 1 or not self._lean_plain_forward(batch):
+            return super()._uncompiled_update(batch, **kwargs)  # DDP's no_sync, custom forwards
+        self._compute_off_policyness(batch)
+        fwd_out = self._lean_forward_train(batch)
+        loss_per_module = self.compute_losses(fwd_out=fwd_out, batch=batch)
+        gradients = self.compute_gradients(loss_per_module)
+        self.apply_gradients(self.postprocess_gradients(gradients))
+        return fwd_out, loss_per_module, {}
+
+    def _lean_plain_forward(self, batch: dict[str, Any]) -> bool:
+        """Whether the modules in ``batch`` train with RLlib's own ``forward_train``."""
+        from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+        from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+        multi = self.module
+        if type(multi)._forward_train is not MultiRLModule._forward_train:
+            return False
+        mods = multi._rl_modules
+        return all(type(mods[m]).forward_train is TorchRLModule.forward_train
+                   for m in batch if m in mods)  # fmt: skip
+
+    def _lean_forward_train(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``MultiRLModule.forward_train``: RLlib's call (with its recursive ``train()`` walk
+        over every submodule) on an update's first minibatch, then each module's
+        ``RLModule.forward_train`` (the same forward, no walk: nothing between minibatches
+        leaves training mode)."""
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        multi = self.module
+        if not self._lean_training:
+            self._lean_training = True
+            return multi.forward_train(batch)
+        mods = multi._rl_modules
+        return {m: RLModule.forward_train(mods[m], batch[m]) for m in batch if m in mods}
+
+    @override
     def _create_iterator_if_necessary(self, **kwargs: Any) -> Any:
         found = super()._create_iterator_if_necessary(**kwargs)
         return IndexMinibatches.replacing(found) or found
@@ -138,6 +176,7 @@ class LeanTorchLearner(TorchLearner):
     @override
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         self._lean_offp, self._lean_stash = {}, {}  # nothing left from a failed update
+        self._lean_training = False  # modules put in training mode by the first minibatch
         super().before_gradient_based_update(timesteps=timesteps)
 
     @override
