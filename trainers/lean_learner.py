@@ -199,7 +199,8 @@ class IndexMinibatches:
     """RLlib's ``MiniBatchCyclicIterator`` (per module: cycle through the batch, reshuffle with
     ``np.random.permutation`` at every wrap) over index arrays: each minibatch column is one
     gather of the original column, where RLlib slices ``SampleBatch``es, concatenates them and
-    permutes every column at each shuffle. Same RNG draws, same rows in the same order."""
+    permutes every column at each shuffle (``index_select``: ``v[index]``'s copy with less
+    indexing overhead). Same RNG draws, same rows in the same order."""
 
     def __init__(self, rllib_iter: Any, columns: dict[str, Any]) -> None:
         self.batch = rllib_iter._batch
@@ -256,7 +257,7 @@ class IndexMinibatches:
                 rows = np.concatenate(parts)
                 cols = self.columns[mid]
                 index = torch.as_tensor(rows, device=next(iter(cols.values())).device)
-                minibatch[mid] = SampleBatch({k: v[index] for k, v in cols.items()})
+                minibatch[mid] = SampleBatch({k: v.index_select(0, index) for k, v in cols.items()})
             made += 1
             yield MultiAgentBatch(minibatch, len(self.batch))
 
