@@ -31,7 +31,7 @@ from trainers.lean_learner import (
     categorical_lens,
     categoricals,
 )
-from trainers.learner_batch import ArrayPPOBatch
+from trainers.learner_batch import ArrayPPOPipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -182,8 +182,8 @@ def test_one_update_is_bit_identical_with_foreach_adam(
     ref, lean, ref_out, lean_out = _update_both(tmp_path, ExactLean)
     try:
         assert made and all(isinstance(m, IndexMinibatches) for m in made)  # its minibatches
-        (piece,) = lean.learner_group._learner._learner_connector.connectors
-        assert isinstance(piece, ArrayPPOBatch) and piece.fallbacks == 0  # its array batch
+        pipeline = lean.learner_group._learner._learner_connector
+        assert isinstance(pipeline, ArrayPPOPipeline) and pipeline.fallbacks == 0  # arrays
         ref_w, lean_w = _weights(ref), _weights(lean)
         assert ref_w.keys() == lean_w.keys() == {"orchestrator", "worker"}
         for module, weights in ref_w.items():

@@ -16,7 +16,7 @@ import torch
 from configs import tiny_config
 
 from trainers.lean_learner import LeanPPOLearner
-from trainers.learner_batch import ArrayPPOBatch
+from trainers.learner_batch import ArrayPPOPipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -87,10 +87,10 @@ def test_array_batch_equals_rllibs_pipeline(
     algo = to_algorithm_config(cfg).build_algo()
     ref = to_algorithm_config(cfg).learners(learner_class=PiecesLearner).build_algo()
     try:
-        (piece,) = algo.learner_group._learner._learner_connector.connectors
-        assert isinstance(piece, ArrayPPOBatch)
-        names = [type(p).__name__ for p in ref.learner_group._learner._learner_connector]
-        assert [type(p).__name__ for p in piece.pieces] == names
+        pipeline = algo.learner_group._learner._learner_connector
+        assert isinstance(pipeline, ArrayPPOPipeline)
+        pieces = ref.learner_group._learner._learner_connector.connectors
+        assert [type(p) for p in pipeline.connectors] == [type(p) for p in pieces]
         runner = algo.env_runner_group.local_env_runner
         whole = "credit" in sections or sections.get("pools") is GRU
         cut = done = 0
@@ -101,7 +101,7 @@ def test_array_batch_equals_rllibs_pipeline(
             got, want = _batches(algo, ref, episodes)
             assert_same_batch(got, want)
         assert done and (cut or whole)
-        assert piece.fallbacks == (0 if covered else 3)
+        assert pipeline.fallbacks == (0 if covered else 3)
     finally:
         algo.stop()
         ref.stop()
@@ -119,5 +119,34 @@ def test_install_leaves_other_pipelines_alone() -> None:
         connectors=[GeneralAdvantageEstimation(gamma=0.99, lambda_=0.95)]
     )
     assert install(pipeline) is None
-    assert [type(p) for p in pipeline.connectors] == [GeneralAdvantageEstimation]
     assert install(None) is None
+
+
+def test_pieces_added_after_install_fall_back(tmp_path: Path) -> None:
+    """A piece appended to the pipeline later (not of RLlib's default shape): RLlib's run of
+    the pieces, the new one included."""
+    from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+    from trainers.algo import to_algorithm_config
+
+    seen: list[int] = []
+
+    class Count(ConnectorV2):
+        def __call__(self, *, batch: Any, episodes: list[Any], **kwargs: Any) -> Any:
+            seen.append(len(episodes))
+            return batch
+
+    cfg = tiny_config(tmp_path)
+    algo = to_algorithm_config(cfg).build_algo()
+    ref = to_algorithm_config(cfg).learners(learner_class=PiecesLearner).build_algo()
+    try:
+        pipeline = algo.learner_group._learner._learner_connector
+        pipeline.append(Count())
+        ref.learner_group._learner._learner_connector.append(Count())
+        episodes = algo.env_runner_group.local_env_runner.sample(num_timesteps=60)
+        got, want = _batches(algo, ref, episodes)
+        assert_same_batch(got, want)
+        assert pipeline.fallbacks == 1 and seen == [len(episodes)] * 2
+    finally:
+        algo.stop()
+        ref.stop()

@@ -391,7 +391,7 @@ class LeanPPOLearner(CreditPPOTorchLearner, LeanTorchLearner):
         if self.array_batch:
             from trainers.learner_batch import install
 
-            install(self._learner_connector)
+            self._learner_connector = install(self._learner_connector) or self._learner_connector
 
     def _lens(self, module_id: str, which: str, module: Any, logits: torch.Tensor) -> Any:
         key = (module_id, which)

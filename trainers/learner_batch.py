@@ -2,19 +2,19 @@
 
 Contract:
 
-* :func:`install` replaces a PPO learner pipeline of RLlib's default shape —
+* :func:`install` gives an :class:`ArrayPPOPipeline` (a ``LearnerConnectorPipeline`` with
+  the same pieces, which the learner then uses) for a PPO pipeline of RLlib's default shape —
   ``AddOneTsToEpisodesAndTruncate``, credit pieces (:class:`~trainers.credit_connector.
   CreditConnector`), RLlib's default batch pieces (``AddObservationsFromEpisodesToBatch`` …
   ``NumpyToTensor``), ``GeneralAdvantageEstimation``, optionally
-  :class:`~trainers.credit_learner.PerAgentAdvantageNormalization` — by one
-  :class:`ArrayPPOBatch` piece holding those pieces; any other pipeline is left as it is.
-* :class:`ArrayPPOBatch` gives the batch RLlib's pieces give (same modules in the same order,
+  :class:`~trainers.credit_learner.PerAgentAdvantageNormalization`; None for any other.
+* :class:`ArrayPPOPipeline` gives the batch its pieces give (same modules in the same order,
   same columns, rows, dtypes and values; advantages and value targets by GAE's own functions)
-  from each agent episode's arrays: per module one ``np.concatenate`` per column instead of
-  per-episode batch items. Covered: ``MultiAgentEpisode``s after ``to_numpy()`` whose buffers
-  hold plain arrays, each agent episode at least one step long, non-recurrent modules, an
-  empty incoming batch. Anything else runs the held pieces in order, as the pipeline would
-  (``fallbacks`` counts those calls).
+  from each agent episode's arrays: per module one ``np.concatenate`` and one gather per
+  column instead of per-episode batch items. Covered: ``MultiAgentEpisode``s after
+  ``to_numpy()`` whose buffers hold plain arrays, each agent episode at least one step long,
+  non-recurrent modules, an empty incoming batch, the pipeline still of that shape. Anything
+  else runs the pieces as RLlib's pipeline does (``fallbacks`` counts those calls).
 * Episodes: ids are renamed as RLlib's pieces rename them; credit pieces see the episodes
   before the one-step extension (they read infos and rewards up to the outcome, which the
   extension does not move); the extension itself (``add_one_ts_to_episodes_and_truncate``)
@@ -24,6 +24,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -35,17 +36,26 @@ from ray.rllib.connectors.common import (
     BatchIndividualItems,
     NumpyToTensor,
 )
-from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.connectors.learner import (
     AddColumnsFromEpisodesToTrainBatch,
     AddOneTsToEpisodesAndTruncate,
     GeneralAdvantageEstimation,
 )
+from ray.rllib.connectors.learner.learner_connector_pipeline import LearnerConnectorPipeline
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
-from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    CONNECTOR_PIPELINE_TIMER,
+    CONNECTOR_TIMERS,
+    LEARNER_CONNECTOR,
+    LEARNER_CONNECTOR_SUM_EPISODES_LENGTH_IN,
+    LEARNER_CONNECTOR_SUM_EPISODES_LENGTH_OUT,
+    TIMERS,
+)
 from ray.rllib.utils.metrics.utils import to_snake_case
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_truncate
@@ -54,7 +64,7 @@ from ray.rllib.utils.postprocessing.value_predictions import compute_value_targe
 from trainers.credit_connector import CreditConnector
 from trainers.credit_learner import PerAgentAdvantageNormalization
 
-__all__ = ["ArrayPPOBatch", "install"]
+__all__ = ["ArrayPPOPipeline", "install"]
 
 #: RLlib's default batch pieces, in their pipeline order.
 DEFAULT_PIECES = (
@@ -72,16 +82,24 @@ BEFORE = (CreditConnector,)
 AFTER = (PerAgentAdvantageNormalization,)
 
 
-def install(pipeline: Any) -> ArrayPPOBatch | None:
-    """Put an :class:`ArrayPPOBatch` in place of ``pipeline``'s pieces when they have RLlib's
-    default PPO shape (see the module docstring); returns it, or None (pipeline untouched)."""
-    if pipeline is None:
+def install(pipeline: Any) -> ArrayPPOPipeline | None:
+    """An :class:`ArrayPPOPipeline` with ``pipeline``'s pieces when they have RLlib's default
+    PPO shape (see the module docstring), else None (keep ``pipeline``)."""
+    if pipeline is None or _split(list(pipeline.connectors)) is None:
         return None
-    pieces = list(pipeline.connectors)
+    return ArrayPPOPipeline(
+        pipeline.input_observation_space,
+        pipeline.input_action_space,
+        connectors=list(pipeline.connectors),
+    )
+
+
+def _split(pieces: list[Any]) -> tuple[list[Any], list[Any], Any, Any] | None:
+    """``(credit pieces, pieces after GAE, NumpyToTensor, GAE)`` of a pipeline of RLlib's
+    default PPO shape, else None."""
     n = len(DEFAULT_PIECES)
-    try:
-        start = next(i for i, p in enumerate(pieces) if type(p) is DEFAULT_PIECES[0])
-    except StopIteration:
+    start = next((i for i, p in enumerate(pieces) if type(p) is DEFAULT_PIECES[0]), None)
+    if start is None:
         return None
     before, default = pieces[:start], pieces[start : start + n]
     gae, after = pieces[start + n : start + n + 1], pieces[start + n + 1 :]
@@ -94,105 +112,124 @@ def install(pipeline: Any) -> ArrayPPOBatch | None:
         and type(gae[0]) is GeneralAdvantageEstimation
         and all(type(p) in AFTER for p in after)
     )
-    if not shape_ok:
-        return None
-    piece = ArrayPPOBatch(pieces, pipeline.input_observation_space, pipeline.input_action_space)
-    pipeline.connectors = [piece]
-    return piece
+    return (before[1:], after, default[-1], gae[0]) if shape_ok else None
 
 
-class ArrayPPOBatch(ConnectorV2):
-    """The PPO learner batch from episode arrays (see the module docstring).
+class ArrayPPOPipeline(LearnerConnectorPipeline):
+    """RLlib's PPO learner pipeline, its pieces kept as they are, that builds the batch from
+    episode arrays where it covers the call (see the module docstring) and runs the pieces
+    otherwise (``fallbacks`` counts those calls). Metrics as the pipeline logs them: episode
+    lengths in and out, the pipeline timer, and per-piece timers of the credit pieces and the
+    pieces after GAE (the batch pieces and GAE log none on the array path)."""
 
-    Args:
-        pieces: the pipeline's pieces it stands in for (run in order when not covered).
-    """
-
-    def __init__(self, pieces: list[Any], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pieces = list(pieces)
-        self.credit = [p for p in pieces[1:] if type(p) in BEFORE]
-        self.after = [p for p in pieces if type(p) in AFTER]
-        self.to_tensor = next(p for p in pieces if type(p) is NumpyToTensor)
-        self.gae = next(p for p in pieces if type(p) is GeneralAdvantageEstimation)
         self.fallbacks = 0
 
+    @override(LearnerConnectorPipeline)
     def __call__(
         self,
         *,
         rl_module: Any,
-        batch: dict[str, Any],
+        batch: dict[str, Any] | None = None,
         episodes: list[Any],
+        explore: bool = False,
         shared_data: dict[str, Any] | None = None,
         metrics: Any = None,
         **kwargs: Any,
     ) -> Any:
-        shared_data = shared_data if shared_data is not None else {}
-        kwargs.pop("data", None)  # the pipeline's deprecated alias of ``batch``
-        call = {"rl_module": rl_module, "shared_data": shared_data, "metrics": metrics, **kwargs}
-        agent_eps = _covered(rl_module, batch, episodes)
-        if agent_eps is None:
+        parts = _split(self.connectors)  # pieces may have been added since
+        agent_eps = None if parts is None else _covered(rl_module, batch, episodes)
+        if parts is None or agent_eps is None:
             self.fallbacks += 1
-            return self._run(self.pieces, batch, episodes, call)
+            return super().__call__(
+                rl_module=rl_module,
+                batch=batch,
+                episodes=episodes,
+                explore=explore,
+                shared_data=shared_data,
+                metrics=metrics,
+                **kwargs,
+            )
+        shared_data = shared_data if shared_data is not None else {}
+        call = {"rl_module": rl_module, "explore": explore, "shared_data": shared_data}
+        call.update(metrics=metrics, **kwargs)
+        lengths = (ALL_MODULES, LEARNER_CONNECTOR_SUM_EPISODES_LENGTH_IN)
+        if metrics:
+            metrics.log_value(lengths, sum(map(len, episodes)))
+        timer = (ALL_MODULES, LEARNER_CONNECTOR, CONNECTOR_PIPELINE_TIMER)
+        with metrics.log_time(timer) if metrics else contextlib.nullcontext():
+            batch = self._arrays(parts, agent_eps, episodes, call)
+        if metrics:
+            lengths = (ALL_MODULES, LEARNER_CONNECTOR_SUM_EPISODES_LENGTH_OUT)
+            metrics.log_value(lengths, sum(map(len, episodes)))
+        return batch
+
+    def _arrays(
+        self,
+        parts: tuple[list[Any], list[Any], Any, Any],
+        agent_eps: list[Any],
+        episodes: list[Any],
+        call: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The covered call: what the pieces would do, with array ops."""
+        credit, after, to_tensor, gae = parts
         _rename(episodes, agent_eps)
         ends = [(len(sa), bool(sa.is_terminated), bool(sa.is_truncated or not sa.is_done))
                 for sa in agent_eps]  # fmt: skip
-        shared_data["_added_loss_mask_for_valid_episode_ts"] = True
-        batch = self._run(self.credit, batch, episodes, call)  # rewrites rewards in place
+        call["shared_data"]["_added_loss_mask_for_valid_episode_ts"] = True
+        batch = _run(credit, {}, episodes, call)  # rewrites rewards in place
         columns, lens = _columns(agent_eps, ends)
-        batch = self.to_tensor(batch=columns, episodes=episodes, **call)
-        self._advantages(rl_module, batch, lens, episodes, call)
-        if self.after:
+        batch = to_tensor(batch=columns, episodes=episodes, **call)
+        _advantages(gae, to_tensor, batch, lens, episodes, call)
+        if after:
             for sa in agent_eps:
                 add_one_ts_to_episodes_and_truncate([sa])
-            batch = self._run(self.after, batch, episodes, call)
+            batch = _run(after, batch, episodes, call)
         return batch
 
-    def _advantages(
-        self,
-        rl_module: Any,
-        batch: dict[str, Any],
-        lens: dict[str, list[int]],
-        episodes: list[Any],
-        call: dict[str, Any],
-    ) -> None:
-        """``GeneralAdvantageEstimation``'s columns: the same value forward, targets, and
-        normalisation, over each module's concatenated (extended) episodes."""
-        gae = self.gae
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for mid, module in rl_module._rl_modules.items():
-            if mid not in batch or not isinstance(module, ValueFunctionAPI):
-                continue
-            cols = batch[mid]
-            vf_preds = convert_to_numpy(module.compute_values(cols))
-            targets = compute_value_targets(
-                values=vf_preds,
-                rewards=convert_to_numpy(cols[Columns.REWARDS]),
-                terminateds=convert_to_numpy(cols[Columns.TERMINATEDS]),
-                truncateds=convert_to_numpy(cols[Columns.TRUNCATEDS]),
-                gamma=gae.gamma,
-                lambda_=gae.lambda_,
-            )
-            assert targets.shape[0] == sum(lens[mid])
-            adv = targets - vf_preds
-            adv = (adv - adv.mean()) / max(1e-4, adv.std())
-            out[mid] = {Postprocessing.ADVANTAGES: adv, Postprocessing.VALUE_TARGETS: targets}
-        for mid, module_batch in self.to_tensor(batch=out, episodes=episodes, **call).items():
-            batch[mid].update(module_batch)
 
-    @staticmethod
-    def _run(pieces: list[Any], batch: Any, episodes: list[Any], call: dict[str, Any]) -> Any:
-        """Call ``pieces`` in order as ``ConnectorPipelineV2`` does (per-piece timers)."""
-        metrics = call.get("metrics")
-        for piece in pieces:
-            if metrics:
-                name = to_snake_case(type(piece).__name__)
-                key = (ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, name)
-                with metrics.log_time(key):
-                    batch = piece(batch=batch, episodes=episodes, data=batch, **call)
-            else:
-                batch = piece(batch=batch, episodes=episodes, data=batch, **call)
-        return batch
+def _advantages(
+    gae: Any,
+    to_tensor: Any,
+    batch: dict[str, Any],
+    lens: dict[str, list[int]],
+    episodes: list[Any],
+    call: dict[str, Any],
+) -> None:
+    """``GeneralAdvantageEstimation``'s columns: the same value forward, targets, and
+    normalisation, over each module's concatenated (extended) episodes."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for mid, module in call["rl_module"]._rl_modules.items():
+        if mid not in batch or not isinstance(module, ValueFunctionAPI):
+            continue
+        cols = batch[mid]
+        vf_preds = convert_to_numpy(module.compute_values(cols))
+        targets = compute_value_targets(
+            values=vf_preds,
+            rewards=convert_to_numpy(cols[Columns.REWARDS]),
+            terminateds=convert_to_numpy(cols[Columns.TERMINATEDS]),
+            truncateds=convert_to_numpy(cols[Columns.TRUNCATEDS]),
+            gamma=gae.gamma,
+            lambda_=gae.lambda_,
+        )
+        assert targets.shape[0] == sum(lens[mid])
+        adv = targets - vf_preds
+        adv = (adv - adv.mean()) / max(1e-4, adv.std())
+        out[mid] = {Postprocessing.ADVANTAGES: adv, Postprocessing.VALUE_TARGETS: targets}
+    for mid, module_batch in to_tensor(batch=out, episodes=episodes, **call).items():
+        batch[mid].update(module_batch)
+
+
+def _run(pieces: list[Any], batch: Any, episodes: list[Any], call: dict[str, Any]) -> Any:
+    """Call ``pieces`` in order as ``ConnectorPipelineV2`` does (per-piece timers)."""
+    metrics = call.get("metrics")
+    for piece in pieces:
+        name = to_snake_case(type(piece).__name__)
+        key = (ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, name)
+        with metrics.log_time(key) if metrics else contextlib.nullcontext():
+            batch = piece(batch=batch, episodes=episodes, data=batch, **call)
+    return batch
 
 
 def _covered(rl_module: Any, batch: Any, episodes: list[Any]) -> list[Any] | None:
