@@ -124,10 +124,12 @@ def test_install_leaves_other_pipelines_alone() -> None:
 
 def test_pieces_added_after_install_fall_back(tmp_path: Path) -> None:
     """A piece appended to the pipeline later (not of RLlib's default shape): RLlib's run of
-    the pieces, the new one included."""
+    the pieces, the new one included. Agent episodes whose columns differ are not covered."""
     from ray.rllib.connectors.connector_v2 import ConnectorV2
+    from ray.rllib.core.columns import Columns
 
     from trainers.algo import to_algorithm_config
+    from trainers.learner_batch import _covered
 
     seen: list[int] = []
 
@@ -147,6 +149,14 @@ def test_pieces_added_after_install_fall_back(tmp_path: Path) -> None:
         got, want = _batches(algo, ref, episodes)
         assert_same_batch(got, want)
         assert pipeline.fallbacks == 1 and seen == [len(episodes)] * 2
+        # agent episodes of one module with different columns: not covered, nothing touched
+        module = algo.learner_group._learner.module
+        assert _covered(module, {}, episodes) is not None
+        sa = next(iter(episodes[0].agent_episodes.values()))
+        ids = [e.id_ for e in episodes]
+        sa.extra_model_outputs["extra"] = sa.extra_model_outputs[Columns.ACTION_LOGP]
+        assert _covered(module, {}, episodes) is None
+        assert [e.id_ for e in episodes] == ids
     finally:
         algo.stop()
         ref.stop()

@@ -234,23 +234,24 @@ def _run(pieces: list[Any], batch: Any, episodes: list[Any], call: dict[str, Any
 
 def _covered(rl_module: Any, batch: Any, episodes: list[Any]) -> list[Any] | None:
     """The agent episodes in RLlib's iteration order when the array path covers the call,
-    else None."""
+    else None (decided before anything is touched: credit pieces rewrite rewards)."""
     if batch or not episodes or not all(isinstance(e, MultiAgentEpisode) for e in episodes):
         return None
     agent_eps = [e.agent_episodes[a] for e in episodes for a in e.agent_ids]
     stateful: dict[str, bool] = {}
-    extras: dict[str, Any] = {}  # one set of extra model outputs per module: equal columns
+    columns: dict[str, Any] = {}  # per module one layout: its columns concatenate as they are
     for sa in agent_eps:
         mid = sa.module_id
         if mid not in stateful:
             stateful[mid] = mid not in rl_module or rl_module[mid].is_stateful()
-            extras[mid] = sa.extra_model_outputs.keys()
         if stateful[mid] or not sa.is_numpy or len(sa) < 1:
             return None
-        if sa.extra_model_outputs.keys() != extras[mid]:
-            return None
-        bufs = (sa.observations, sa.actions, sa.rewards, *sa.extra_model_outputs.values())
+        extras = sa.extra_model_outputs
+        bufs = (sa.observations, sa.actions, sa.rewards, *(extras[k] for k in sorted(extras)))
         if not all(type(b.data) is np.ndarray for b in bufs):
+            return None
+        layout = (sorted(extras), [(b.data.shape[1:], b.data.dtype) for b in bufs])
+        if columns.setdefault(mid, layout) != layout:
             return None
     return agent_eps
 
