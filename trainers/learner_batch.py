@@ -138,22 +138,14 @@ class ArrayPPOPipeline(LearnerConnectorPipeline):
         metrics: Any = None,
         **kwargs: Any,
     ) -> Any:
+        call = {"rl_module": rl_module, "explore": explore, "shared_data": shared_data}
+        call.update(metrics=metrics, **kwargs)
         parts = _split(self.connectors)  # pieces may have been added since
         agent_eps = None if parts is None else _covered(rl_module, batch, episodes)
         if parts is None or agent_eps is None:
             self.fallbacks += 1
-            return super().__call__(
-                rl_module=rl_module,
-                batch=batch,
-                episodes=episodes,
-                explore=explore,
-                shared_data=shared_data,
-                metrics=metrics,
-                **kwargs,
-            )
-        shared_data = shared_data if shared_data is not None else {}
-        call = {"rl_module": rl_module, "explore": explore, "shared_data": shared_data}
-        call.update(metrics=metrics, **kwargs)
+            return super().__call__(batch=batch, episodes=episodes, **call)
+        call["shared_data"] = shared_data if shared_data is not None else {}
         lengths = (ALL_MODULES, LEARNER_CONNECTOR_SUM_EPISODES_LENGTH_IN)
         if metrics:
             metrics.log_value(lengths, sum(map(len, episodes)))
