@@ -351,8 +351,9 @@ def categoricals(
     logits: torch.Tensor, lens: list[int], multi: bool
 ) -> Categoricals | StackedCategoricals:
     """The distributions of :func:`categorical_lens`'s ``(lens, multi)``: stacked when there
-    are several parts of one size."""
-    if multi and len(lens) > 1 and len(set(lens)) == 1:
+    are several parts of one size on the CPU (where the bit-for-bit equality is tested; other
+    devices pick reduction kernels by shape)."""
+    if multi and len(lens) > 1 and len(set(lens)) == 1 and logits.device.type == "cpu":
         return StackedCategoricals(logits, len(lens))
     return Categoricals(logits, lens, multi)
 
