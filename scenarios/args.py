@@ -77,7 +77,10 @@ _PY_CHECK = 32
 
 def _in_ranges(values: list[int], low: list[int], n: list[int]) -> bool:
     """Every ``values[i]`` lies in ``[low[i], low[i] + n[i])`` (exact Python integers)."""
-    return all(0 <= x - lo < k for x, lo, k in zip(values, low, n, strict=True))
+    for x, lo, k in zip(values, low, n, strict=True):  # noqa: SIM110 (~0.5 µs less than all())
+        if not 0 <= x - lo < k:
+            return False
+    return True
 
 
 def _whole_numbers(action: Any, shape: tuple[int, ...]) -> np.ndarray | None:

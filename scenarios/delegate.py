@@ -92,6 +92,15 @@ class DelegateState(TypedDict, total=False):
     route: Annotated[dict[str, list[str]], merge_routes]
 
 
+def _one_hot(size: int, hot: list[int]) -> np.ndarray:
+    """A float32 vector of ``size`` zeros with ones at ``hot`` (built per decision: one array,
+    a few item writes; ~3× faster than filling blocks and concatenating them)."""
+    out = np.zeros(size, np.float32)
+    for i in hot:  # at most 2·MAX_PARTS + 1 entries: item writes beat one fancy-index write
+        out[i] = 1.0
+    return out
+
+
 def new_task(
     rng: np.random.Generator, parts: int, types: int, active: int | None = None
 ) -> dict[str, Any]:
@@ -244,19 +253,16 @@ class Delegate(DeclaredSpaces, Scenario):
     def orchestrator_obs(self, state: Mapping[str, Any]) -> np.ndarray:
         """Part types, part status and round index (never the skills)."""
         k, t = self.parts, self.types
-        types = np.zeros((k, t))
-        types[np.arange(k), state["types"]] = 1.0
-        status = np.zeros((k, 3))
-        status[np.arange(k), [state["status"][i] for i in range(k)]] = 1.0
-        rnd = np.zeros(self.max_rounds)
-        rnd[min(state["round"], self.max_rounds - 1)] = 1.0
-        return np.concatenate([types.ravel(), status.ravel(), rnd]).astype(np.float32)
+        status, base = state["status"], k * t
+        hot = [i * t + x for i, x in enumerate(state["types"][:k])]  # the one-hot entries
+        hot += [base + 3 * i + status[i] for i in range(k)]
+        hot.append(base + 3 * k + min(state["round"], self.max_rounds - 1))
+        return _one_hot(base + 3 * k + self.max_rounds, hot)
 
     def worker_obs(self, state: Mapping[str, Any], parts: list[int]) -> np.ndarray:
         """The types of ``parts`` (the parts this worker was given); other rows are zero."""
-        view = np.zeros((self.parts, self.types))
-        view[parts, [state["types"][i] for i in parts]] = 1.0
-        return view.ravel().astype(np.float32)
+        types, t = state["types"], self.types
+        return _one_hot(self.parts * t, [p * t + types[p] for p in parts])
 
     # ----- the graph -----------------------------------------------------------------------
     @override
@@ -339,7 +345,11 @@ class Delegate(DeclaredSpaces, Scenario):
     @staticmethod
     def draw(task_seed: int, round_: int, part: int, worker: int) -> float:
         """The common-random-number skill draw of ``worker`` on ``part`` in ``round_``."""
-        return float(np.random.default_rng([task_seed, round_, part, worker]).random())
+        key = (task_seed, round_, part, worker)
+        if min(key) >= 0 and max(key) < 1 << 32:  # words as SeedSequence makes of the list,
+            # without converting each int (~7 µs of the ~20 µs a draw costs)
+            return float(np.random.default_rng(np.array(key, np.uint32)).random())
+        return float(np.random.default_rng(list(key)).random())
 
     # ----- verification --------------------------------------------------------------------
     @override

@@ -412,7 +412,8 @@ class GraphEnv(ParallelEnv):
         if run.finished:
             return self._close()
         chosen: dict[str, Any] = {}
-        for agent in run.pending:
+        pending = run.pending
+        for agent in pending:
             if agent not in actions:
                 raise ValueError(
                     f"no action for agent {agent!r}: it is pending in this step (see "
@@ -420,15 +421,8 @@ class GraphEnv(ParallelEnv):
                 )
             chosen[agent] = self._check_action(agent, actions[agent])
         for agent, action in chosen.items():
-            self.trace.append(
-                TraceStep(
-                    self._steps,
-                    run.pending[agent].superstep,
-                    agent,
-                    run.pending[agent].observation,
-                    action,
-                )
-            )
+            req = pending[agent]
+            self.trace.append(TraceStep(self._steps, req.superstep, agent, req.observation, action))
         self._steps += 1
         pending = self._advance(lambda: run.resume(chosen))
         self._absorb(pending)
@@ -713,9 +707,9 @@ class GraphEnv(ParallelEnv):
             a: self._last_obs[a] if a in self._last_obs else blank_observation(self._obs_spaces[a])
             for a in agents
         }
+        pending, superstep, seed = run.pending, run.superstep, self.seed_used
         infos: dict[str, dict[str, Any]] = {
-            a: {"acting": a in run.pending, "superstep": run.superstep, "seed": self.seed_used}
-            for a in agents
+            a: {"acting": a in pending, "superstep": superstep, "seed": seed} for a in agents
         }
         if run.finished and self.outcome is not None:
             actions = self.episode_actions()  # what was executed, for exact replays
@@ -742,15 +736,18 @@ class GraphEnv(ParallelEnv):
     def _rewards(self) -> dict[str, float]:
         run = self._run
         assert run is not None
-        team = run.team_reward - self._paid["team"]
-        self._paid["team"] = run.team_reward
+        paid, acc, earned, team_reward = self._paid, self._acc, run.agent_rewards, run.team_reward
+        team = team_reward - paid["team"]
+        paid["team"] = team_reward
+        end = run.finished and self.outcome is not None
         out = {}
         for a in self.agents:
-            r = team + run.agent_rewards.get(a, 0.0) - self._paid.get(a, 0.0) + self._acc[a]
-            self._paid[a] = run.agent_rewards.get(a, 0.0)
-            self._acc[a] = 0.0
-            if run.finished and self.outcome is not None:
-                r += self.outcome.reward - run.team_reward
+            mine = earned.get(a, 0.0)
+            r = team + mine - paid.get(a, 0.0) + acc[a]
+            paid[a] = mine
+            acc[a] = 0.0
+            if end:
+                r += self.outcome.reward - team_reward  # type: ignore[union-attr]
             out[a] = float(r)
         return out
 

@@ -135,7 +135,8 @@ class FastGraph:
         out = compiled.output_channels
         self.output_keys = [out] if isinstance(out, str) else list(out)
         self.reads = {n: list(compiled.nodes[n].channels) for n in builder.nodes}
-        self.reads_all = {n for n, r in self.reads.items() if set(r) >= set(self.state_keys)}
+        #: nodes that read every state key in the schema's order: their input is the state
+        self.reads_all = {n for n, r in self.reads.items() if r == self.state_keys}
         self.funcs = {n: _plain_function(s.runnable) for n, s in builder.nodes.items()}
         self.static: dict[str, list[str]] = {}
         for src, dst in builder.edges:
@@ -257,7 +258,7 @@ class FastGraph:
             raise Unsupported(f"a Send to unknown node {name!r}")
         bridge.task = i
         try:
-            output = fn(arg if push else {k: state[k] for k in self.reads[name] if k in state})
+            output = fn(arg if push else self._read(name, state))
         except SkipNode:
             if not (skip and name in self.agent_nodes):
                 raise
@@ -271,7 +272,7 @@ class FastGraph:
 
     def _read(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
         """A pull task's input: the superstep's state, restricted to the keys its node reads."""
-        if name in self.reads_all:
+        if name in self.reads_all:  # the same dict, in the same order, built at C speed
             return dict(state)
         return {k: state[k] for k in self.reads[name] if k in state}
 
@@ -316,7 +317,11 @@ class FastGraph:
             state.update({k: channels[k].get() for k in state if k not in mine})
         out = dict(state)
         for k, values in mine.items():
-            ch = channels[k].copy()
+            ch = channels[k]
+            if type(ch) is LastValue and len(values) == 1 and values[0] is not MISSING:
+                out[k] = values[0]  # what a copy updated with it holds (no copy needed)
+                continue
+            ch = ch.copy()
             ch.update(values)
             if ch.is_available():
                 out[k] = ch.get()
