@@ -204,7 +204,7 @@ class FastGraph:
         writes = [(k, v) for k, v in inputs.items() if k in self.input_keys]
         state = self._snapshot(channels)
         pulls, sends = self._route(START, dict(inputs), writes, channels, state)
-        self._apply([writes], channels)
+        updated = self._apply([writes], channels)
         steps = 0  # node supersteps
         while pulls or sends:
             steps += 1
@@ -213,7 +213,7 @@ class FastGraph:
             for i, (srcs, end) in enumerate(self.joins):
                 if end in pulls and barriers[i] == srcs:
                     barriers[i].clear()  # the join is consumed by its end node
-            state = self._snapshot(channels)
+            state = self._restate(state, updated, channels)
             bridge.new_superstep([t[0] for t in tasks])
             bridge.superstep = steps
             calls = [
@@ -222,12 +222,10 @@ class FastGraph:
             ]
             results = execute(calls) if execute is not None else [call() for call in calls]
             bridge.end_superstep()
-            # LangGraph applies a superstep's writes by task path: pulls by name, pushes by index
-            order = sorted(
-                range(len(tasks)),
-                key=lambda j: (tasks[j][2], tasks[j][0] if not tasks[j][2] else j),
-            )
-            self._apply([results[j][0] for j in order], channels)
+            # LangGraph applies a superstep's writes by task path: pulls by name (the tasks
+            # after the pushes, already sorted by name), then pushes by index
+            order = [*range(len(sends), len(tasks)), *range(len(sends))]
+            updated = self._apply([results[j][0] for j in order], channels)
             pulls, sends = set(), []
             for j in order:
                 _, nxt, snd = results[j]
@@ -269,6 +267,18 @@ class FastGraph:
 
     def _snapshot(self, channels: dict[str, Any]) -> dict[str, Any]:
         return {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
+
+    def _restate(
+        self, state: dict[str, Any], updated: list[str], channels: dict[str, Any]
+    ) -> dict[str, Any]:
+        """:meth:`_snapshot` after the channels ``updated`` took writes, from the last one:
+        when no key appears or disappears only the updated values change."""
+        if not all(k in state and channels[k].is_available() for k in updated):
+            return self._snapshot(channels)
+        out = dict(state)
+        for k in updated:
+            out[k] = channels[k].get()
+        return out
 
     def _read(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
         """A pull task's input: the superstep's state, restricted to the keys its node reads."""
@@ -330,7 +340,8 @@ class FastGraph:
         return out
 
     @staticmethod
-    def _apply(task_writes: list[list[tuple[str, Any]]], channels: dict[str, Any]) -> None:
+    def _apply(task_writes: list[list[tuple[str, Any]]], channels: dict[str, Any]) -> list[str]:
+        """Apply a superstep's writes (in task order); the keys written."""
         grouped: dict[str, list[Any]] = {}
         for writes in task_writes:
             for k, v in writes:
@@ -338,6 +349,7 @@ class FastGraph:
                     grouped.setdefault(k, []).append(v)
         for k, values in grouped.items():
             channels[k].update(values)
+        return list(grouped)
 
 
 def _updates(output: Any) -> tuple[list[tuple[str, Any]], set[str], list[Send]]:
