@@ -8,7 +8,9 @@ order), emits the same rewards and ends with the same ``result``/``error`` as ``
 * The superstep loop runs in a greenlet of its own and each task of a superstep in its own
   greenlet, as ``GraphRun`` runs LangGraph's tasks: ``decide()`` suspends its task; once every
   task of the superstep has decided or ended, the pending decisions go to the environment, and
-  ``resume`` wakes the tasks in the order they decided.
+  ``resume`` wakes the tasks in the order they decided. Task greenlets are reused (a pool per
+  thread: starting a fresh greenlet costs ~10 µs, reusing one ~1 µs); each task still starts
+  in an empty ``contextvars`` context, as a fresh greenlet does.
 * The recursion limit ends the run with LangGraph's own ``GraphRecursionError``.
 * Anything else the fast executor does not run as LangGraph would (a node raising, a feature
   :func:`~scenarios.replay.compile_fast` could not see: ``interrupt()``, ``get_config()``, a
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,6 +53,34 @@ FAST_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 _BLOCKED: Any = object()  # a task waits for a decision
 _FALLBACK: Any = object()  # the fast run cannot go on: replay through LangGraph
+
+
+_IDLE_MAX = 256  # idle task greenlets a thread keeps
+_pool = threading.local()  # ``idle``: this thread's task greenlets waiting for a task
+
+
+def _task_loop(job: Callable[[], Any]) -> Any:
+    """A pooled task greenlet: run a job, hand its result to the parent, wait for the next."""
+    while True:
+        job = greenlet.getcurrent().parent.switch(job())
+
+
+def _take_task(parent: greenlet.greenlet) -> greenlet.greenlet:
+    """An idle task greenlet of this thread (or a new one) under ``parent``, with a fresh
+    ``contextvars`` context (what a new greenlet starts with)."""
+    idle = getattr(_pool, "idle", None)
+    glet = idle.pop() if idle else greenlet.greenlet(_task_loop)
+    glet.parent = parent
+    glet.gr_context = contextvars.Context()
+    return glet
+
+
+def _release_tasks(tasks: list[greenlet.greenlet]) -> None:
+    """Give a superstep's task greenlets (each waiting in :func:`_task_loop`) back to the pool."""
+    idle = getattr(_pool, "idle", None)
+    if idle is None:
+        idle = _pool.idle = []
+    idle.extend(tasks[: _IDLE_MAX - len(idle)])
 
 
 class _Failed:
@@ -268,9 +299,10 @@ class SteppedRun:
         if len(calls) == 1:  # a lone task runs in this greenlet (as LangGraph runs it inline)
             return [self._solo(calls[0])]
         results: list[Any] = [None] * len(calls)
-        self._tasks = [greenlet.greenlet(self._body) for _ in calls]
+        me = greenlet.getcurrent()
+        self._tasks = [_take_task(me) for _ in calls]
         for i, call in enumerate(calls):
-            self._enter(i, results, call)
+            self._enter(i, results, functools.partial(self._body, call))
         while self._waiting:
             assert self._env is not None
             actions = self._env.switch(_BLOCKED)  # the env's step, then resume(actions)
@@ -278,6 +310,7 @@ class SteppedRun:
             self._pending = {}
             for agent, i in woken.items():
                 self._enter(i, results, actions[agent])
+        _release_tasks(self._tasks)  # every task has ended: each waits for its next one
         self._tasks = []
         return results
 

@@ -378,3 +378,15 @@ def test_graph_env_matches_inline_and_replays_exactly() -> None:
         for w in ("worker_0", "worker_1", "worker_2"):
             rest = [a for a in s.possible_agents if a != w]
             assert env.value(seed, rest, actions) <= env.outcome.reward
+
+
+def test_skill_draws_are_the_common_random_numbers_of_the_seed_list() -> None:
+    """``draw`` seeds from uint32 words where every key fits one (faster); the draw is the one
+    ``default_rng([task_seed, round, part, worker])`` gives, and a key it refuses still fails."""
+    rng = np.random.default_rng(0)
+    keys = [tuple(int(x) for x in rng.integers(0, 2**31, 4)) for _ in range(300)]
+    keys += [(0, 0, 0, 0), (2**32 - 1, 15, 7, 8), (2**32, 1, 2, 3), (2**40 + 5, 0, 1, 2)]
+    for key in keys:
+        assert Delegate.draw(*key) == float(np.random.default_rng(list(key)).random())
+    with pytest.raises(ValueError):
+        Delegate.draw(-1, 0, 0, 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from toys import ToyStar, user_scenario
 
 from scenarios import GraphEnv, ScenarioError
+from scenarios.registry import build
 from trainers.config import ConfigError, ExperimentConfig
 
 TESTS = Path(__file__).resolve().parent
@@ -151,6 +153,25 @@ def test_hung_tool_is_cut_by_the_wall_clock_limit() -> None:
     assert "node 'setup'" in text and "before any agent acted" in text and "raise" in text
     assert out["replay"] == 0.0
     assert out["handler_kept"] and out["outer_left"] > 0 and out["outer_fired"] == []
+
+
+@pytest.mark.parametrize("handler", [signal.SIG_DFL, signal.SIG_IGN])
+def test_episodes_leave_the_alarm_handler_and_timer_as_they_found_them(handler: Any) -> None:
+    """Each reset/step swaps the SIGALRM handler in and out (``_Alarm``): afterwards the
+    handler is the one before (the default, or ignore) and no timer is left running."""
+    assert threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        for engine in ("fast", "langgraph"):
+            env = GraphEnv(build("delegate"), episode_timeout_s=60.0, engine=engine)
+            for seed in range(3):
+                env.reset(seed=seed)
+                while env.agents:
+                    env.step({a: env.action_space(a).sample() for a in env.agents})
+                    assert signal.getsignal(signal.SIGALRM) is handler
+                    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_limit_is_checked_between_decisions_outside_the_main_thread() -> None:

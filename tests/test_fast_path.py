@@ -4,6 +4,7 @@ timeout and abort cases; the same training returns."""
 
 from __future__ import annotations
 
+import contextvars
 import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -177,6 +178,41 @@ def test_timeouts_report_the_same_node() -> None:
         results[engine] = (env.failure, env.error, env.outcome)
     assert results["fast"] == results["langgraph"]
     assert results["fast"][0] == "timeout" and "in node 'tool'" in results["fast"][1]
+
+
+LEAK: contextvars.ContextVar[str | None] = contextvars.ContextVar("marl_test_leak", default=None)
+
+
+def context_graph() -> StateGraph:
+    """a and b decide in parallel, each after reading and setting a context variable."""
+
+    def node(name: str) -> Any:
+        def fn(state: LoopState) -> dict[str, Any]:
+            seen = LEAK.get()
+            LEAK.set(name)
+            return {"log": [int(decide(name, obs(1))) + (10 if seen is None else 100)]}
+
+        return fn
+
+    g = StateGraph(LoopState)
+    for name in ("a", "b"):
+        g.add_node(name, node(name))
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    return g
+
+
+def test_every_task_starts_in_a_fresh_context() -> None:
+    """Task greenlets are reused across supersteps and episodes, yet no task sees a context
+    variable another task set, as with a fresh greenlet (and as under LangGraph)."""
+    env = check_episodes(GraphEnv(user_scenario(context_graph())), 8)
+    assert not env._run.fell_back
+    env.engine = "fast"
+    for seed in range(4):
+        env.reset(seed=seed)
+        while env.agents:
+            env.step(dict.fromkeys(env.agents, 1))
+        assert env.final_state is not None and env.final_state["log"] == [11, 11]
 
 
 def test_resets_in_the_middle_of_episodes_abort_both_runs() -> None:
