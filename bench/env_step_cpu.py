@@ -86,12 +86,12 @@ def measure(name: str, topology: str, steps: int) -> tuple[float, str]:
     return 1000 * cpu / steps, h.hexdigest()[:16]
 
 
-def worker(steps: int) -> None:
-    out = {f"{n} {t}": measure(n, t, steps) for n, t in CASES}
+def worker(steps: int, cases: list[tuple[str, str]]) -> None:
+    out = {f"{n} {t}": measure(n, t, steps) for n, t in cases}
     print(json.dumps(out))
 
 
-def against(other: str, steps: int, rounds: int) -> None:
+def against(other: str, steps: int, rounds: int, cases: str) -> None:
     here = os.getcwd()
     runs: dict[str, dict[str, list[float]]] = {"this": {}, "other": {}}
     digests: dict[str, dict[str, set[str]]] = {"this": {}, "other": {}}
@@ -100,13 +100,13 @@ def against(other: str, steps: int, rounds: int) -> None:
         for label, path in order if r % 2 == 0 else order[::-1]:
             env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--steps", str(steps)]
+            cmd += ["--cases", cases]
             res = subprocess.run(cmd, env=env, cwd=path, capture_output=True, text=True, check=True)
             for case, (cpu, dig) in json.loads(res.stdout.strip().splitlines()[-1]).items():
                 runs[label].setdefault(case, []).append(cpu)
                 digests[label].setdefault(case, set()).add(dig)
-    print(
-        f"{'case':<18} {'other s/1k':>10} {'this s/1k':>10} {'saved s/1k':>10} {'this/other':>10}  same"
-    )
+    head = ("case", "other s/1k", "this s/1k", "saved s/1k", "this/other")
+    print(f"{head[0]:<18} " + " ".join(f"{h:>10}" for h in head[1:]) + "  same")
     for case in runs["this"]:
         a, b = statistics.median(runs["other"][case]), statistics.median(runs["this"][case])
         same = digests["this"][case] == digests["other"][case] and len(digests["this"][case]) == 1
@@ -118,12 +118,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--against", help="another checkout to compare with")
+    parser.add_argument(
+        "--cases", default=",".join(f"{n}:{t}" for n, t in CASES), help="scenario:topology,..."
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker or not args.against:
-        worker(args.steps)
+        worker(args.steps, [tuple(c.split(":", 1)) for c in args.cases.split(",")])  # type: ignore[misc]
     else:
-        against(os.path.abspath(args.against), args.steps, args.rounds)
+        against(os.path.abspath(args.against), args.steps, args.rounds, args.cases)
 
 
 if __name__ == "__main__":

@@ -266,18 +266,21 @@ class FastGraph:
         return writes, nxt | goto_nodes, [*goto_sends, *snd]
 
     def _snapshot(self, channels: dict[str, Any]) -> dict[str, Any]:
-        return {k: ch.get() for k in self.state_keys if (ch := channels[k]).is_available()}
+        """The available channels' values in schema order (``LastValue`` and
+        ``BinaryOperatorAggregate`` hold theirs in ``value``, ``MISSING`` when unavailable)."""
+        return {k: v for k in self.state_keys if (v := channels[k].value) is not MISSING}
 
     def _restate(
         self, state: dict[str, Any], updated: list[str], channels: dict[str, Any]
     ) -> dict[str, Any]:
         """:meth:`_snapshot` after the channels ``updated`` took writes, from the last one:
         when no key appears or disappears only the updated values change."""
-        if not all(k in state and channels[k].is_available() for k in updated):
-            return self._snapshot(channels)
         out = dict(state)
         for k in updated:
-            out[k] = channels[k].get()
+            v = channels[k].value
+            if v is MISSING or k not in state:
+                return self._snapshot(channels)
+            out[k] = v
         return out
 
     def _read(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
