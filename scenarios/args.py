@@ -61,14 +61,19 @@ def normalize_action(space: gym.Space, action: Any) -> tuple[Any, bool]:
         if ints.size > _PY_CHECK:
             return ints, bool(((ints == 0) | (ints == 1)).all())
         return ints, all(x == 0 or x == 1 for x in ints.ravel().tolist())
-    if isinstance(space, gym.spaces.Discrete) and isinstance(action, np.ndarray):
-        action = action.item() if action.size == 1 else action
+    if isinstance(space, gym.spaces.Discrete):
+        if isinstance(action, np.ndarray):
+            action = action.item() if action.size == 1 else action
+        if type(action) is int and _INT64_MIN <= action <= _INT64_MAX:  # what contains() does,
+            low = int(space.start)  # in exact integers instead of numpy scalars (~3x faster)
+            return action, low <= action < low + int(space.n)
     try:
         return action, bool(space.contains(action))
     except (TypeError, ValueError):
         return action, False
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1  # ints Discrete.contains takes as np.int64
 #: up to this many entries an integer action is range-checked in Python (a few numpy ufuncs on
 #: a small array cost ~3 µs; the loop ~1 µs: every decision is checked twice, by ``GraphEnv.step``
 #: and by the node's :func:`checked_action`), beyond it with numpy

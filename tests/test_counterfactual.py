@@ -39,6 +39,27 @@ def test_normalize_action(space: gym.Space, action, executed, ok: bool) -> None:
         assert got.dtype == np.int64
 
 
+def test_fast_range_checks_agree_with_the_spaces_contains() -> None:
+    """Discrete ints and small integer arrays are range-checked in Python (faster): the verdict
+    is ``space.contains``'s for every kind of value, below and above the numpy threshold."""
+    rng = np.random.default_rng(0)
+    for space in (gym.spaces.Discrete(4), gym.spaces.Discrete(3, start=-1)):
+        values = [-3, -1, 0, 2, 3, 4, 2**62, -(2**63), True, 1.0, np.int64(2), np.asarray([3])]
+        for value in values:
+            item = value.item() if isinstance(value, np.ndarray) else value
+            assert normalize_action(space, value) == (item, bool(space.contains(item)))
+    for n in (3, 40):  # 40 entries: numpy's check
+        spaces = [
+            gym.spaces.MultiDiscrete(rng.integers(1, 5, n), start=rng.integers(-2, 2, n)),
+            gym.spaces.MultiBinary(n),
+        ]
+        for space in spaces:
+            for _ in range(200):
+                action = rng.integers(-3, 6, n)
+                got, ok = normalize_action(space, action)
+                assert got is action and ok == space.contains(action)
+
+
 def test_checked_action_names_agent_choice_and_space() -> None:
     space = gym.spaces.MultiDiscrete([3, 3])
     assert checked_action(space, (1, 2), "w").tolist() == [1, 2]
