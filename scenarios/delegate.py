@@ -285,7 +285,7 @@ class Delegate(DeclaredSpaces, Scenario):
         unsolved = [i for i in range(self.parts) if state["status"][i] != SOLVED]
         if not unsolved or state["round"] >= self.max_rounds:
             return stop
-        action = self._decide("orchestrator", self.orchestrator_obs(state))
+        action = self._decide("orchestrator", self.orchestrator_obs(state)).tolist()
         assignment: dict[str, list[int]] = {}
         for part in unsolved:
             if action[part] > 0:
@@ -329,13 +329,14 @@ class Delegate(DeclaredSpaces, Scenario):
     ) -> dict[str, Any]:
         status: dict[int, int] = {}
         attempts = []
+        methods = action.tolist()  # Python ints: the same comparisons, no numpy scalars
         for part in parts:
             type_ = state["types"][part]
-            ok = bool(action[part] == type_ + 1) and self.draw(
+            ok = methods[part] == type_ + 1 and self.draw(
                 state["task_seed"], round_, part, index
             ) < float(skill[type_])
             status[part] = SOLVED if ok else FAILED
-            attempts.append((round_, part, index, int(action[part]), ok))
+            attempts.append((round_, part, index, methods[part], ok))
         return {"status": status, "attempts": attempts}
 
     def _decide(self, agent: str, observation: Any) -> np.ndarray:
