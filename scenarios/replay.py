@@ -406,7 +406,8 @@ class FastBridge:
         self.task_names = tasks
         # by id, as GraphRun: the tasks of the last superstep have ended (their instances are
         # free); a lone task keeps its instances until a parallel superstep starts
-        self._held = {k: v for k, v in self._held.items() if k[0] == -1 and len(tasks) == 1}
+        if self._held:
+            self._held = {k: v for k, v in self._held.items() if k[0] == -1 and len(tasks) == 1}
         if len(tasks) == 1:  # LangGraph runs a lone task inline; GraphRun names it by decide()
             self._names = [None]
             return
