@@ -8,7 +8,8 @@ noisy). With ``--against DIR`` the same measurement runs in subprocesses alterna
 checkout and on ``DIR`` (``PYTHONPATH`` set to each), several rounds, and the medians and their
 ratio are printed, with whether the digests agree (the episodes must be bit-identical).
 
-Usage: ``python bench/env_step_cpu.py [--steps 3000] [--rounds 5] [--against /path/to/main]``.
+Usage (from the checkout's root): ``python bench/env_step_cpu.py [--steps 3000] [--rounds 5]
+[--cases delegate:star:3,...] [--against /path/to/main]``.
 """
 
 from __future__ import annotations
