@@ -80,7 +80,8 @@ def _release_tasks(tasks: list[greenlet.greenlet]) -> None:
     idle = getattr(_pool, "idle", None)
     if idle is None:
         idle = _pool.idle = []
-    idle.extend(tasks[: _IDLE_MAX - len(idle)])
+    live = [t for t in tasks if not t.dead]  # (every one is, when the superstep ended)
+    idle.extend(live[: _IDLE_MAX - len(idle)])
 
 
 class _Failed:
