@@ -79,10 +79,11 @@ def categorical_rows(
     normalised in one op over a ``[B, parts, size]`` view (each row's reduction is the same).
     """
     b = logits.shape[0]
+    logits = logits.detach().cpu()  # numpy below (a no-op for the runners' CPU modules)
     if len(set(lens)) == 1:
-        groups = [logits.detach().reshape(b, len(lens), lens[0])]
+        groups = [logits.reshape(b, len(lens), lens[0])]
     else:
-        groups = [p.unsqueeze(1) for p in torch.split(logits.detach(), list(lens), dim=-1)]
+        groups = [p.unsqueeze(1) for p in torch.split(logits, list(lens), dim=-1)]
     u = None if rngs is None else np.array([rng.random(len(lens)) for rng in rngs])
     acts, picked, j = [], [], 0
     for g in groups:
