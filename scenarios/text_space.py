@@ -132,6 +132,18 @@ class TextSpaces:
             vocab = max(vocab, int(model.config.vocab_size))
         return cls(int(vocab), int(max_prompt_tokens), int(max_new_tokens))
 
+    @classmethod
+    def of(cls, observation_space: Any, action_space: Any) -> TextSpaces | None:
+        """The text spaces a text agent's gym spaces are, else None: both ``MultiDiscrete``,
+        one-dimensional, every entry the same ``vocab_size + 1`` (≥ 2)."""
+        spaces = (observation_space, action_space)
+        if not all(isinstance(s, gym_spaces.MultiDiscrete) and s.nvec.ndim == 1 for s in spaces):
+            return None
+        values = set(observation_space.nvec.tolist()) | set(action_space.nvec.tolist())
+        if len(values) != 1 or (n := int(values.pop())) < 2:
+            return None
+        return cls(n - 1, int(observation_space.shape[0]), int(action_space.shape[0]))
+
     @property
     def pad_id(self) -> int:
         """The padding value: ``vocab_size``, never a real token id."""

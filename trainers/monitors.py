@@ -36,8 +36,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
+
+from scenarios.text_space import TextSpaces
 
 log = logging.getLogger(__name__)
 
@@ -271,40 +272,27 @@ def slope(values: Sequence[float]) -> float:
 
 def episode_length(episode: Any) -> int:
     """An episode's length for the length monitor: the completion tokens of text agents (ids
-    before the padding value ``nvec − 1`` of each action), one per decision of other agents.
-    A text agent is one whose observation and action spaces are both token ids
-    (:func:`text_pad`); a ``MultiDiscrete`` choice over a ``Box`` observation (delegate's
-    orchestrator) counts decisions."""
+    before the padding value of each action), one per decision of other agents. A text agent
+    is one whose observation and action spaces are both token ids
+    (:meth:`~scenarios.text_space.TextSpaces.of`); a ``MultiDiscrete`` choice over a ``Box``
+    observation (delegate's orchestrator) counts decisions."""
     total = 0
     for agent_episode in episode.agent_episodes.values():
         actions = agent_episode.get_actions()
         if len(actions) == 0:
             continue
-        pad = text_pad(agent_episode)
-        arr = np.asarray(actions) if pad is not None else None
+        text = TextSpaces.of(
+            getattr(agent_episode, "observation_space", None),
+            getattr(agent_episode, "action_space", None),
+        )
+        arr = np.asarray(actions) if text is not None else None
         if arr is None or arr.ndim != 2:
             total += len(actions)
             continue
-        width = arr.shape[1]
+        pad = text.pad_id
         for row in arr.tolist():  # a few short rows: Python beats numpy's per-call cost
-            total += row.index(pad) if pad in row else width
+            total += row.index(pad) if pad in row else len(row)
     return total
-
-
-def text_pad(agent_episode: Any) -> int | None:
-    """The padding id of a text agent's actions, else None. Text agents observe and act with
-    right-padded token ids (:class:`scenarios.text_space.TextSpaces`): both spaces are
-    ``MultiDiscrete`` with every entry ``vocab_size + 1``, the padding id being ``vocab_size``."""
-    found = []
-    for name in ("action_space", "observation_space"):
-        space = getattr(agent_episode, name, None)
-        if not isinstance(space, gym.spaces.MultiDiscrete) or space.nvec.ndim != 1:
-            return None
-        values = set(space.nvec.tolist())
-        if len(values) != 1:
-            return None
-        found.append(values.pop())
-    return found[0] - 1 if found[0] == found[1] else None
 
 
 def length_values(length: float, team_return: float) -> dict[str, float]:

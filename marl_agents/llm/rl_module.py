@@ -444,19 +444,10 @@ def spaces_from(observation_space: Any, action_space: Any) -> TextSpaces:
     Raises:
         TypeError: the spaces are not the ``MultiDiscrete`` text spaces.
     """
-    from gymnasium import spaces as gym_spaces
-
-    ok = (
-        isinstance(observation_space, gym_spaces.MultiDiscrete)
-        and isinstance(action_space, gym_spaces.MultiDiscrete)
-        and observation_space.nvec.ndim == 1
-        and action_space.nvec.ndim == 1
-        and len(set(observation_space.nvec.tolist()) | set(action_space.nvec.tolist())) == 1
-    )
-    if not ok:
+    spaces = TextSpaces.of(observation_space, action_space)
+    if spaces is None:
         raise TypeError(
             "CausalLMModule needs text spaces (MultiDiscrete([vocab_size + 1] * length) for both "
             f"observation and action, see TextSpaces); got {observation_space} and {action_space}"
         )
-    vocab = int(observation_space.nvec[0]) - 1
-    return TextSpaces(vocab, int(observation_space.shape[0]), int(action_space.shape[0]))
+    return spaces
