@@ -22,6 +22,8 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchMultiCategorical,
 )
 
+from trainers.lean_learner import StackedCategoricals
+
 
 def draws_per_row(dist: Any) -> int:
     """How many random numbers one row of ``dist`` consumes (0: sampled by torch)."""
@@ -76,23 +78,24 @@ def categorical_rows(
 
     The same numbers as ``Categoricals(logits, lens, multi)`` with :func:`inverse_cdf` on its
     ``probs`` (or ``argmax`` of its logits) and its ``logp``; parts of one size are
-    normalised in one op over a ``[B, parts, size]`` view (each row's reduction is the same).
+    normalised in one op over a ``[B, parts, size]`` view
+    (:class:`~trainers.lean_learner.StackedCategoricals`: each row's reduction is the same).
     """
     b = logits.shape[0]
     logits = logits.detach().cpu()  # numpy below (a no-op for the runners' CPU modules)
     if len(set(lens)) == 1:
-        groups = [logits.reshape(b, len(lens), lens[0])]
+        groups = [StackedCategoricals(logits, len(lens))]
     else:
-        groups = [p.unsqueeze(1) for p in torch.split(logits, list(lens), dim=-1)]
+        groups = [StackedCategoricals(p, 1) for p in torch.split(logits, list(lens), dim=-1)]
     u = None if rngs is None else np.array([rng.random(len(lens)) for rng in rngs])
     acts, picked, j = [], [], 0
-    for g in groups:
-        norm = g - g.logsumexp(-1, keepdim=True)  # [B, k, n]: log-probabilities
+    for cats in groups:
+        norm = cats.logits  # [B, k, n]: log-probabilities
         k, n = norm.shape[1], norm.shape[2]
         if u is None:
             act = norm.argmax(-1).numpy()
         else:
-            cdf = torch.softmax(norm, -1).numpy().astype(np.float64).cumsum(-1)
+            cdf = cats.probs.numpy().astype(np.float64).cumsum(-1)
             act = (cdf < u[:, j : j + k, None]).sum(-1)
             np.minimum(act, n - 1, out=act)
         acts.append(act)
