@@ -341,9 +341,7 @@ class Delegate(DeclaredSpaces, Scenario):
 
     def _decide(self, agent: str, observation: Any) -> np.ndarray:
         """``agent``'s decision on ``observation``, checked against its action space."""
-        spaces = self.agent_spaces.get(agent)  # (action_space() also names an unknown agent)
-        space = spaces[1] if spaces is not None else self.action_space(agent)
-        return checked_action(space, decide(agent, observation), agent)
+        return checked_action(self.action_space(agent), decide(agent, observation), agent)
 
     @staticmethod
     def draw(task_seed: int, round_: int, part: int, worker: int) -> float:
