@@ -159,6 +159,18 @@ def test_batched_equals_one_by_one(backend: HFBackend) -> None:
     ]
 
 
+def test_generation_uses_the_installed_transformers_cache_argument(backend: HFBackend) -> None:
+    """The KV cache goes back to the model under the name the installed transformers reads
+    (``cache`` from 5.24, ``past_key_values`` before): no deprecation warning on a user's
+    terminal, and nothing that breaks once the old name is removed."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        [g] = backend.generate(PROMPTS[:1], SamplingParams(temperature=0, max_new_tokens=4))
+    assert len(g.token_ids) >= 1
+
+
 def test_seeds_reproducible_and_distinct(backend: HFBackend) -> None:
     def run(seed: int | None) -> list[int]:
         return backend.generate(["x"], SamplingParams(max_new_tokens=16, seed=seed))[0].token_ids

@@ -119,7 +119,8 @@ class HFBackend:
         out = self.model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
         )
-        cache = out.past_key_values
+        cache_key = "cache" if "cache" in out else "past_key_values"  # transformers ≥ 5.24: cache
+        cache = out[cache_key]
         logits = out.logits[:, -1, :].float()
         next_pos = positions[:, -1:] + 1
         for _ in range(limit):
@@ -144,10 +145,10 @@ class HFBackend:
                 input_ids=chosen,
                 attention_mask=mask,
                 position_ids=next_pos,
-                past_key_values=cache,
                 use_cache=True,
+                **{cache_key: cache},
             )
-            cache = out.past_key_values
+            cache = out[cache_key]
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
 
