@@ -294,7 +294,7 @@ def _finished_by_env(r: Any) -> dict[int, list[Any]]:
     def recording(i: int, *args: Any) -> None:
         before = r._ongoing_episodes[i]
         on_step(i, *args)
-        if r._ongoing_episodes[i] is not before:
+        if before.is_done:  # the step ended it (a GRPO group's env may wait before resetting)
             seen.setdefault(i, []).append(before)
 
     r._on_step = recording

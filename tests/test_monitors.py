@@ -16,7 +16,9 @@ from trainers.monitors import (
     Monitors,
     MonitorsConfig,
     episode_length,
+    length_values,
     pearson_from_sums,
+    pearson_within,
     slope,
     strongest,
 )
@@ -91,16 +93,20 @@ def test_slope_is_least_squares() -> None:
     assert slope([1.0]) == 0.0
 
 
-def marl(n: int, lengths: list[float], returns: list[float], gold: list[float] | None = None):
-    """An RLlib result whose env-runner sums are those of these episodes."""
-    sums = {
-        "episodes": n,
-        "team_return": sum(returns),
-        "length": sum(lengths),
-        "length_sq": sum(v * v for v in lengths),
-        "length_return": sum(a * b for a, b in zip(lengths, returns, strict=True)),
-        "return_sq": sum(v * v for v in returns),
-    }
+def marl(
+    n: int,
+    lengths: list[float],
+    returns: list[float],
+    gold: list[float] | None = None,
+    success: list[bool] | None = None,
+):
+    """An RLlib result whose env-runner sums are those of these episodes (each a success
+    unless ``success`` says otherwise), summed as the episode callback sums them."""
+    sums: dict = {"episodes": n, "team_return": sum(returns)}
+    for i, (x, y) in enumerate(zip(lengths, returns, strict=True)):
+        ok = True if success is None else success[i]
+        for key, value in length_values(x, y, ok).items():
+            sums[key] = sums.get(key, 0.0) + value
     if gold is not None:
         sums.update(gold=sum(gold), gold_proxy=sum(returns), gold_episodes=len(gold))
     return {"env_runners": {"marl": sums}}
@@ -123,6 +129,35 @@ def test_length_monitor_alarms_once_per_streak() -> None:
     assert len(m.observe({"charts/iteration": 4}, long_pays)) == 1  # a new streak
     few = marl(4, [1, 2, 3, 4], [0, 0.3, 0.6, 0.9])  # under min_episodes: not judged
     assert monitors().observe({"charts/iteration": 1}, few) == []
+
+
+def test_pearson_within_centres_each_group_on_its_own_means() -> None:
+    # two groups whose means line up (long = high) but inside which length does not pay:
+    # x: (1, 2 | 5, 6), y: (0, 0.2 | 1, 0.8) → within deviations x ±0.5, y ∓0.1 / ±0.1
+    a = [2, 3, 0.2, 5, 0.04, 0.4]  # n, Σx, Σy, Σx², Σy², Σxy
+    b = [2, 11, 1.8, 61, 1.64, 9.8]
+    # within: vx = 0.5 + 0.5, vy = 0.02 + 0.02, cxy = 0.1 − 0.1 = 0
+    assert pearson_within([a, b]) == pytest.approx(0.0, abs=1e-9)
+    assert pearson_from_sums(4, 14, 2.0, 66, 1.68, 10.2) > 0.9  # pooled: a strong link
+    assert pearson_within([a]) == pytest.approx(1.0)  # inside group a, longer pays more
+    assert pearson_within([[2, 2, 0, 2, 0, 0]]) is None  # no variation
+
+
+def test_length_monitor_ignores_longer_successes_but_catches_length_pay() -> None:
+    """Issue #25: on the supervisor example a completed handoff is a longer episode *and* a
+    success (reward 1 vs 0): the pooled r was ~1, a false alarm. Within each outcome the
+    reward does not move with length: no r, no alarm. A bonus for length inside an outcome
+    still alarms."""
+    m = monitors()
+    lengths = [1, 1, 1, 1, 3, 3, 4, 3]
+    ok = [False] * 4 + [True] * 4
+    row: dict = {"charts/iteration": 1}
+    assert m.observe(row, marl(8, lengths, [float(s) for s in ok], success=ok)) == []
+    assert "monitor/length_r" not in row and row["monitor/length_mean"] == 2.125
+    paid = [0, 0, 0, 0, 1.0, 1.0, 1.3, 1.0]  # one more round, 0.3 more
+    row = {"charts/iteration": 2}
+    (alarm,) = m.observe(row, marl(8, lengths, paid, success=ok))
+    assert alarm.monitor == "length" and row["monitor/length_r"] == pytest.approx(1.0)
 
 
 def test_entropy_floor_and_rise() -> None:
@@ -241,7 +276,10 @@ def test_clean_run_trips_no_monitor(ray_session, tmp_path) -> None:
     assert result.alarms == []
     for row in result.history:
         assert row["monitor/gold_gap"] == pytest.approx(0.0)  # reward is the gold verifier
-        assert "monitor/length_r" in row and row["monitor/alarms"] == 0
+        # the clean reward is the outcome itself: within an outcome it does not vary, so
+        # there is no within-outcome length correlation to report
+        assert "monitor/length_mean" in row and "monitor/length_r" not in row
+        assert row["monitor/alarms"] == 0
 
 
 def test_a_length_biased_judge_trips_the_length_monitor(ray_session, tmp_path) -> None:

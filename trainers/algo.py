@@ -151,7 +151,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
     config.framework("torch")
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
-    config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(plan)))
+    config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(cfg, plan)))
     if batched_sampler(cfg):
         from trainers.batched_runner import BatchedEnvRunner
 
@@ -240,19 +240,27 @@ def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
 
     env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
     grpo = isinstance(cfg.algorithm, GRPOAlgo)
-    repeat = 1 if not grpo or grpo_side_by_side(plan) else cfg.algorithm.grpo.group_size
+    side_by_side = grpo and grpo_side_by_side(cfg, plan)
+    repeat = cfg.algorithm.grpo.group_size if grpo and not side_by_side else 1
     out = {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": grpo}
+    if side_by_side:
+        from trainers.batched_runner import GROUPS_KEY
+
+        out[GROUPS_KEY] = True
     return {**out, **curriculum.env_config(cfg)}
 
 
-def grpo_side_by_side(plan: Plan) -> bool:
+def grpo_side_by_side(cfg: ExperimentConfig, plan: Plan) -> bool:
     """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs, one batched
-    generation per step: teams with an LLM pool) or one after another in one env (``repeat =
-    G``: small-network teams), which keeps every group whole when episode lengths vary (side by
-    side, a sub-env that finishes early starts the next task before the others finish)."""
+    generation per step: teams with an LLM pool on the batched sampler, which holds a sub-env
+    whose episode ended until the whole group has ended: ``batched_runner.GROUPS_KEY``) or one
+    after another in one env (``repeat = G``: small-network teams, and any team on RLlib's
+    sampler, whose loop starts a sub-env's next task as soon as its episode ends). Either way
+    every group is whole when episode lengths vary."""
     from marl_agents.pools import LLMModel
 
-    return any(isinstance(p.model, LLMModel) for p in plan.pools.values())
+    llm = any(isinstance(p.model, LLMModel) for p in plan.pools.values())
+    return llm and batched_sampler(cfg)
 
 
 def learner_class(cfg: ExperimentConfig) -> type | None:

@@ -32,9 +32,12 @@ RUNNER_VERSION = "_marl_policy_version"
 TAG = "grpo_async_sample"
 
 
-def shares(n: int, remote: int) -> list[int]:
-    """``n`` episodes split over ``remote`` runners (the first ones take the remainder)."""
-    return [n // remote + (1 if i < n % remote else 0) for i in range(remote)]
+def shares(n: int, remote: int, group_size: int = 1) -> list[int]:
+    """``n`` episodes split over ``remote`` runners in whole GRPO groups of ``group_size``
+    (the first runners take the remainder), so no group is split between runners."""
+    groups = n // group_size
+    return [(groups // remote + (1 if i < groups % remote else 0)) * group_size
+            for i in range(remote)]  # fmt: skip
 
 
 def sample_on_runner(runner: Any, num_episodes: int, version: int) -> tuple[list[Any], Any]:
@@ -83,10 +86,11 @@ class SamplePipeline:
     pending: tuple[list[Any], list[Any]] | None = None
     dropped: int = 0
 
-    def launch(self, group: Any, n: int) -> int:
-        """Start sampling ``n`` episodes on the remote runners; returns the requests made."""
+    def launch(self, group: Any, n: int, group_size: int = 1) -> int:
+        """Start sampling ``n`` episodes (whole groups of ``group_size``) on the remote runners;
+        returns the requests made."""
         remote = group.num_remote_env_runners()
-        share, version = shares(n, remote), self.runner_version
+        share, version = shares(n, remote, group_size), self.runner_version
 
         def work(runner: Any) -> tuple[list[Any], Any]:
             k = share[(runner.worker_index - 1) % remote]

@@ -94,6 +94,14 @@ from trainers.runner_metrics import episode_totals
 STATE_ATTR = "_batched"
 #: env-config key: step each sub-env on its own thread (``episodes.env_threads``)
 THREADS_KEY = "env_threads"
+#: env-config key: the runner's sub-envs run **one GRPO group** side by side (GRPO on an LLM
+#: pool: ``G`` sub-envs of a :class:`~trainers.grpo_learner.GroupedEnv` sharing one task-seed
+#: stream). A sub-env whose episode ended waits until every sub-env's episode has ended, and
+#: then all start the next task together, so every ``sample()`` of a multiple of ``G``
+#: episodes returns whole groups, whatever the episode lengths (without it, a sub-env whose
+#: episode ends early starts the next task, and a group is split over two iterations by
+#: finishing time, i.e. by episode length, which often means by outcome)
+GROUPS_KEY = "whole_groups"
 #: LLM rows' sampling seeds are drawn uniformly below this (a vLLM / torch seed fits it)
 SEED_BOUND = 2**31 - 1
 #: module outputs that are not stored as extra model outputs
@@ -141,6 +149,9 @@ class SamplerState:
     rngs: list[np.random.Generator]
     #: env index → (actions, extra model outputs) of the step in flight
     acted: dict[int, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
+    #: sub-envs whose episode ended and that wait for the rest of their group
+    #: (:data:`GROUPS_KEY`), in the order they ended
+    waiting: list[int] = dataclasses.field(default_factory=list)
 
 
 def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.random.Generator]:
@@ -175,6 +186,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._stepper: Stepper | None = None  # built on the first sample() (_get_stepper)
         self._lens: dict[Any, Any] = {}  # dist class → categorical_lens, probed once
         self._lost = 0  # episodes lost to hung calls in the current sample()
+        self._whole_groups = bool(self.config.env_config.get(GROUPS_KEY))
         self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
             "on_episode_step" in type(c).__dict__ for c in self._callbacks
         )
@@ -214,6 +226,19 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
         stepper = self._get_stepper()
+        if self._whole_groups and num_episodes is None:
+            raise ValueError(
+                f"env runner {self.worker_index}: whole GRPO groups ({GROUPS_KEY}) are sampled "
+                "by episodes: call sample(num_episodes=...) with a multiple of "
+                f"num_envs_per_env_runner={self.num_envs}, not num_timesteps"
+            )
+        if self._whole_groups and num_episodes % self.num_envs:
+            raise ValueError(
+                f"env runner {self.worker_index}: sample(num_episodes={num_episodes}) with whole "
+                f"GRPO groups of {self.num_envs} ({GROUPS_KEY}): ask for a multiple of "
+                f"{self.num_envs} episodes (whole groups), or an episode would be cut from its "
+                "group"
+            )
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_all()
         if num_episodes is not None:
@@ -281,6 +306,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     def _reset_all(self) -> None:
         """Fresh episodes on every sub-env (seeded on the runner's first reset only)."""
         self._ongoing_episodes = [None] * self.num_envs
+        self.sampler_state.waiting.clear()
         self._shared_data = {}
         self._cached_to_module = None
         self._ongoing_episodes_for_metrics.clear()
@@ -355,7 +381,15 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._make_on_episode_callback("on_episode_end", i, self._ongoing_episodes)
         self._prune_zero_len_sa_episodes(episode)
         done.append(episode.to_numpy() if self.episodes_to_numpy else episode)
-        self._reset_env(i, None)
+        if not self._whole_groups:
+            self._reset_env(i, None)
+            return
+        waiting = self.sampler_state.waiting
+        waiting.append(i)
+        if len(waiting) == self.num_envs:  # the group is whole: all start the next task
+            for j in waiting:
+                self._reset_env(j, None)
+            waiting.clear()
 
     def get_metrics(self) -> Any:
         """RLlib's ``get_metrics``, each agent's return summed once per episode
@@ -419,6 +453,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._lost += 1
         self.sampler_state.acted.pop(i, None)
         new = self._make_sub_env(i)
+        old = self.env.envs[i].unwrapped
+        if hasattr(old, "schedule_state"):  # a GroupedEnv: the new env re-runs the same task
+            new.unwrapped.set_schedule_state(old.schedule_state())
         self.env.envs[i] = new
         self._stepper.replace(i, new)
         self._reset_env(i, None)

@@ -91,7 +91,7 @@ import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subag
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
 from scenarios.rllib_env import RLlibGraphEnv
-from trainers.async_sampling import SamplePipeline
+from trainers.async_sampling import SamplePipeline, shares
 from trainers.config import GRPOConfig
 from trainers.curriculum import SCHEDULE, passed
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, kl_k3, sampler_kl
@@ -687,7 +687,7 @@ class GRPO(PPO):
             return
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, runner_metrics = sample_episodes(
-                self.env_runner_group, self.config.episodes_per_iteration
+                self.env_runner_group, self.config.episodes_per_iteration, self.config.group_size
             )
             if not episodes:
                 return
@@ -700,12 +700,13 @@ class GRPO(PPO):
         """Learn from the batch sampled during the last iteration while the runners sample
         the next one (:mod:`trainers.async_sampling`)."""
         group, n = self.env_runner_group, self.config.episodes_per_iteration
+        g = self.config.group_size
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             if pipe.pending is None:  # first iteration (or a lost sample): sample now
-                pipe.wait(group, pipe.launch(group, n))
+                pipe.wait(group, pipe.launch(group, n, g))
             episodes, runner_metrics = pipe.take() or ([], [])
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        requests = pipe.launch(group, n)  # overlaps the update below
+        requests = pipe.launch(group, n, g)  # overlaps the update below
         episodes, stats = pipe.filter(episodes)
         learner_results = self._update(episodes) if episodes else None
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
@@ -774,8 +775,9 @@ def episode_modules(episodes: list[Any]) -> set[str]:
     }
 
 
-def sample_episodes(group: Any, n: int) -> tuple[list[Any], list[Any]]:
-    """Sample ``n`` finished episodes: from the local runner, or split over remote runners.
+def sample_episodes(group: Any, n: int, group_size: int = 1) -> tuple[list[Any], list[Any]]:
+    """Sample ``n`` finished episodes: from the local runner, or split over remote runners in
+    whole groups of ``group_size`` (:func:`trainers.async_sampling.shares`).
 
     Returns:
         ``(episodes, per-runner metrics)``.
@@ -785,7 +787,7 @@ def sample_episodes(group: Any, n: int) -> tuple[list[Any], list[Any]]:
         runner = group.local_env_runner
         episodes = runner.sample(num_episodes=n, explore=True)
         return list(episodes), [runner.get_metrics()]
-    share = [n // remote + (1 if i < n % remote else 0) for i in range(remote)]
+    share = shares(n, remote, group_size)
 
     def work(runner: Any) -> tuple[list[Any], Any]:
         k = share[(runner.worker_index - 1) % remote]

@@ -13,8 +13,14 @@ decides what :func:`trainers.train` does: ``warn`` (log it), ``checkpoint`` (als
 Monitors (config section ``monitors:``, :class:`MonitorsConfig`):
 
 * ``length`` — Pearson r between episode length (completion tokens of text agents, else
-  decisions) and team return over the iteration's episodes, from sums the episode callback
-  logs (:func:`episode_length`, :func:`pearson_from_sums`); alarm at r > ``max_r`` (0.5).
+  decisions) and team return **among episodes of the same outcome** (succeeded / failed: the
+  pooled within-outcome correlation), over the iteration's episodes, from sums the episode
+  callback logs per outcome (:func:`episode_length`, :func:`length_values`,
+  :func:`pearson_within`); alarm at r > ``max_r`` (0.5). Within an outcome a longer episode
+  that is paid more is paid for its length (a judge that likes long answers, a per-round
+  bonus); across outcomes a longer episode is often simply a solved one (a completed handoff,
+  a tool call that was needed), which the pooled correlation over all episodes mistook for
+  an exploit.
 * ``entropy`` — per learning pool, ``losses/<pool>/entropy`` below ``floor``, or a rise by
   more than ``rise`` (relative) over the previous iteration.
 * ``kl`` — GRPO pools log ``losses/<pool>/grpo/kl_to_start`` (KL from a frozen copy of the
@@ -45,8 +51,11 @@ log = logging.getLogger(__name__)
 Action = Literal["off", "warn", "checkpoint", "stop"]
 ACTIONS: tuple[str, ...] = ("off", "warn", "checkpoint", "stop")
 
-#: env-runner sums (under ``marl/``) the episode callback logs for the length monitor
-LENGTH_SUMS = ("length", "length_sq", "length_return", "return_sq")
+#: the outcomes the length monitor compares episodes within
+OUTCOMES = ("succeeded", "failed")
+#: per-outcome moments the episode callback sums (under ``marl/``) for the length monitor:
+#: ``len_<outcome>_<moment>`` (``n``, Σx, Σy, Σx², Σy², Σxy with x = length, y = team return)
+MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
 #: env-runner sum of the gold scores (under ``marl/``) and the env-config key of the scorer
 GOLD_SUM, GOLD_KEY = "gold", "monitor_gold"
 #: ``learner_config_dict`` key: whether GRPO learners log ``grpo/kl_to_start``
@@ -250,14 +259,27 @@ def pearson_from_sums(
 ) -> float | None:
     """Pearson r from the sums of x, y, x², y², xy over ``n`` samples; None when either
     variable is constant (or n < 2)."""
-    if n < 2:
+    return pearson_within([(n, sx, sy, sxx, syy, sxy)])
+
+
+def pearson_within(groups: Sequence[Sequence[float]]) -> float | None:
+    """The pooled within-group Pearson r: each group's ``(n, Σx, Σy, Σx², Σy², Σxy)``
+    centred on its own means, the (co)variances summed over groups. None when x or y does not
+    vary within any group (or fewer than two samples in all)."""
+    vx = vy = cxy = sxx_all = syy_all = 0.0
+    total = 0.0
+    for n, sx, sy, sxx, syy, sxy in groups:
+        if n <= 0:
+            continue
+        total += n
+        vx += sxx - sx * sx / n
+        vy += syy - sy * sy / n
+        cxy += sxy - sx * sy / n
+        sxx_all += sxx
+        syy_all += syy
+    if total < 2 or vx <= 1e-12 * max(1.0, sxx_all) or vy <= 1e-12 * max(1.0, syy_all):
         return None
-    vx = sxx - sx * sx / n
-    vy = syy - sy * sy / n
-    if vx <= 1e-12 * max(1.0, sxx) or vy <= 1e-12 * max(1.0, syy):
-        return None
-    r = (sxy - sx * sy / n) / math.sqrt(vx * vy)
-    return max(-1.0, min(1.0, r))
+    return max(-1.0, min(1.0, cxy / math.sqrt(vx * vy)))
 
 
 def slope(values: Sequence[float]) -> float:
@@ -295,15 +317,13 @@ def episode_length(episode: Any) -> int:
     return total
 
 
-def length_values(length: float, team_return: float) -> dict[str, float]:
-    """The per-episode terms of :data:`LENGTH_SUMS` (summed per iteration by the callback)."""
-    return dict(
-        zip(
-            LENGTH_SUMS,
-            (length, length * length, length * team_return, team_return * team_return),
-            strict=True,
-        )
-    )
+def length_values(length: float, team_return: float, success: bool) -> dict[str, float]:
+    """One episode's ``len_<outcome>_<moment>`` terms (:data:`MOMENTS` of its outcome; summed
+    per iteration by the callback) and ``length`` (for the mean)."""
+    x, y = float(length), float(team_return)
+    outcome = OUTCOMES[0] if success else OUTCOMES[1]
+    terms = (1.0, x, y, x * x, y * y, x * y)
+    return {"length": x, **{f"len_{outcome}_{m}": v for m, v in zip(MOMENTS, terms, strict=True)}}
 
 
 def gold_scorer(ref: str) -> Any:
@@ -400,11 +420,10 @@ class Monitors:
         if n <= 0:
             return
         row["monitor/episodes"] = n
-        if all(k in marl for k in LENGTH_SUMS):
-            sx, sxx, sxy, syy = (float(marl[k]) for k in LENGTH_SUMS)
-            sy = float(marl.get("team_return", 0.0))
-            row["monitor/length_mean"] = sx / n
-            r = pearson_from_sums(n, sx, sy, sxx, syy, sxy)
+        if "length" in marl:
+            row["monitor/length_mean"] = float(marl["length"]) / n
+            groups = [[float(marl.get(f"len_{o}_{m}", 0.0)) for m in MOMENTS] for o in OUTCOMES]
+            r = pearson_within(groups)
             if r is not None:
                 row["monitor/length_r"] = r
         scored = float(marl.get(f"{GOLD_SUM}_episodes", 0) or 0)
