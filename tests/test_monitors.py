@@ -13,6 +13,7 @@ from configs import tiny_config
 
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.monitors import (
+    MOMENTS,
     Monitors,
     MonitorsConfig,
     episode_length,
@@ -154,8 +155,13 @@ def test_length_monitor_ignores_longer_successes_but_catches_length_pay() -> Non
     row: dict = {"charts/iteration": 1}
     assert m.observe(row, marl(8, lengths, [float(s) for s in ok], success=ok)) == []
     assert "monitor/length_r" not in row and row["monitor/length_mean"] == 2.125
-    paid = [0, 0, 0, 0, 1.0, 1.0, 1.3, 1.0]  # one more round, 0.3 more
+    # an iteration without successes: RLlib reports the succeeded sums logged before as NaN
+    nan = marl(4, [1, 1, 2, 3], [0.0] * 4, success=[False] * 4)
+    nan["env_runners"]["marl"].update({f"len_succeeded_{k}": math.nan for k in MOMENTS})
     row = {"charts/iteration": 2}
+    assert m.observe(row, nan) == [] and "monitor/length_r" not in row
+    paid = [0, 0, 0, 0, 1.0, 1.0, 1.3, 1.0]  # one more round, 0.3 more
+    row = {"charts/iteration": 3}
     (alarm,) = m.observe(row, marl(8, lengths, paid, success=ok))
     assert alarm.monitor == "length" and row["monitor/length_r"] == pytest.approx(1.0)
 

@@ -279,7 +279,17 @@ def pearson_within(groups: Sequence[Sequence[float]]) -> float | None:
         syy_all += syy
     if total < 2 or vx <= 1e-12 * max(1.0, sxx_all) or vy <= 1e-12 * max(1.0, syy_all):
         return None
-    return max(-1.0, min(1.0, cxy / math.sqrt(vx * vy)))
+    r = cxy / math.sqrt(vx * vy)
+    return max(-1.0, min(1.0, r)) if math.isfinite(r) else None
+
+
+def _finite(value: Any) -> float:
+    """``value`` as a float, 0 for a missing or non-finite one."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) else 0.0
 
 
 def slope(values: Sequence[float]) -> float:
@@ -422,7 +432,9 @@ class Monitors:
         row["monitor/episodes"] = n
         if "length" in marl:
             row["monitor/length_mean"] = float(marl["length"]) / n
-            groups = [[float(marl.get(f"len_{o}_{m}", 0.0)) for m in MOMENTS] for o in OUTCOMES]
+            # an outcome no episode had this iteration is missing, or NaN once it was logged
+            # before (RLlib reduces an empty window to NaN): it contributes nothing
+            groups = [[_finite(marl.get(f"len_{o}_{m}")) for m in MOMENTS] for o in OUTCOMES]
             r = pearson_within(groups)
             if r is not None:
                 row["monitor/length_r"] = r
