@@ -16,8 +16,15 @@ to end (env steps per second of iteration wall time, learner included), with bat
 ratios. Each pair of runs (same scenario and seed, one per sampler) trains back to back, so
 both arms see the same load on the machine.
 
+**LLM pools** (issue #25, GRPO): ``supervisor`` (``examples/supervisor_app.yaml``, success
+rate), ``finetune`` (``examples/finetune_tiny.yaml``: text-delegate, mean reward) and
+``lora`` (two LoRA pools on one tiny base, ``tests/apps/lora_pair.py``), each as its example
+or test writes it; since issue #25 both samplers hand the learner whole groups (the batched
+one side by side, RLlib's one rollout after another).
+
 Run: ``python -m experiments.sampler_curves`` (``--full`` for a larger budget, ``--smoke``;
-``--scenarios delegate relay`` runs only those).
+``--scenarios delegate relay`` runs only those; the LLM workloads run when named:
+``--scenarios supervisor finetune lora``).
 """
 
 from __future__ import annotations
@@ -39,14 +46,45 @@ PUBLISHED = (
     "delegate, relay and spread lie within the seed spread of RLlib's sampler (issue #17)."
 )
 #: scenario → its default topology (named in the config, so the record says it)
-SCENARIOS: dict[str, str] = {"delegate": "star:3", "relay": "star:3", "spread": "mesh:3"}
+SMALL: dict[str, str] = {"delegate": "star:3", "relay": "star:3", "spread": "mesh:3"}
+#: LLM pools (GRPO, issue #25): the README's chat-app example, the fine-tuning example
+#: (text-delegate) and the LoRA pair; each as its example or test writes it (team credit for
+#: the supervisor: its Shapley credit gives the identical curve, the frozen workers' is 0)
+LLM: tuple[str, ...] = ("supervisor", "finetune", "lora")
+#: workload → what the report calls it
+SCENARIOS: dict[str, str] = {
+    **SMALL,
+    "supervisor": "examples/supervisor_app.yaml",
+    "finetune": "examples/finetune_tiny.yaml",
+    "lora": "tests.apps.lora_pair, 2 LoRA pools",
+}
 SAMPLERS: tuple[str, ...] = ("rllib", "batched")
 LABELS = {"rllib": "RLlib sampler", "batched": "batched sampler"}
 BUDGETS: dict[str, dict[str, Any]] = {
-    "smoke": {"iterations": {"delegate": 2, "relay": 2, "spread": 2}},
-    "default": {"iterations": {"delegate": 20, "relay": 20, "spread": 20}},
-    "full": {"iterations": {"delegate": 60, "relay": 60, "spread": 100}},
+    "smoke": {"iterations": {**dict.fromkeys(SCENARIOS, 2)}},
+    "default": {
+        "iterations": {
+            "delegate": 20,
+            "relay": 20,
+            "spread": 20,
+            "supervisor": 100,
+            "finetune": 70,
+            "lora": 15,
+        }
+    },
+    "full": {
+        "iterations": {
+            "delegate": 60,
+            "relay": 60,
+            "spread": 100,
+            "supervisor": 150,
+            "finetune": 100,
+            "lora": 30,
+        }
+    },
 }
+#: the metric each workload is compared on (``team_return`` where not named)
+KEYS: dict[str, str] = {"supervisor": "success"}
 #: fractions of the budget at which the arms are compared
 CHECKPOINTS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 KEY = "team_return"
@@ -57,14 +95,47 @@ CHANCE_OUTSIDE = 0.37
 SAMPLE_TIMERS = ("timers/env_s", "timers/forward_s", "timers/sample_overhead_s")
 
 
+def llm_config(workload: str) -> dict[str, Any]:
+    """An LLM workload's experiment, as its example or test writes it."""
+    from pathlib import Path
+
+    from trainers.config import ExperimentConfig
+    from trainers.finetune import FinetuneJob
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    if workload == "supervisor":
+        data = ExperimentConfig.from_yaml(examples / "supervisor_app.yaml").to_dict()
+        data["credit"] = {"method": "team"}
+    elif workload == "finetune":
+        data = FinetuneJob.from_yaml(examples / "finetune_tiny.yaml").to_experiment().to_dict()
+    else:  # lora: tests/test_lora.py's specialisation test, through train()
+        lora = {"r": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+        model = {"type": "llm", "path": "tiny", "lora": lora}
+        data = {
+            "scenario": "tests.apps.lora_pair:pair",
+            "sharing": "explicit",
+            "pools": {n: {"agents": [n], "model": model} for n in ("alice", "bob")},
+            "algorithm": {
+                "name": "GRPO",
+                "lr": 0.02,
+                "num_epochs": 1,
+                "grpo": {"group_size": 8, "groups_per_iteration": 2},
+            },
+        }
+    for key in ("logging", "output", "seed", "budget"):
+        data.pop(key, None)
+    return data
+
+
 def condition(scenario: str, sampler: str, iterations: int) -> Condition:
-    """One arm: ``scenario`` on its default topology, ``sampler``, ``iterations`` iterations."""
-    config = {
-        "scenario": scenario,
-        "topology": SCENARIOS[scenario],
-        "budget": {"iterations": iterations},
-        "episodes": {"sampler": sampler},
-    }
+    """One arm: ``scenario`` (on its default topology, or an LLM workload as its example
+    writes it), ``sampler``, ``iterations`` iterations."""
+    if scenario in LLM:
+        config = llm_config(scenario)
+    else:
+        config = {"scenario": scenario, "topology": SCENARIOS[scenario]}
+    episodes = {**config.get("episodes", {}), "sampler": sampler}
+    config = {**config, "budget": {"iterations": iterations}, "episodes": episodes}
     label = f"{scenario}, {LABELS[sampler]}"
     return Condition(
         f"{scenario}-{sampler}", label, config, {"scenario": scenario, "sampler": sampler}
@@ -85,19 +156,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run the claim (see the module docstring); returns the records."""
     p = harness.parser(CLAIM, "Batched sampler vs RLlib's sampler: learning curves.")
     p.add_argument(
-        "--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS),
+        "--scenarios",
+        nargs="+",
+        choices=list(SCENARIOS),
+        default=list(SMALL),
         help="scenarios to run",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     ctx = harness.context(CLAIM, args, argv)
     return harness.run_claim(ctx, conditions(ctx.budget, args.scenarios), args.seeds)
 
 
 # ----- numbers ------------------------------------------------------------------------------
-def at(record: Mapping[str, Any], fraction: float, key: str = KEY) -> tuple[float, float]:
+def key_of(record: Mapping[str, Any]) -> str:
+    """The metric a record's workload is compared on (:data:`KEYS`)."""
+    return KEYS.get(record["params"]["scenario"], KEY)
+
+
+def at(record: Mapping[str, Any], fraction: float, key: str | None = None) -> tuple[float, float]:
     """``(env steps, value)`` at ``fraction`` of a run: the value is the mean of ``key`` over
     the :data:`~experiments.analysis.LAST` iterations ending at iteration ⌈fraction·n⌉."""
-    steps, values = an.series(record, key)
+    steps, values = an.series(record, key or key_of(record))
     if not len(values):
         return math.nan, math.nan
     end = max(1, math.ceil(fraction * len(values) - 1e-9))
@@ -183,10 +262,23 @@ def _verdict(mean: float, others: Sequence[float]) -> str:
 
 
 # ----- report -------------------------------------------------------------------------------
-HEADERS = ["scenario", "sampler", "seeds", "env steps", "final return", "sampling steps/s",
-           "end-to-end steps/s"]  # fmt: skip
-CHECK_HEADERS = ["checkpoint", "env steps", "RLlib: mean (min–max)", "batched: mean (min–max)",
-                 "batched mean in RLlib range", "RLlib mean in batched range"]  # fmt: skip
+HEADERS = [
+    "scenario",
+    "sampler",
+    "seeds",
+    "env steps",
+    "final return",
+    "sampling steps/s",
+    "end-to-end steps/s",
+]
+CHECK_HEADERS = [
+    "checkpoint",
+    "env steps",
+    "RLlib: mean (min–max)",
+    "batched: mean (min–max)",
+    "batched mean in RLlib range",
+    "RLlib mean in batched range",
+]
 
 
 def report(records: Sequence[Mapping[str, Any]], fig: an.Figures) -> str:
@@ -231,7 +323,7 @@ def _summary_rows(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[lis
                     LABELS[m],
                     len(rs),
                     an.fmt([r["env_steps"] for r in rs], digits=0),
-                    an.fmt([an.final(r, KEY) for r in rs]),
+                    an.fmt([an.final(r, key_of(r)) for r in rs]),
                     an.fmt([sampling_rate(r) for r in rs], digits=0),
                     an.fmt([wall_rate(r) for r in rs], digits=0),
                 ]
@@ -244,12 +336,16 @@ def _summary_rows(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[lis
                     "",
                     "",
                     "",
-                    ratio([sampling_rate(r) for r in arms["batched"]],
-                          [sampling_rate(r) for r in arms["rllib"]]),
-                    ratio([wall_rate(r) for r in arms["batched"]],
-                          [wall_rate(r) for r in arms["rllib"]]),
+                    ratio(
+                        [sampling_rate(r) for r in arms["batched"]],
+                        [sampling_rate(r) for r in arms["rllib"]],
+                    ),
+                    ratio(
+                        [wall_rate(r) for r in arms["batched"]],
+                        [wall_rate(r) for r in arms["rllib"]],
+                    ),
                 ]
-            )  # fmt: skip
+            )
     return rows
 
 
@@ -267,15 +363,17 @@ def _scenario_part(
     groups = {f"{scenario}-rllib": rllib, f"{scenario}-batched": batched}
     labels = {f"{scenario}-{m}": LABELS[m] for m in SAMPLERS}
     f, ax = an.pyplot().subplots(figsize=(7, 4))
+    key = KEYS.get(scenario, KEY)
     an.curves(
-        ax, groups, KEY, labels, colors={f"{scenario}-rllib": "C0", f"{scenario}-batched": "C3"}
+        ax, groups, key, labels, colors={f"{scenario}-rllib": "C0", f"{scenario}-batched": "C3"}
     )
-    ax.set_ylabel("team return (training)")
+    ax.set_ylabel(f"{key.replace('_', ' ')} (training)")
     ax.set_title(f"{scenario} ({SCENARIOS[scenario]})", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
-    caption = f"{scenario}: team return vs env steps, RLlib sampler vs batched sampler"
+    caption = f"{scenario}: {key.replace('_', ' ')} vs env steps, RLlib vs batched sampler"
     return [
-        f"**{scenario}** (`{SCENARIOS[scenario]}`): team return at each checkpoint (mean of a "
+        f"**{scenario}** (`{SCENARIOS[scenario]}`): {key.replace('_', ' ')} at each checkpoint "
+        "(mean of a "
         f"{an.LAST}-iteration window); a seed mean outside the other arm's min–max is marked. "
         f"{misses} of {2 * len(CHECKPOINTS)} comparisons outside.",
         "",
