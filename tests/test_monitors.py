@@ -11,6 +11,7 @@ import re
 import pytest
 from configs import tiny_config
 
+from scenarios import Outcome
 from trainers.config import ConfigError, ExperimentConfig
 from trainers.monitors import (
     MOMENTS,
@@ -106,7 +107,7 @@ def marl(
     sums: dict = {"episodes": n, "team_return": sum(returns)}
     for i, (x, y) in enumerate(zip(lengths, returns, strict=True)):
         ok = True if success is None else success[i]
-        for key, value in length_values(x, y, ok).items():
+        for key, value in length_values(x, Outcome(reward=y, success=ok)).items():
             sums[key] = sums.get(key, 0.0) + value
     if gold is not None:
         sums.update(gold=sum(gold), gold_proxy=sum(returns), gold_episodes=len(gold))
@@ -164,6 +165,22 @@ def test_length_monitor_ignores_longer_successes_but_catches_length_pay() -> Non
     row = {"charts/iteration": 3}
     (alarm,) = m.observe(row, marl(8, lengths, paid, success=ok))
     assert alarm.monitor == "length" and row["monitor/length_r"] == pytest.approx(1.0)
+
+
+def test_length_monitor_keeps_malformed_replies_apart() -> None:
+    """finetune_tiny: a well-formed reply is longer than a cut-off one and not penalised
+    (reward 0 against −0.1), an honest link; within each class length does not pay."""
+    m = monitors()
+    sums: dict = {"episodes": 8, "team_return": 0.0}
+    episodes = [(2, -0.1, 1), (2, -0.1, 1), (1, -0.1, 1), (2, -0.1, 1)]  # length, reward, errors
+    episodes += [(4, 0.0, 0), (4, 0.0, 0), (4, 0.5, 0), (4, 0.5, 0)]
+    for x, y, errors in episodes:
+        outcome = Outcome(reward=y, success=y > 0, metrics={"format_errors": errors})
+        for key, value in length_values(x, outcome).items():
+            sums[key] = sums.get(key, 0.0) + value
+    row: dict = {"charts/iteration": 1}
+    assert m.observe(row, {"env_runners": {"marl": sums}}) == []
+    assert "monitor/length_r" not in row  # no class where length and reward both vary
 
 
 def test_entropy_floor_and_rise() -> None:

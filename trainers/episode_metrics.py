@@ -203,7 +203,7 @@ def monitor_values(
     still on its env (a failed episode scores its own reward: no gap)."""
     from trainers.monitors import GOLD_KEY, GOLD_SUM, episode_length, gold_scorer, length_values
 
-    out = length_values(float(episode_length(episode)), float(outcome.reward), outcome.success)
+    out = length_values(float(episode_length(episode)), outcome)
     ref = (env_config or {}).get(GOLD_KEY)
     if not ref:
         return out

@@ -95,7 +95,7 @@ from trainers.async_sampling import SamplePipeline, shares
 from trainers.config import GRPOConfig
 from trainers.curriculum import SCHEDULE, passed
 from trainers.grpo import LengthDual, compute_advantages, grpo_loss, kl_k3, sampler_kl
-from trainers.monitors import KL_TO_START
+from trainers.monitors import KL_TO_START, well_formed
 from trainers.reward_config import per_source_from_episodes
 from trainers.turn_credit import ANCHOR_INFO, episode_anchors, turn_advantages
 
@@ -219,13 +219,7 @@ def episode_format_ok(sa_episode: Any) -> bool | None:
     """``False`` when the episode's outcome reports a format error (``None``: not reported)."""
     infos = sa_episode.get_infos()
     last = infos[-1] if len(infos) else None
-    outcome = last.get("outcome") if isinstance(last, Mapping) else None
-    metrics = getattr(outcome, "metrics", None) or {}
-    if "format_errors" in metrics:
-        return float(metrics["format_errors"]) == 0
-    if "format_ok" in metrics:
-        return bool(metrics["format_ok"])
-    return None
+    return well_formed(last.get("outcome") if isinstance(last, Mapping) else None)
 
 
 class GRPOAdvantages(ConnectorV2):

@@ -13,8 +13,9 @@ decides what :func:`trainers.train` does: ``warn`` (log it), ``checkpoint`` (als
 Monitors (config section ``monitors:``, :class:`MonitorsConfig`):
 
 * ``length`` — Pearson r between episode length (completion tokens of text agents, else
-  decisions) and team return **among episodes of the same outcome** (succeeded / failed: the
-  pooled within-outcome correlation), over the iteration's episodes, from sums the episode
+  decisions) and team return **among episodes of the same outcome** (succeeded / failed, and
+  malformed replies apart where the scenario reports formats: the pooled within-outcome
+  correlation), over the iteration's episodes, from sums the episode
   callback logs per outcome (:func:`episode_length`, :func:`length_values`,
   :func:`pearson_within`); alarm at r > ``max_r`` (0.5). Within an outcome a longer episode
   that is paid more is paid for its length (a judge that likes long answers, a per-round
@@ -51,8 +52,9 @@ log = logging.getLogger(__name__)
 Action = Literal["off", "warn", "checkpoint", "stop"]
 ACTIONS: tuple[str, ...] = ("off", "warn", "checkpoint", "stop")
 
-#: the outcomes the length monitor compares episodes within
-OUTCOMES = ("succeeded", "failed")
+#: the outcomes the length monitor compares episodes within: success, and whether the
+#: replies were well formed where the scenario reports it (:func:`well_formed`)
+OUTCOMES = ("succeeded", "failed", "succeeded_malformed", "failed_malformed")
 #: per-outcome moments the episode callback sums (under ``marl/``) for the length monitor:
 #: ``len_<outcome>_<moment>`` (``n``, Σx, Σy, Σx², Σy², Σxy with x = length, y = team return)
 MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
@@ -327,11 +329,27 @@ def episode_length(episode: Any) -> int:
     return total
 
 
-def length_values(length: float, team_return: float, success: bool) -> dict[str, float]:
-    """One episode's ``len_<outcome>_<moment>`` terms (:data:`MOMENTS` of its outcome; summed
-    per iteration by the callback) and ``length`` (for the mean)."""
-    x, y = float(length), float(team_return)
-    outcome = OUTCOMES[0] if success else OUTCOMES[1]
+def well_formed(outcome: Any) -> bool | None:
+    """``False`` when an episode's outcome reports a format error (its ``metrics`` carry
+    ``format_errors`` > 0 or ``format_ok`` false), ``True`` when it reports none, ``None``
+    when the scenario does not report formats."""
+    metrics = getattr(outcome, "metrics", None) or {}
+    if "format_errors" in metrics:
+        return float(metrics["format_errors"]) == 0
+    if "format_ok" in metrics:
+        return bool(metrics["format_ok"])
+    return None
+
+
+def length_values(length: float, outcome: Any) -> dict[str, float]:
+    """One episode's ``len_<outcome>_<moment>`` terms (:data:`MOMENTS` of its outcome class:
+    success, and a format error where reported; summed per iteration by the callback) and
+    ``length`` (for the mean). A malformed reply is often shorter and always paid less than a
+    well-formed one: an honest link between length and reward, kept apart like success."""
+    x, y = float(length), float(outcome.reward)
+    outcome = (OUTCOMES[0] if outcome.success else OUTCOMES[1]) + (
+        "_malformed" if well_formed(outcome) is False else ""
+    )
     terms = (1.0, x, y, x * x, y * y, x * y)
     return {"length": x, **{f"len_{outcome}_{m}": v for m, v in zip(MOMENTS, terms, strict=True)}}
 
