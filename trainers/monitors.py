@@ -26,12 +26,12 @@ Monitors (config section ``monitors:``, :class:`MonitorsConfig`):
   than ``max_slope`` per iteration.
 * ``tool_calls`` — the scenario's ``charts/<metric>`` (default ``calls`` per episode) falling
   to ≤ ``floor`` after it was ≥ ``from_at_least``.
-* ``critic`` — per learning pool whose learner logs it (PPO's), ``losses/<pool>/
-  vf_explained_var`` below ``floor`` in ``iterations`` consecutive iterations counted after the
-  first ``after`` (a stalled critic: its advantages are returns minus noise), or the share of the
-  value loss that clipping removes, ``monitor/<pool>/vf_clipped`` = 1 − ``vf_loss`` /
+* ``critic`` — per learning pool whose learner logs them (PPO's): the share of the value loss
+  that clipping removes, ``monitor/<pool>/vf_clipped`` = 1 − ``vf_loss`` /
   ``vf_loss_unclipped``, above ``max_clipped`` (the clamp of ``vf_clip_param`` on squared errors
-  takes the critic's gradient away; issue #27).
+  takes the critic's gradient away; issue #27); and, when ``floor`` is set (off by default, see
+  :class:`CriticMonitor`), ``losses/<pool>/vf_explained_var`` below ``floor`` in ``iterations``
+  consecutive iterations counted after the first ``after``.
 """
 
 from __future__ import annotations
@@ -221,33 +221,46 @@ class ToolCallMonitor:
 
 @dataclasses.dataclass
 class CriticMonitor:
-    """A critic that does not learn: low explained variance, or a clipped value loss.
+    """A critic that does not learn: a clipped value loss, or (opt-in) a low explained variance.
+
+    The clipped-loss rule is on by default: RLlib's PPO loss clamps squared value errors at
+    ``vf_clip_param``, and when most of the loss is clamped the critic gets (almost) no
+    gradient (issue #27: the old ``vf_clip_param: 10`` on ``spread`` removes ≈ 80% from the
+    first iteration; the default clamps nothing). The explained-variance rule is off by default
+    (``floor: null``): a low ``vf_explained_var`` is as often a return the pool's observations
+    cannot predict as a broken critic. Measured with the defaults (value normalisation, no
+    clamp), while the teams learn: ``delegate``'s one-decision workers sit at 0.00–0.08 and
+    ``relay``'s pools at ≈ 0 (chance-level successes, then constant ones), so ``floor: 0.05,
+    iterations: 5`` fired on every such run (9 delegate runs, 2 relay runs). ``floor: 0.02,
+    iterations: 10`` flags the old clamped config on ``spread`` (2 of 3 seeds, at iterations 23
+    and 26; the third seed's critic got out of the clamp) and none of the default's ``spread``
+    or ``delegate`` runs, but still ``relay``'s: set it where the returns are predictable.
 
     Attributes:
         action: ``off | warn | checkpoint | stop``.
-        floor: alarm when a pool's ``vf_explained_var`` stays below this…
+        max_clipped: alarm when more than this share of the value loss is clipped away
+            (``1 − vf_loss / vf_loss_unclipped``); null: never.
+        floor: alarm when a pool's ``vf_explained_var`` stays below this… (null: never)
         iterations: …for this many consecutive iterations (≥ 1)…
         after: …not counting the first ``after`` iterations (a fresh critic explains nothing
-            yet; with the defaults the earliest alarm is at iteration 10).
-        max_clipped: alarm when more than this share of the value loss is clipped away
-            (``1 − vf_loss / vf_loss_unclipped``; 0 when nothing is clipped, the default PPO
-            setting); null: never.
+            yet).
     """
 
     action: Action = "warn"
-    floor: float = 0.05
-    iterations: int = 5
-    after: int = 5
     max_clipped: float | None = 0.5
+    floor: float | None = None
+    iterations: int = 10
+    after: int = 5
 
     def __post_init__(self) -> None:
         _typed(self, "monitors.critic")
 
     def check(self) -> None:
         _check_action(self.action, "monitors.critic")
-        if not -1.0 <= self.floor <= 1.0:
+        if self.floor is not None and not -1.0 <= self.floor <= 1.0:
             raise _error(
-                f"monitors.critic.floor must be in -1…1 (an explained variance), got {self.floor}"
+                f"monitors.critic.floor must be in -1…1 (an explained variance) or null, got "
+                f"{self.floor}"
             )
         if self.iterations < 1 or self.after < 0:
             raise _error(
@@ -403,11 +416,13 @@ ADVICE = {
     "inspect transcripts/ and tighten the reward before the gap grows further",
     "tool_calls": "agents stopped calling tools (interaction collapse): add a per-call reward, "
     "raise entropy, or check that tool results reach the agents",
-    "critic_stalled": "the critic explains (almost) none of the returns' variance, so advantages "
-    "are returns minus noise: keep algorithm.value_norm: true (the default) and remove any "
-    "vf_clip_param from algorithm.extra (a clamp on squared errors stops the critic's gradient "
-    "once |V − target| > √vf_clip_param); else raise lr or vf_loss_coeff, or give the critic "
-    "the inputs the return depends on",
+    "critic_stalled": "the critic explains (almost) none of the returns' variance, so the "
+    "advantages are returns minus a constant: keep algorithm.value_norm: true (the default) and "
+    "remove any vf_clip_param from algorithm.extra (a clamp on squared errors stops the "
+    "critic's gradient once |V − target| > √vf_clip_param); else raise lr or vf_loss_coeff, or "
+    "give the critic the inputs the return depends on. If the return cannot be predicted from "
+    "the pool's observations (one decision per episode, chance-level successes) nothing is "
+    "wrong: lower monitors.critic.floor or set it to null",
     "critic_clipped": "most of the value loss is clipped away (vf_clip_param clamps squared "
     "errors, so those rows give the critic no gradient): remove vf_clip_param from "
     "algorithm.extra or raise it far above the squared returns, and keep algorithm.value_norm: "
@@ -571,11 +586,11 @@ class Monitors:
             parts = key.split("/")
             if len(parts) != 3 or parts[0] != "losses" or parts[2] != "vf_explained_var":
                 continue
-            pool, ev = parts[1], float(value)
-            low = iteration > c.after and ev < c.floor
+            pool, ev, floor = parts[1], float(value), c.floor
+            low = floor is not None and iteration > c.after and ev < floor
             self.low_ev[pool] = self.low_ev.get(pool, 0) + 1 if low else 0
-            if self.low_ev[pool] >= c.iterations:
-                out.append((f"ev:{pool}", "critic_stalled", key, ev, c.floor, c.action))
+            if floor is not None and self.low_ev[pool] >= c.iterations:
+                out.append((f"ev:{pool}", "critic_stalled", key, ev, floor, c.action))
             losses = (row.get(f"losses/{pool}/{k}") for k in ("vf_loss", "vf_loss_unclipped"))
             clipped = clipped_share(*losses)
             if clipped is None:
