@@ -561,7 +561,8 @@ def test_one_ppo_iteration_with_shapley_credit(ray_session: Any) -> None:
         pieces = [type(p).__name__ for p in learner._learner_connector.connectors]
     finally:
         algo.stop()
-    assert pieces.index("CreditConnector") < pieces.index("GeneralAdvantageEstimation")
+    # the GAE piece: value-normalising by default (algorithm.value_norm, issue #27)
+    assert pieces.index("CreditConnector") < pieces.index("ValueNormGAE")
     assert pieces[-1] == "PerAgentAdvantageNormalization"
     cost = {k: v.peek() if hasattr(v, "peek") else v for k, v in learners["credit_cost"].items()}
     assert cost["episodes"] > 0 and cost["coalitions"] >= cost["episodes"]

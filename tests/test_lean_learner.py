@@ -230,6 +230,7 @@ _TIMED = ("_s", "per_s", "throughput")
     "sections",
     [
         pytest.param({}, id="ppo"),
+        pytest.param({"algorithm": {"value_norm": False}}, id="ppo-raw-value-targets"),
         pytest.param({"credit": {"method": "loo", "normalize": True, "workers": 1}}, id="credit"),
         pytest.param(
             {
@@ -247,7 +248,8 @@ _TIMED = ("_s", "per_s", "throughput")
 def test_train_gives_the_same_metrics_on_both_learners(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sections: dict[str, Any]
 ) -> None:
-    """Bit-identical metrics with foreach Adam; the lean learner is the one that ran."""
+    """Bit-identical metrics with foreach Adam; the lean learner is the one that ran. With
+    ``value_norm: false`` the reference is RLlib's ``PPOTorchLearner`` itself."""
     from trainers.run import train
 
     monkeypatch.setattr(LeanTorchLearner, "fused", False)

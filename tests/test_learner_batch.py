@@ -66,6 +66,15 @@ def _assert_same(got: Any, want: Any, where: tuple[str, ...]) -> None:
 GRU = {"worker": {"model": {"type": "gru", "gru_size": 8}}}
 SCRIPTED = {"worker": {"model": {"type": "scripted", "policy": "delegate.scripted_worker"}}}
 CREDIT = {"credit": {"method": "loo", "normalize": True, "workers": 1}}
+#: RLlib's own GAE piece (value-target normalisation off; on, the GAE piece is ValueNormGAE)
+RAW_TARGETS = {
+    "algorithm": {
+        "train_batch_size": 128,
+        "minibatch_size": 64,
+        "num_epochs": 1,
+        "value_norm": False,
+    }
+}
 
 
 @pytest.mark.parametrize(
@@ -73,6 +82,7 @@ CREDIT = {"credit": {"method": "loo", "normalize": True, "workers": 1}}
     [
         pytest.param({}, True, id="mlp"),
         pytest.param(CREDIT, True, id="credit"),
+        pytest.param(RAW_TARGETS, True, id="no-value-norm"),
         pytest.param({"pools": SCRIPTED}, True, id="scripted"),
         pytest.param({"episodes": {"sampler": "rllib"}}, True, id="rllib-sampler"),
         pytest.param({"pools": GRU}, False, id="gru-falls-back"),

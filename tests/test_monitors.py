@@ -17,6 +17,7 @@ from trainers.monitors import (
     MOMENTS,
     Monitors,
     MonitorsConfig,
+    clipped_share,
     episode_length,
     length_values,
     pearson_from_sums,
@@ -254,6 +255,65 @@ def test_monitor_config_errors_name_the_field() -> None:
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
 
 
+# ----- the critic monitor (issue #27) -------------------------------------------------------------
+def _stream(m: Monitors, evs: list[float], **losses: float) -> list[tuple[str, int, str]]:
+    found = []
+    for it, ev in enumerate(evs, 1):
+        row = {"charts/iteration": it, "losses/p/vf_explained_var": ev}
+        row.update({f"losses/p/{k}": v for k, v in losses.items()})
+        found += [(a.monitor, a.iteration, a.metric) for a in m.observe(row)]
+    return found
+
+
+def test_critic_monitor_fires_after_k_low_iterations_past_the_warm_up() -> None:
+    m = Monitors(MonitorsConfig(critic={"floor": 0.05, "iterations": 3, "after": 2}))  # type: ignore[arg-type]
+    # 1–2 not counted; 3, 4 low; 5 good (reset); 6, 7, 8 low: the third in a row alarms
+    evs = [0.0, 0.0, 0.01, 0.02, 0.3, 0.0, 0.04, -0.1, 0.0, 0.2, 0.0]
+    assert _stream(m, evs) == [("critic_stalled", 8, "losses/p/vf_explained_var")]
+    alarm = m.alarms[0]
+    assert alarm.value == pytest.approx(-0.1) and alarm.threshold == 0.05
+    text = alarm.message()
+    assert "losses/p/vf_explained_var = -0.1" in text and "value_norm: true" in text
+    assert "vf_clip_param" in text and "nothing is wrong" in text
+
+
+def test_critic_monitor_clipped_share() -> None:
+    # the old config on spread: clipped loss 7.5 of an unclipped 36 (issue #27)
+    assert clipped_share(7.5, 36.0) == pytest.approx(1 - 7.5 / 36)
+    assert clipped_share(1.0, 1.0) == 0.0 and clipped_share(1.0, None) is None
+    assert clipped_share(0.0, 0.0) is None
+    m = Monitors(MonitorsConfig())
+    found = _stream(m, [0.5, 0.5], vf_loss=7.5, vf_loss_unclipped=36.0)
+    assert found == [("critic_clipped", 1, "monitor/p/vf_clipped")]
+    assert "remove vf_clip_param" in m.alarms[0].message()
+    quiet = Monitors(MonitorsConfig())
+    assert _stream(quiet, [0.5] * 12, vf_loss=0.9, vf_loss_unclipped=0.9) == []
+
+
+def test_critic_monitor_explained_variance_rule_is_opt_in() -> None:
+    """Off by default (a low explained variance is as often an unpredictable return); with
+    ``floor`` set and the other defaults (10 iterations after 5) the earliest alarm is at 15,
+    once per streak."""
+    assert _stream(Monitors(MonitorsConfig()), [-0.5] * 30) == []
+    on = MonitorsConfig(critic={"floor": 0.02})  # type: ignore[arg-type]
+    assert _stream(Monitors(on), [0.0] * 14) == []
+    found = _stream(Monitors(on), [0.0] * 20)
+    assert found == [("critic_stalled", 15, "losses/p/vf_explained_var")]
+
+
+def test_critic_monitor_config_errors() -> None:
+    for bad, text in (
+        ({"action": "loud"}, "monitors.critic.action='loud'"),
+        ({"iterations": 0}, "monitors.critic needs iterations ≥ 1"),
+        ({"max_clipped": 1.0}, "monitors.critic.max_clipped must be in [0, 1)"),
+        ({"floor": 2.0}, "monitors.critic.floor must be in -1…1"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(text)):
+            ExperimentConfig.from_dict({"monitors": {"critic": bad}}).check()
+    cfg = ExperimentConfig.from_dict({"monitors": {"critic": {"max_clipped": None}}})
+    assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
+
+
 # ----- real runs -----------------------------------------------------------------------------
 #: the planted exploit must be caught while the training reward exceeds the gold verifier's
 #: by at most this much per episode (the exploit pays up to 1.5 for talking)
@@ -341,6 +401,26 @@ def test_checkpoint_action_saves_one(ray_session, tmp_path) -> None:
     result = train(cfg)
     assert result.status == "completed" and result.alarms[0]["action"] == "checkpoint"
     assert (result.run_dir / "checkpoints" / "alarm_iter_000001" / "algorithm_state.pkl").exists()
+
+
+def test_critic_monitor_fires_on_the_old_clipped_config(ray_session, tmp_path) -> None:
+    """spread's returns (≈ −25 per agent and episode) under the old config: most of the value
+    loss is clipped away from the first iteration; the default clips nothing."""
+    from test_value_norm_learner import OLD, _spread
+
+    from trainers.run import train
+
+    old = train(_spread(tmp_path / "old", 2, **OLD))
+    (alarm,) = old.alarms
+    assert (alarm["monitor"], alarm["metric"], alarm["iteration"]) == (
+        "critic_clipped",
+        "monitor/agent/vf_clipped",
+        1,
+    )
+    assert alarm["value"] > 0.5 and "vf_clip_param" in alarm["advice"]
+    new = train(_spread(tmp_path / "new", 2))
+    assert new.alarms == []
+    assert [row["monitor/agent/vf_clipped"] for row in new.history] == [0.0, 0.0]
 
 
 # ----- KL to the starting policy on the GRPO learner (no Ray) ------------------------------------

@@ -6,7 +6,10 @@ class gives the ``.training()`` keywords (``AlgoConfig.training_kwargs`` plus ``
 pools give one ``RLModuleSpec`` each (:func:`marl_agents.modules.module_spec`).
 
 ``algorithm.learner: lean`` (PPO, GRPO) sets the lean learner of :mod:`trainers.lean_learner`
-(the same math; with credit normalisation it is also the credit learner).
+(the same math; with credit normalisation it is also the credit learner). PPO's
+``algorithm.value_norm`` goes to the learners as ``learner_config_dict["value_norm"]``; with
+``learner: rllib`` it sets :class:`~trainers.value_norm_learner.ValueNormPPOLearner` (RLlib's
+step with normalised value targets; the credit learner is one too).
 
 ``GRPO`` builds :class:`~trainers.grpo_learner.GRPO` (the GRPO learner, whole episodes, the
 group schedule and loss knobs of ``algorithm.grpo``) over
@@ -20,10 +23,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo, to_plain
+from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo, PPOAlgo, to_plain
 from trainers.episode_metrics import EpisodeMetrics
 from trainers.monitors import GOLD_KEY, KL_TO_START
 from trainers.plan import Plan, resolve
+from trainers.value_norm import VALUE_NORM_KEY
 
 
 class PoolMapping:
@@ -165,6 +169,10 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     lean = learner_class(cfg)
     if lean is not None:
         learners["learner_class"] = lean
+    elif isinstance(algo, PPOAlgo) and algo.value_norm and "learner_class" not in learners:
+        from trainers.value_norm_learner import ValueNormPPOLearner
+
+        learners["learner_class"] = ValueNormPPOLearner  # RLlib's step, normalised targets
     config.learners(**learners)
     config.multi_agent(
         policies=list(plan.pools),
@@ -173,6 +181,11 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     )
     config.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
     config.training(**{**algo.training_kwargs(), **algo.extra})
+    if isinstance(algo, PPOAlgo):  # read by trainers.value_norm_learner.ValueNormPPOLearner
+        config.learner_config_dict = {
+            **config.learner_config_dict,
+            VALUE_NORM_KEY: algo.value_norm,
+        }
     smoothing = 100
     if isinstance(algo, GRPOAlgo):
         g = algo.grpo

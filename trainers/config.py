@@ -495,15 +495,29 @@ class APPOAlgo(ClippedAlgo):
 class PPOAlgo(ClippedAlgo):
     """``PPO`` (the default).
 
+    The critic: with ``value_norm`` (on by default) it learns normalised value targets and its
+    outputs are de-normalised wherever they are used as values (GAE, the bootstrap value of cut
+    episodes); see :mod:`trainers.value_norm`. Value clipping is off: RLlib's PPO loss clamps
+    the *squared* value error at ``vf_clip_param`` (10 by RLlib's default, which stops the
+    critic's gradient wherever ``|V − target| > 3.2`` and stalled ``vf_explained_var`` at 0 on
+    scenarios whose returns are larger, issue #27), so it is set to infinity here;
+    ``extra: {vf_clip_param: …}`` brings the clamp back (on normalised errors, in units of σ²,
+    when ``value_norm`` is on). The ``critic`` monitor (:mod:`trainers.monitors`) warns when the
+    critic stops explaining the returns or most of its loss is clipped.
+
     Attributes:
         minibatch_size: SGD minibatch size (≤ ``train_batch_size``).
         learner: ``lean`` (:mod:`trainers.lean_learner`: the same PPO math, fused Adam, less
             work per minibatch) or ``rllib`` (RLlib's own learner step).
+        value_norm: normalise the critic's value targets with a running mean and std per
+            module (statistics in the learner state, checkpointed); ``false``: the critic
+            learns raw returns, as RLlib does.
     """
 
     name: str = dataclasses.field(default="PPO", init=False)
     minibatch_size: int = 250
     learner: LearnerKind = "lean"
+    value_norm: bool = True
 
     def check(self) -> None:
         super().check()
@@ -518,7 +532,8 @@ class PPOAlgo(ClippedAlgo):
 
     def training_kwargs(self) -> dict[str, Any]:
         kw = super().training_kwargs()
-        return {**kw, "minibatch_size": self.minibatch_size, "vf_clip_param": 10.0}
+        # no value clipping (see the class doc); ``extra`` may set it
+        return {**kw, "minibatch_size": self.minibatch_size, "vf_clip_param": math.inf}
 
 
 @dataclasses.dataclass

@@ -2,10 +2,11 @@
 
 GAE standardises advantages per *module*; with ``credit.normalize`` they are standardised per
 *agent* too. A learner connector cannot add a piece after GAE, so
-:class:`CreditPPOTorchLearner` (a ``PPOTorchLearner``) inserts
-:class:`PerAgentAdvantageNormalization` right after ``GeneralAdvantageEstimation`` in
-``build()`` whenever its pipeline holds a :class:`~trainers.credit_connector.CreditConnector`
-whose credit config has ``normalize=True``; otherwise it is a plain ``PPOTorchLearner``.
+:class:`CreditPPOTorchLearner` (a :class:`~trainers.value_norm_learner.ValueNormPPOLearner`)
+inserts :class:`PerAgentAdvantageNormalization` right after the GAE piece in ``build()``
+whenever its pipeline holds a :class:`~trainers.credit_connector.CreditConnector` whose credit
+config has ``normalize=True``; otherwise it is a plain ``PPOTorchLearner`` (with value-target
+normalisation when the config asks for it).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.connectors.learner import GeneralAdvantageEstimation
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.postprocessing.zero_padding import split_and_zero_pad_n_episodes
 
 from trainers.credit_connector import CreditConnector
+from trainers.value_norm_learner import ValueNormPPOLearner, find_gae
 
 __all__ = ["CreditPPOTorchLearner", "PerAgentAdvantageNormalization"]
 
@@ -98,13 +98,16 @@ def _standardise_per_agent(adv: Any, ids: np.ndarray, mask: Any) -> Any:
     return out
 
 
-class CreditPPOTorchLearner(PPOTorchLearner):
+class CreditPPOTorchLearner(ValueNormPPOLearner):
     """``PPOTorchLearner`` that adds per-agent advantage normalisation after GAE when asked.
 
     In ``build()`` it looks for a :class:`CreditConnector` with ``normalize=True`` in its
     learner pipeline and, if there is one, inserts :class:`PerAgentAdvantageNormalization`
-    right after ``GeneralAdvantageEstimation``. Otherwise it is a plain ``PPOTorchLearner``, so
-    it is safe to set it whenever credit is on:
+    right after the GAE piece (RLlib's ``GeneralAdvantageEstimation``, or
+    :class:`~trainers.value_norm_learner.ValueNormGAE` with value normalisation, which
+    :class:`~trainers.value_norm_learner.ValueNormPPOLearner` sets up first). Otherwise it is
+    a plain ``PPOTorchLearner`` (with value normalisation when the config asks for it), so it
+    is safe to set it whenever credit is on:
     ``config.learners(learner_class=CreditPPOTorchLearner)``.
     """
 
@@ -117,7 +120,8 @@ class CreditPPOTorchLearner(PPOTorchLearner):
         wants = any(isinstance(p, CreditConnector) and p.credit.normalize for p in pieces)
         has = any(isinstance(p, PerAgentAdvantageNormalization) for p in pieces)
         if wants and not has:
-            if any(isinstance(p, GeneralAdvantageEstimation) for p in pieces):
-                pipeline.insert_after(GeneralAdvantageEstimation, PerAgentAdvantageNormalization())
+            gae = find_gae(pipeline)
+            if gae is not None:
+                pipeline.insert_after(type(gae), PerAgentAdvantageNormalization())
             else:
                 pipeline.append(PerAgentAdvantageNormalization())

@@ -6,12 +6,14 @@ Contract:
   the same pieces, which the learner then uses) for a PPO pipeline of RLlib's default shape —
   ``AddOneTsToEpisodesAndTruncate``, credit pieces (:class:`~trainers.credit_connector.
   CreditConnector`), RLlib's default batch pieces (``AddObservationsFromEpisodesToBatch`` …
-  ``NumpyToTensor``), ``GeneralAdvantageEstimation``, optionally
+  ``NumpyToTensor``), ``GeneralAdvantageEstimation`` (or its value-normalising
+  :class:`~trainers.value_norm_learner.ValueNormGAE`), optionally
   :class:`~trainers.credit_learner.PerAgentAdvantageNormalization`; None for any other.
 * :class:`ArrayPPOPipeline` gives the batch its pieces give (same modules in the same order,
-  same columns, rows, dtypes and values; advantages and value targets by GAE's own functions)
-  from each agent episode's arrays: per module one ``np.concatenate`` and one gather per
-  column instead of per-episode batch items. Covered: ``MultiAgentEpisode``s after
+  same columns, rows, dtypes and values; advantages and value targets by the function the GAE
+  pieces use, :func:`~trainers.value_norm_learner.advantages_and_targets`) from each agent
+  episode's arrays: per module one ``np.concatenate`` and one gather per column instead of
+  per-episode batch items. Covered: ``MultiAgentEpisode``s after
   ``to_numpy()`` whose buffers hold plain arrays, each agent episode at least one step long,
   non-recurrent modules, an empty incoming batch, the pipeline still of that shape. Anything
   else runs the pieces as RLlib's pipeline does (``fallbacks`` counts those calls).
@@ -59,10 +61,10 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.metrics.utils import to_snake_case
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_truncate
-from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
 from trainers.credit_connector import CreditConnector
 from trainers.credit_learner import PerAgentAdvantageNormalization
+from trainers.value_norm_learner import ValueNormGAE, advantages_and_targets
 
 __all__ = ["ArrayPPOPipeline", "install"]
 
@@ -80,6 +82,8 @@ DEFAULT_PIECES = (
 #: rewards of finished episodes) and after GAE (they read the extended episodes).
 BEFORE = (CreditConnector,)
 AFTER = (PerAgentAdvantageNormalization,)
+#: the GAE pieces: RLlib's, or the one with value normalisation (trainers.value_norm_learner)
+GAE_PIECES = (GeneralAdvantageEstimation, ValueNormGAE)
 
 
 def install(pipeline: Any) -> ArrayPPOPipeline | None:
@@ -109,7 +113,7 @@ def _split(pieces: list[Any]) -> tuple[list[Any], list[Any], Any, Any] | None:
         and all(type(p) in BEFORE for p in before[1:])
         and [type(p) for p in default] == list(DEFAULT_PIECES)
         and len(gae) == 1
-        and type(gae[0]) is GeneralAdvantageEstimation
+        and type(gae[0]) in GAE_PIECES
         and all(type(p) in AFTER for p in after)
     )
     return (before[1:], after, default[-1], gae[0]) if shape_ok else None
@@ -189,25 +193,28 @@ def _advantages(
     episodes: list[Any],
     call: dict[str, Any],
 ) -> None:
-    """``GeneralAdvantageEstimation``'s columns: the same value forward, targets, and
-    normalisation, over each module's concatenated (extended) episodes."""
+    """The GAE piece's columns: the same value forward, targets, normalisation (of advantages,
+    and of value targets with :class:`~trainers.value_norm_learner.ValueNormGAE`), over each
+    module's concatenated (extended) episodes."""
     out: dict[str, dict[str, np.ndarray]] = {}
+    normed = isinstance(gae, ValueNormGAE)
     for mid, module in call["rl_module"]._rl_modules.items():
         if mid not in batch or not isinstance(module, ValueFunctionAPI):
             continue
         cols = batch[mid]
         vf_preds = convert_to_numpy(module.compute_values(cols))
-        targets = compute_value_targets(
-            values=vf_preds,
-            rewards=convert_to_numpy(cols[Columns.REWARDS]),
-            terminateds=convert_to_numpy(cols[Columns.TERMINATEDS]),
-            truncateds=convert_to_numpy(cols[Columns.TRUNCATEDS]),
+        adv, targets = advantages_and_targets(
+            vf_preds,
+            convert_to_numpy(cols[Columns.REWARDS]),
+            convert_to_numpy(cols[Columns.TERMINATEDS]),
+            convert_to_numpy(cols[Columns.TRUNCATEDS]),
             gamma=gae.gamma,
             lambda_=gae.lambda_,
+            norm=gae.norm(mid) if normed else None,
+            mask=convert_to_numpy(cols[Columns.LOSS_MASK]) if normed else None,
+            learn=normed and gae.updates(mid),
         )
         assert targets.shape[0] == sum(lens[mid])
-        adv = targets - vf_preds
-        adv = (adv - adv.mean()) / max(1e-4, adv.std())
         out[mid] = {Postprocessing.ADVANTAGES: adv, Postprocessing.VALUE_TARGETS: targets}
     for mid, module_batch in to_tensor(batch=out, episodes=episodes, **call).items():
         batch[mid].update(module_batch)

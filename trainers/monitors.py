@@ -33,6 +33,12 @@ Monitors (config section ``monitors:``, :class:`MonitorsConfig`):
   than ``max_slope`` per iteration.
 * ``tool_calls`` — the scenario's ``charts/<metric>`` (default ``calls`` per episode) falling
   to ≤ ``floor`` after it was ≥ ``from_at_least``.
+* ``critic`` — per learning pool whose learner logs them (PPO's): the share of the value loss
+  that clipping removes, ``monitor/<pool>/vf_clipped`` = 1 − ``vf_loss`` /
+  ``vf_loss_unclipped``, above ``max_clipped`` (the clamp of ``vf_clip_param`` on squared errors
+  takes the critic's gradient away; issue #27); and, when ``floor`` is set (off by default, see
+  :class:`CriticMonitor`), ``losses/<pool>/vf_explained_var`` below ``floor`` in ``iterations``
+  consecutive iterations counted after the first ``after``.
 """
 
 from __future__ import annotations
@@ -225,6 +231,61 @@ class ToolCallMonitor:
 
 
 @dataclasses.dataclass
+class CriticMonitor:
+    """A critic that does not learn: a clipped value loss, or (opt-in) a low explained variance.
+
+    The clipped-loss rule is on by default: RLlib's PPO loss clamps squared value errors at
+    ``vf_clip_param``, and when most of the loss is clamped the critic gets (almost) no
+    gradient (issue #27: the old ``vf_clip_param: 10`` on ``spread`` removes ≈ 80% from the
+    first iteration; the default clamps nothing). The explained-variance rule is off by default
+    (``floor: null``): a low ``vf_explained_var`` is as often a return the pool's observations
+    cannot predict as a broken critic. Measured with the defaults (value normalisation, no
+    clamp), while the teams learn: ``delegate``'s one-decision workers sit at 0.00–0.08 and
+    ``relay``'s pools at ≈ 0 (chance-level successes, then constant ones), so ``floor: 0.05,
+    iterations: 5`` fired on every such run (9 delegate runs, 2 relay runs). ``floor: 0.02,
+    iterations: 10`` flags the old clamped config on ``spread`` (2 of 3 seeds, at iterations 23
+    and 26; the third seed's critic got out of the clamp) and none of the default's ``spread``
+    or ``delegate`` runs, but still ``relay``'s: set it where the returns are predictable.
+
+    Attributes:
+        action: ``off | warn | checkpoint | stop``.
+        max_clipped: alarm when more than this share of the value loss is clipped away
+            (``1 − vf_loss / vf_loss_unclipped``); null: never.
+        floor: alarm when a pool's ``vf_explained_var`` stays below this… (null: never)
+        iterations: …for this many consecutive iterations (≥ 1)…
+        after: …not counting the first ``after`` iterations (a fresh critic explains nothing
+            yet).
+    """
+
+    action: Action = "warn"
+    max_clipped: float | None = 0.5
+    floor: float | None = None
+    iterations: int = 10
+    after: int = 5
+
+    def __post_init__(self) -> None:
+        _typed(self, "monitors.critic")
+
+    def check(self) -> None:
+        _check_action(self.action, "monitors.critic")
+        if self.floor is not None and not -1.0 <= self.floor <= 1.0:
+            raise _error(
+                f"monitors.critic.floor must be in -1…1 (an explained variance) or null, got "
+                f"{self.floor}"
+            )
+        if self.iterations < 1 or self.after < 0:
+            raise _error(
+                f"monitors.critic needs iterations ≥ 1 and after ≥ 0, got iterations="
+                f"{self.iterations}, after={self.after}"
+            )
+        if self.max_clipped is not None and not 0 <= self.max_clipped < 1:
+            raise _error(
+                f"monitors.critic.max_clipped must be in [0, 1) (a share of the value loss) or "
+                f"null, got {self.max_clipped}"
+            )
+
+
+@dataclasses.dataclass
 class MonitorsConfig:
     """The hacking and collapse monitors (all on by default, warning only).
 
@@ -234,6 +295,7 @@ class MonitorsConfig:
         kl: KL to the starting policy (GRPO pools).
         gold: proxy–gold gap (needs ``gold.scorer``).
         tool_calls: tool-call rate collapse.
+        critic: the critic's explained variance and clipped value loss.
         warmup: iterations before any alarm (their metrics are still logged).
     """
 
@@ -242,6 +304,7 @@ class MonitorsConfig:
     kl: KLMonitor = dataclasses.field(default_factory=KLMonitor)
     gold: GoldMonitor = dataclasses.field(default_factory=GoldMonitor)
     tool_calls: ToolCallMonitor = dataclasses.field(default_factory=ToolCallMonitor)
+    critic: CriticMonitor = dataclasses.field(default_factory=CriticMonitor)
     warmup: int = 0
 
     def __post_init__(self) -> None:
@@ -249,7 +312,7 @@ class MonitorsConfig:
 
     def check(self) -> None:
         """Known actions and sane thresholds."""
-        for part in (self.length, self.entropy, self.kl, self.gold, self.tool_calls):
+        for part in (self.length, self.entropy, self.kl, self.gold, self.tool_calls, self.critic):
             part.check()
         if self.warmup < 0:
             raise _error(f"monitors.warmup must be ≥ 0 iterations, got {self.warmup}")
@@ -401,6 +464,17 @@ ADVICE = {
     "inspect transcripts/ and tighten the reward before the gap grows further",
     "tool_calls": "agents stopped calling tools (interaction collapse): add a per-call reward, "
     "raise entropy, or check that tool results reach the agents",
+    "critic_stalled": "the critic explains (almost) none of the returns' variance, so the "
+    "advantages are returns minus a constant: keep algorithm.value_norm: true (the default) and "
+    "remove any vf_clip_param from algorithm.extra (a clamp on squared errors stops the "
+    "critic's gradient once |V − target| > √vf_clip_param); else raise lr or vf_loss_coeff, or "
+    "give the critic the inputs the return depends on. If the return cannot be predicted from "
+    "the pool's observations (one decision per episode, chance-level successes) nothing is "
+    "wrong: lower monitors.critic.floor or set it to null",
+    "critic_clipped": "most of the value loss is clipped away (vf_clip_param clamps squared "
+    "errors, so those rows give the critic no gradient): remove vf_clip_param from "
+    "algorithm.extra or raise it far above the squared returns, and keep algorithm.value_norm: "
+    "true",
 }
 
 
@@ -437,6 +511,7 @@ class Monitors:
         self.entropy: dict[str, float] = {}  # pool → the previous iteration's entropy
         self.gaps: list[float] = []
         self.calls_seen = False
+        self.low_ev: dict[str, int] = {}  # pool → consecutive judged iterations below the floor
         self.seen = 0  # iterations judged
 
     @staticmethod
@@ -474,6 +549,7 @@ class Monitors:
         found += self._kl(row)
         found += self._gold(row)
         found += self._tool_calls(row)
+        found += self._critic(row, it)
         on = {key for key, *_ in found}
         new = []
         for key, name, metric, value, threshold, action in found:
@@ -552,6 +628,37 @@ class Monitors:
         if self.calls_seen and rate <= c.floor:
             return [("tool_calls", "tool_calls", key, rate, c.floor, c.action)]
         return []
+
+    def _critic(self, row: dict[str, Any], iteration: int) -> list[tuple[Any, ...]]:
+        c, out = self.cfg.critic, []
+        for key, value in list(row.items()):
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] != "losses" or parts[2] != "vf_explained_var":
+                continue
+            pool, ev, floor = parts[1], float(value), c.floor
+            low = floor is not None and iteration > c.after and ev < floor
+            self.low_ev[pool] = self.low_ev.get(pool, 0) + 1 if low else 0
+            if floor is not None and self.low_ev[pool] >= c.iterations:
+                out.append((f"ev:{pool}", "critic_stalled", key, ev, floor, c.action))
+            losses = (row.get(f"losses/{pool}/{k}") for k in ("vf_loss", "vf_loss_unclipped"))
+            clipped = clipped_share(*losses)
+            if clipped is None:
+                continue
+            metric = f"monitor/{pool}/vf_clipped"
+            row[metric] = clipped
+            bound = c.max_clipped
+            if bound is not None and clipped > bound:
+                out.append((f"clip:{pool}", "critic_clipped", metric, clipped, bound, c.action))
+        return out
+
+
+def clipped_share(vf_loss: Any, unclipped: Any) -> float | None:
+    """``1 − vf_loss / vf_loss_unclipped``: the share of the mean squared value error that the
+    clamp at ``vf_clip_param`` removes (0: nothing clipped); None without both or with an
+    unclipped loss of 0."""
+    if vf_loss is None or unclipped is None or not float(unclipped) > 0:
+        return None
+    return min(1.0, max(0.0, 1.0 - float(vf_loss) / float(unclipped)))
 
 
 def strongest(alarms: Sequence[Alarm]) -> str:

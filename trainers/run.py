@@ -69,7 +69,15 @@ log = logging.getLogger(__name__)
 #: the headline metric: mean verified team return per episode in an iteration.
 RETURN_KEY = "charts/team_return"
 ORACLE_FRACTION_KEY = "charts/oracle_fraction"
-LOSS_KEYS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var", "total_loss")
+LOSS_KEYS = (
+    "policy_loss",
+    "vf_loss",
+    "entropy",
+    "mean_kl_loss",
+    "vf_explained_var",
+    "total_loss",
+    "vf_loss_unclipped",
+)
 
 
 @dataclasses.dataclass
