@@ -133,7 +133,8 @@ def test_roles_override_and_single_react_agent_is_one_agent():
 def test_supervisor_routes_by_its_reply_and_the_verifier_pays_the_right_route(
     supervisor, letter, task, reward
 ):
-    sc = supervisor_app.scenario(tasks=[task])
+    # the scripted replies are longer than the example's 2 learning tokens
+    sc = supervisor_app.scenario(tasks=[task], max_new_tokens=8)
     env = GraphEnv(sc)
     order, total = play(env, {"supervisor": [letter], "math_expert": ["done"]}, seed=0)
     assert total == reward and env.outcome.success is bool(reward)
