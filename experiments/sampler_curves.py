@@ -69,7 +69,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
             "spread": 20,
             "supervisor": 100,
             "finetune": 70,
-            "lora": 15,
+            "lora": 25,
         }
     },
     "full": {
@@ -79,7 +79,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
             "spread": 100,
             "supervisor": 150,
             "finetune": 100,
-            "lora": 30,
+            "lora": 50,
         }
     },
 }
@@ -119,7 +119,7 @@ def llm_config(workload: str) -> dict[str, Any]:
                 "name": "GRPO",
                 "lr": 0.02,
                 "num_epochs": 1,
-                "grpo": {"group_size": 8, "groups_per_iteration": 2},
+                "grpo": {"group_size": 8, "groups_per_iteration": 4},
             },
         }
     for key in ("logging", "output", "seed", "budget"):
