@@ -26,7 +26,8 @@ themselves: their rows (token-id observations, in the obs space's integer dtype)
 **one** forward, i.e. one batched ``generate``, per module per step — with
 ``episodes.env_threads``, over whichever envs are ready while others wait on tools — each row
 with a sampling seed drawn from its env's generator (``SAMPLING_SEEDS``), so a row's tokens
-depend on its env's stream only; their outputs (``action_logp``, ``token_logp``,
+depend on its env's stream only (not for vLLM-sampled modules: :func:`seeds_rows`); their
+outputs (``action_logp``, ``token_logp``,
 ``sampling_temperature``) are stored as the module returns them. ``marl/llm/rows_per_generate``
 (the runner's metrics) is the mean number of rows per such call.
 
