@@ -37,8 +37,23 @@ LORA = {"r": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj", 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune_tiny.yaml"
 
 
-def output(tmp_path: Path) -> dict[str, Any]:
-    return {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False}
+def run(tmp_path: Path, **config: Any) -> Any:
+    """``train()`` on ``config`` with seed 0, quiet, no checkpoints or plots."""
+    from trainers.run import train
+
+    output = {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False}
+    fixed = {"seed": 0, "logging": QUIET, "output": output}
+    return train(ExperimentConfig.from_dict({**config, **fixed}))
+
+
+def grpo(lr: float, group_size: int = 8) -> dict[str, Any]:
+    """GRPO, one epoch, 4 groups of ``group_size`` an iteration."""
+    return {
+        "name": "GRPO",
+        "lr": lr,
+        "num_epochs": 1,
+        "grpo": {"group_size": group_size, "groups_per_iteration": 4},
+    }
 
 
 def series(result: Any, key: str) -> np.ndarray:
@@ -48,20 +63,13 @@ def series(result: Any, key: str) -> np.ndarray:
 @pytest.mark.usefixtures("ray_session")
 def test_ppo_orchestrator_learns_delegation(tmp_path: Path) -> None:
     """Measured (seed 0): oracle fraction 0.67 → 0.93 (last 3 iterations), ~10 s."""
-    from trainers.run import train
-
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "delegate",
-            "topology": "star:2",
-            "train": ["orchestrator"],
-            "budget": {"iterations": 12},
-            "seed": 0,
-            "logging": QUIET,
-            "output": output(tmp_path),
-        }
+    result = run(
+        tmp_path,
+        scenario="delegate",
+        topology="star:2",
+        train=["orchestrator"],
+        budget={"iterations": 12},
     )
-    result = train(cfg)
     frac = series(result, "charts/oracle_fraction")
     assert result.status == "completed", result.status
     assert frac[0] < 0.8 and frac[-3:].mean() >= 0.88, np.round(frac, 2).tolist()
@@ -70,31 +78,19 @@ def test_ppo_orchestrator_learns_delegation(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("ray_session")
 def test_grpo_router_learns_to_route_through_a_chat_app(tmp_path: Path) -> None:
     """Measured (seed 0): success 0.31, 0.62 → 1.0 over the last 3 of 20 iterations, ~12 s."""
-    from trainers.run import train
-
     group = 8
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.router:app",
-            "sharing": "explicit",
-            "train": ["router"],
-            "pools": {
-                "router": {"agents": ["router"], "model": LLM},
-                "worker": {"agents": ["worker"], "model": {**LLM, "tiny_seed": 1}},
-            },
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 0.003,
-                "num_epochs": 1,
-                "grpo": {"group_size": group, "groups_per_iteration": 4},
-            },
-            "budget": {"iterations": 20},
-            "seed": 0,
-            "logging": QUIET,
-            "output": output(tmp_path),
-        }
+    result = run(
+        tmp_path,
+        scenario="tests.apps.router:app",
+        sharing="explicit",
+        train=["router"],
+        pools={
+            "router": {"agents": ["router"], "model": LLM},
+            "worker": {"agents": ["worker"], "model": {**LLM, "tiny_seed": 1}},
+        },
+        algorithm=grpo(0.003, group),
+        budget={"iterations": 20},
     )
-    result = train(cfg)
     success = series(result, "charts/success")
     sizes = series(result, "losses/router/grpo/group_size_mean")
     assert sizes.tolist() == [group] * len(sizes)  # every group whole, every iteration
@@ -104,26 +100,14 @@ def test_grpo_router_learns_to_route_through_a_chat_app(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("ray_session")
 def test_lora_pools_on_one_base_learn(tmp_path: Path) -> None:
     """Measured (seed 0): team reward 1.02 → 1.39 (mean of the first / last 3 of 15), ~12 s."""
-    from trainers.run import train
-
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.lora_pair:pair",
-            "sharing": "explicit",
-            "pools": {n: {"agents": [n], "model": {**LLM, "lora": LORA}} for n in ("alice", "bob")},
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 0.05,
-                "num_epochs": 1,
-                "grpo": {"group_size": 8, "groups_per_iteration": 4},
-            },
-            "budget": {"iterations": 15},
-            "seed": 0,
-            "logging": QUIET,
-            "output": output(tmp_path),
-        }
+    result = run(
+        tmp_path,
+        scenario="tests.apps.lora_pair:pair",
+        sharing="explicit",
+        pools={n: {"agents": [n], "model": {**LLM, "lora": LORA}} for n in ("alice", "bob")},
+        algorithm=grpo(0.05),
+        budget={"iterations": 15},
     )
-    result = train(cfg)
     reward = series(result, "charts/team_return")
     assert reward[-3:].mean() - reward[:3].mean() >= 0.2, np.round(reward, 2).tolist()
 

@@ -20,7 +20,6 @@ from trainers.monitors import (
     clipped_share,
     episode_length,
     length_values,
-    pearson_from_sums,
     pearson_within,
     slope,
     strongest,
@@ -32,15 +31,15 @@ def monitors(**sections: object) -> Monitors:
 
 
 # ----- the math ---------------------------------------------------------------------------------
-def test_pearson_from_sums_matches_hand_computation() -> None:
+def test_pearson_of_one_group_matches_hand_computation() -> None:
     # x = 1, 2, 3; y = 1, 2, 4: Σdx·dy = 3, Σdx² = 2, Σdy² = 42/9, so r = 3 / sqrt(2 · 42/9)
     x, y = [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]
     sums = (sum(x), sum(y), sum(a * a for a in x), sum(b * b for b in y))
     sxy = sum(a * b for a, b in zip(x, y, strict=True))
-    r = pearson_from_sums(3, sums[0], sums[1], sums[2], sums[3], sxy)
+    r = pearson_within([(3, sums[0], sums[1], sums[2], sums[3], sxy)])
     assert r == pytest.approx(3 / math.sqrt(2 * 42 / 9))
-    assert pearson_from_sums(3, 3.0, 6.0, 3.0, 14.0, 6.0) is None  # x constant
-    assert pearson_from_sums(1, 1.0, 1.0, 1.0, 1.0, 1.0) is None
+    assert pearson_within([(3, 3.0, 6.0, 3.0, 14.0, 6.0)]) is None  # x constant
+    assert pearson_within([(1, 1.0, 1.0, 1.0, 1.0, 1.0)]) is None
 
 
 def test_episode_length_counts_tokens_before_the_pad_and_decisions() -> None:
@@ -141,7 +140,7 @@ def test_pearson_within_centres_each_group_on_its_own_means() -> None:
     b = [2, 11, 1.8, 61, 1.64, 9.8]
     # within: vx = 0.5 + 0.5, vy = 0.02 + 0.02, cxy = 0.1 − 0.1 = 0
     assert pearson_within([a, b]) == pytest.approx(0.0, abs=1e-9)
-    assert pearson_from_sums(4, 14, 2.0, 66, 1.68, 10.2) > 0.9  # pooled: a strong link
+    assert pearson_within([(4, 14, 2.0, 66, 1.68, 10.2)]) > 0.9  # pooled: a strong link
     assert pearson_within([a]) == pytest.approx(1.0)  # inside group a, longer pays more
     assert pearson_within([[2, 2, 0, 2, 0, 0]]) is None  # no variation
 

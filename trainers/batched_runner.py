@@ -187,6 +187,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._stepper: Stepper | None = None  # built on the first sample() (_get_stepper)
         self._lens: dict[Any, Any] = {}  # dist class → categorical_lens, probed once
         self._lost = 0  # episodes lost to hung calls in the current sample()
+        self._wanted: int | None = None  # the current sample()'s num_episodes
         self._whole_groups = bool(self.config.env_config.get(GROUPS_KEY))
         self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
             "on_episode_step" in type(c).__dict__ for c in self._callbacks
@@ -244,6 +245,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             self._reset_all()
         if num_episodes is not None:
             self._needs_initial_reset = True
+        self._wanted = num_episodes
         state = self.sampler_state
         done: list[Any] = []
         counts = _Counts()
@@ -387,10 +389,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             return
         waiting = self.sampler_state.waiting
         waiting.append(i)
-        if len(waiting) == self.num_envs:  # the group is whole: all start the next task
-            for j in waiting:
-                self._reset_env(j, None)
-            waiting.clear()
+        if len(waiting) < self.num_envs or len(done) >= self._wanted:
+            return  # a group still running, or the sample's last: the next sample() resets all
+        for j in waiting:  # the group is whole: all start the next task
+            self._reset_env(j, None)
+        waiting.clear()
 
     def get_metrics(self) -> Any:
         """RLlib's ``get_metrics``, each agent's return summed once per episode

@@ -319,18 +319,11 @@ class MonitorsConfig:
 
 
 # ----- the math --------------------------------------------------------------------------------
-def pearson_from_sums(
-    n: float, sx: float, sy: float, sxx: float, syy: float, sxy: float
-) -> float | None:
-    """Pearson r from the sums of x, y, x², y², xy over ``n`` samples; None when either
-    variable is constant (or n < 2)."""
-    return pearson_within([(n, sx, sy, sxx, syy, sxy)])
-
-
 def pearson_within(groups: Sequence[Sequence[float]]) -> float | None:
     """The pooled within-group Pearson r: each group's ``(n, Σx, Σy, Σx², Σy², Σxy)``
-    centred on its own means, the (co)variances summed over groups. None when x or y does not
-    vary within any group (or fewer than two samples in all)."""
+    centred on its own means, the (co)variances summed over groups (one group: the plain
+    Pearson r). None when x or y does not vary within any group (or fewer than two samples in
+    all)."""
     vx = vy = cxy = sxx_all = syy_all = 0.0
     total = 0.0
     for n, sx, sy, sxx, syy, sxy in groups:
@@ -410,11 +403,11 @@ def length_values(length: float, outcome: Any) -> dict[str, float]:
     ``length`` (for the mean). A malformed reply is often shorter and always paid less than a
     well-formed one: an honest link between length and reward, kept apart like success."""
     x, y = float(length), float(outcome.reward)
-    outcome = (OUTCOMES[0] if outcome.success else OUTCOMES[1]) + (
+    kind = (OUTCOMES[0] if outcome.success else OUTCOMES[1]) + (
         "_malformed" if well_formed(outcome) is False else ""
     )
     terms = (1.0, x, y, x * x, y * y, x * y)
-    return {"length": x, **{f"len_{outcome}_{m}": v for m, v in zip(MOMENTS, terms, strict=True)}}
+    return {"length": x, **{f"len_{kind}_{m}": v for m, v in zip(MOMENTS, terms, strict=True)}}
 
 
 def gold_scorer(ref: str) -> Any:

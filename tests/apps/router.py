@@ -27,14 +27,18 @@ class State(TypedDict):
     messages: Annotated[list, add_messages]
 
 
+def right_reply(task: str, reply: str) -> bool:
+    """Whether ``reply`` starts the way ``task`` asks (a lowercase letter for ``TASKS[0]``)."""
+    lower = reply[:1].islower()
+    return lower if task == TASKS[0] else not lower
+
+
 def routed_right(state: dict[str, Any]) -> bool:
     """Whether the router's reply starts the way its task asks."""
     messages = state["messages"]
     if len(messages) < 2:
         return False
-    task, reply = str(messages[0].content), str(messages[1].content)
-    lower = reply[:1].islower()
-    return lower if task == TASKS[0] else not lower
+    return right_reply(str(messages[0].content), str(messages[1].content))
 
 
 def app(**kwargs: Any) -> ChatAppScenario:
