@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time, tempfile
 t0 = float(sys.argv[2])
-from trainers.config import ExperimentConfig
-from trainers.run import train
+from trainers.configs.experiment import ExperimentConfig
+from trainers.run.loop import train
 pools = json.loads(sys.argv[3])
 cfg = ExperimentConfig.from_dict({
     "scenario": sys.argv[1], "pools": pools["pools"], "train": pools["train"],

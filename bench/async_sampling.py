@@ -2,7 +2,7 @@
 
 The fine-tuning experiment of ``examples/finetune_tiny.yaml`` (tiny orchestrator,
 text-delegate easy, ``star:8``, scripted subagents; ``G·B`` episodes an iteration) trained with
-:func:`trainers.train` in three modes, alternated in one process (``--reps`` rounds, so
+:func:`trainers.run.loop.train` in three modes, alternated in one process (``--reps`` rounds, so
 machine load hits every mode alike):
 
 * ``sync-local``: the default: no remote env runner, sample then learn;
@@ -54,7 +54,7 @@ MODES = {
 
 
 def experiment(args: argparse.Namespace, out: Path, mode: str, rep: int) -> Any:
-    from trainers.config import BudgetConfig, OutputConfig
+    from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, TrainingConfig
 
     job = FinetuneJob(
@@ -87,7 +87,7 @@ def main() -> None:
     import ray
     import torch
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     torch.set_num_threads(1)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

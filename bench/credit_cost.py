@@ -1,4 +1,4 @@
-"""Cost and accuracy of the credit-assignment estimators in ``trainers/credit.py``.
+"""Cost and accuracy of the credit-assignment estimators in ``trainers/credit/values.py``.
 
 Part 1 (:func:`estimator_table`): for teams of ``n = 2 … 10`` agents on random seeded games with
 pairwise and three-way interactions, the RMSE of each sampled Shapley estimator against the
@@ -29,7 +29,7 @@ import numpy as np
 # this checkout's packages first, also when another one is installed in the environment
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainers.credit import (
+from trainers.credit.values import (
     CachedValue,
     leave_one_out,
     min_budget,

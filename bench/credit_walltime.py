@@ -81,7 +81,8 @@ class Timing:
 def build(n: int, method: str, estimator: str, seed: int, workers: int | None = None) -> Any:
     """The PPO algorithm ``marl run delegate --topology star:{n-1} --credit METHOD`` trains."""
     from trainers.algo import to_algorithm_config
-    from trainers.config import CreditConfig, ExperimentConfig
+    from trainers.configs.credit import CreditConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     cfg = ExperimentConfig(
         scenario="delegate",
@@ -142,8 +143,8 @@ def connector_probe(sizes: list[int], episodes: int, method: str, estimator: str
 
     from scenarios.rllib_env import RLlibGraphEnv
     from tests.rllib_episodes import record_episode
-    from trainers.config import CreditConfig
-    from trainers.credit_connector import VERIFY_FIRST, make_credit_connector
+    from trainers.configs.credit import CreditConfig
+    from trainers.credit.connector import VERIFY_FIRST, make_credit_connector
 
     print(f"\ncredit connector alone ({episodes} episodes per row, no RLlib): cost per episode")
     header = (

@@ -3,7 +3,7 @@
 One ``BatchedEnvRunner`` on the default experiment (delegate, ``star:3``, 16 envs) alternates
 its ``sample()`` calls between RLlib's recording (``MultiAgentEpisode.add_env_reset`` /
 ``add_env_step``, RLlib's ``get_metrics`` and per-episode ``_log_episode_metrics``) and ours
-(:mod:`trainers.episode_build`, ``BatchedEnvRunner.get_metrics`` and
+(:mod:`trainers.sampling.episode_build`, ``BatchedEnvRunner.get_metrics`` and
 ``_log_episode_metrics``); both give the same episodes and metrics
 (``tests/test_episode_build.py``). Process CPU seconds of
 ``sample()`` + ``get_metrics()`` per 1,000 env steps, medians, and the median of the paired
@@ -28,7 +28,7 @@ def recorders(runner: Any) -> dict[str, tuple[Any, Any, Any, Any]]:
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
     from trainers import episode_build
-    from trainers.batched_runner import BatchedEnvRunner
+    from trainers.sampling.batched_runner import BatchedEnvRunner
 
     def rllib_reset(episode: Any, observations: Any, infos: Any = None) -> None:
         episode.add_env_reset(observations=observations, infos=infos)
@@ -62,7 +62,7 @@ def main() -> None:
 
     from trainers import batched_runner
     from trainers.algo import to_algorithm_config
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     torch.set_num_threads(1)
     cfg = ExperimentConfig.from_dict(

@@ -22,7 +22,7 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
 def experiments(iterations: int, out: str) -> dict[str, Any]:
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
     from trainers.finetune import FinetuneJob
 
     common = {
@@ -55,7 +55,7 @@ def main() -> None:
     import ray
     import torch
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     assert torch.cuda.is_available(), "needs a GPU"
     print(f"torch {torch.__version__} · {torch.cuda.get_device_name(0)}")

@@ -89,9 +89,9 @@ def env_reward(env: Any, seed: int, completion_ids: list[int]) -> float:
 
 # ----- ours -----------------------------------------------------------------------------------
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from trainers.config import BudgetConfig, OutputConfig
+    from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
-    from trainers.run import RETURN_KEY
+    from trainers.run.metrics import RETURN_KEY
 
     orch = OrchestratorConfig(model="tiny", tiny_seed=args.seed, temperature=1.0, top_p=1.0)
     if args.sampler != "transformers":

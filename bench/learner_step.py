@@ -6,7 +6,7 @@ iteration's episodes, then updates three learners (three algorithms in this proc
 from the RLlib one's state) on copies of the same episodes, rotating which goes first, so
 machine load hits all alike: ``rllib`` (RLlib's PPO learner), ``pieces`` (the lean learner on
 RLlib's learner connector pieces, ``LeanPPOLearner.array_batch = False``) and ``lean`` (the
-default: the batch from episode arrays, ``trainers/learner_batch.py``). Reported per learner
+default: the batch from episode arrays, ``trainers/learners/batch.py``). Reported per learner
 (medians over rounds): the whole ``learner_group.update`` call, its learner connector pipeline
 (episodes → batch, GAE, credit), the minibatch steps (``_update``: forward, loss, backward,
 optimiser) and the time per minibatch; then the rllib/lean and pieces/lean ratios, also of the
@@ -47,8 +47,8 @@ def timed(obj: Any, name: str, sink: list[float]) -> None:
 
 def build(learner: str) -> Any:
     from trainers.algo import to_algorithm_config
-    from trainers.config import ExperimentConfig
-    from trainers.lean_learner import LeanPPOLearner
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.learners.lean import LeanPPOLearner
 
     class PiecesLearner(LeanPPOLearner):  # the lean learner on RLlib's connector pieces
         array_batch = False
@@ -75,7 +75,7 @@ def main() -> None:
     import torch
     from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 
-    from trainers.run import quiet_ray_logs
+    from trainers.run.process import quiet_ray_logs
 
     torch.set_num_threads(1)
     quiet_ray_logs()

@@ -45,8 +45,8 @@ def make_runner(mode: str, n: int, latency: float, turns: int, new_tokens: int) 
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
     from trainers.algo import to_algorithm_config
-    from trainers.batched_runner import BatchedEnvRunner
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.sampling.batched_runner import BatchedEnvRunner
 
     episodes: dict[str, Any] = {"timeout_s": 120.0}
     if latency > 0:

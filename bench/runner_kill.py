@@ -26,7 +26,7 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
 def config(out: str, iterations: int) -> Any:
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict(
         {
@@ -52,7 +52,7 @@ def runner_pids() -> list[int]:
 
 def run(iterations: int, kill_at: int | None) -> dict[str, Any]:
     """One run; per-iteration end times (monotonic) and env steps."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     ends: list[float] = []
     killed_at: list[float] = []

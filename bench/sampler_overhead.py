@@ -33,10 +33,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: the modules loaded from ``--base`` (in import order); each is renamed in the others' imports
 MODULES = (
-    "trainers.episode_build",
-    "trainers.monitors",
-    "trainers.episode_metrics",
-    "trainers.batched_runner",
+    "trainers.sampling.episode_build",
+    "trainers.signals.monitors",
+    "trainers.signals.episode_metrics",
+    "trainers.sampling.batched_runner",
 )
 #: metrics that are wall-clock readings (not compared)
 WALL_CLOCK = re.compile(r"duration|throughput|timers|_s$|time|^/sample$")
@@ -111,8 +111,8 @@ def main() -> None:
     from scenarios.clocks import ENV_CLOCK
     from trainers import batched_runner, episode_metrics
     from trainers.algo import to_algorithm_config
-    from trainers.config import ExperimentConfig
-    from trainers.phase_timers import FORWARD_CLOCK
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.signals.phase_timers import FORWARD_CLOCK
 
     torch.set_num_threads(1)
     base = load_base(args.base)
@@ -121,7 +121,11 @@ def main() -> None:
     )
     algo_cfg = to_algorithm_config(cfg)
     runners = {
-        "base": build(base["trainers.batched_runner"], base["trainers.episode_metrics"], algo_cfg),
+        "base": build(
+            base["trainers.sampling.batched_runner"],
+            base["trainers.signals.episode_metrics"],
+            algo_cfg,
+        ),
         "new": build(batched_runner, episode_metrics, algo_cfg),
     }
     runners["new"].module.set_state(runners["base"].module.get_state())

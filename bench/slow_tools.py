@@ -35,7 +35,8 @@ the tools' latency) limits the case, and no scheduling can meet the latency boun
 latency does, and the ratio says how well envs in flight hide it. On a machine shared with
 other work the CPU bound is optimistic (other processes take cores too).
 
-``--runner``: the same bound through the trainer's sampler, :class:`~trainers.batched_runner.
+``--runner``: the same bound through the trainer's sampler,
+:class:`~trainers.sampling.batched_runner.
 BatchedEnvRunner` on ``toolchain`` (an MLP policy, tool calls inside the scenario's nodes)
 with ``episodes.tool_latency`` and ``episodes.env_threads`` on (``threads``) or off
 (``serial``); ``c`` is the scenario's own count of tool calls per episode (``metric/calls``):
@@ -217,8 +218,8 @@ def runner_case(n: int, latency: float, threads: bool, seconds: float) -> dict[s
     """Episodes/s and tool calls per episode of the batched sampler on ``toolchain`` with ``n``
     envs, sampling ``4 n`` env steps per ``sample()`` call for ``seconds`` (after a warm-up)."""
     from trainers.algo import to_algorithm_config
-    from trainers.batched_runner import BatchedEnvRunner
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.sampling.batched_runner import BatchedEnvRunner
 
     episodes = {"env_threads": threads, "timeout_s": 60.0}
     if latency > 0:

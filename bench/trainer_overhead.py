@@ -1,4 +1,5 @@
-"""Env steps/s of ``trainers.train()`` against the fastest hand-written plain RLlib PPO config.
+"""Env steps/s of ``trainers.run.loop.train()`` against the fastest hand-written plain RLlib PPO
+config.
 
 Same environment (``RLlibGraphEnv`` on ``delegate``, ``star:3``), same pools (orchestrator,
 shared worker), same network sizes and PPO hyperparameters. The plain config is written here
@@ -54,7 +55,7 @@ def plain_config(num_envs: int, engine: str = "langgraph") -> Any:
 
     from marl_agents.pools import MLPModel
     from scenarios.rllib_env import RLlibGraphEnv
-    from trainers.config import PPOAlgo
+    from trainers.configs.algorithms import PPOAlgo
 
     a, m = PPOAlgo(), MLPModel()  # the same numbers as our defaults
     model = DefaultModelConfig(
@@ -114,8 +115,8 @@ def run_plain(num_envs: int, iterations: int, engine: str = "langgraph") -> floa
 
 
 def run_ours(iterations: int, out: str, engine: str = "langgraph", sampler: str = "auto") -> float:
-    from trainers.config import ExperimentConfig
-    from trainers.run import train
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig.from_dict(
         {
@@ -145,7 +146,7 @@ PHASES: dict[tuple[str, str], list[dict[str, float]]] = {}
 def phases_per_1000_steps(rows: list[dict[str, Any]]) -> dict[str, float]:
     """``timers/…`` and the iteration's wall time, summed over the measured iterations (the
     first one excluded, as for the throughput), per 1,000 env steps."""
-    from trainers.phase_timers import TIMER_KEYS
+    from trainers.signals.phase_timers import TIMER_KEYS
 
     steps = rows[-1]["charts/env_steps"] - rows[0]["charts/env_steps"]
     keys = (*TIMER_KEYS, "charts/iteration_s")
@@ -164,8 +165,8 @@ def main() -> None:
     import ray
     import torch
 
-    from trainers.config import ResourcesConfig
-    from trainers.run import quiet_ray_logs
+    from trainers.configs.experiment import ResourcesConfig
+    from trainers.run.process import quiet_ray_logs
 
     torch.set_num_threads(1)
     quiet_ray_logs()

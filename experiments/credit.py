@@ -23,7 +23,7 @@ Reported: env steps to the target (or "not reached"), final return, greedy evalu
 wall time each method costs (Shapley and leave-one-out replay every episode).
 
 Part 2, estimator error against coalition budget, no training: the sampled Shapley estimators
-of ``trainers/credit.py`` against exact Shapley values, measured with the functions of
+of ``trainers/credit/values.py`` against exact Shapley values, measured with the functions of
 ``bench/credit_cost.py`` (imported, not copied) on (a) its random interaction games and (b)
 real ``relay`` episodes on ``star:7`` (8 agents, 256 coalitions; coalition values are
 counterfactual replays with the optimal relay protocol, absent agents sending symbol 0).
@@ -97,7 +97,7 @@ def conditions(budget: str) -> list[Condition]:
 
 def supported(ctx: harness.Context, conds: Sequence[Condition]) -> list[Condition]:
     """The arms whose config resolves; the others are saved as ``unsupported`` records."""
-    from trainers.config import ConfigError
+    from trainers.configs.typed import ConfigError
     from trainers.plan import resolve
 
     out = []
@@ -130,7 +130,7 @@ def relay_games(topology: str, games: int) -> tuple[list, list[dict[str, float]]
 
     from scenarios.engine import GraphEnv
     from scenarios.registry import build
-    from trainers.credit import shapley_exact
+    from trainers.credit.values import shapley_exact
 
     scenario = build("relay", topology)
     env = GraphEnv(scenario)
@@ -162,7 +162,7 @@ def estimator_rows(
     import numpy as np
 
     from bench.credit_cost import ESTIMATORS, measure
-    from trainers.credit import leave_one_out, min_budget
+    from trainers.credit.values import leave_one_out, min_budget
 
     n = len(episodes[0][0])
     scale = float(np.mean([np.mean(np.abs(list(e.values()))) for e in exact]))

@@ -1,5 +1,6 @@
-"""The shared harness: one :class:`~trainers.config.ExperimentConfig` per (condition, seed),
-trained with :func:`trainers.run.train` and saved as one JSON file.
+"""The shared harness: one :class:`~trainers.configs.experiment.ExperimentConfig` per (condition,
+seed),
+trained with :func:`trainers.run.loop.train` and saved as one JSON file.
 
 Every claim script builds a list of :class:`Condition` objects for a budget (``smoke``,
 ``default`` or ``full``) and calls :func:`run_claim`. For each condition and seed it
@@ -14,7 +15,7 @@ Every claim script builds a list of :class:`Condition` objects for a budget (``s
 A seed whose JSON exists with the same config is skipped, so an interrupted claim resumes where
 it stopped (a changed config is trained again), and the report can be rebuilt from the JSON
 files alone. One Ray instance serves every run of a process
-(started here, before the first run, and shut down at the end; :func:`trainers.run.train`
+(started here, before the first run, and shut down at the end; :func:`trainers.run.loop.train`
 leaves a Ray it did not start running).
 """
 
@@ -145,7 +146,7 @@ def deep_merge(base: Mapping[str, Any], *updates: Mapping[str, Any]) -> dict[str
 
 def make_config(ctx: Context, cond: Condition, seed: int) -> Any:
     """The :class:`ExperimentConfig` of ``cond`` for ``seed``: quiet, no plots, one checkpoint."""
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     grpo = cond.config.get("algorithm", {}).get("name") == "GRPO"  # no batch-size fields
     base = SMOKE_CONFIG if ctx.budget == "smoke" and not grpo else {}
@@ -217,7 +218,7 @@ def evaluation(checkpoint: Path, episodes: int) -> dict[str, Any]:
 
 def run_seed(ctx: Context, cond: Condition, seed: int) -> dict[str, Any]:
     """Train (and evaluate) one condition for one seed; write and return its record."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = make_config(ctx, cond, seed)
     started = time.time()
@@ -314,8 +315,8 @@ def ray_for() -> Iterator[None]:
     import ray
 
     from trainers.cluster import ensure_ray
-    from trainers.config import ExperimentConfig
-    from trainers.run import quiet_ray_logs
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.run.process import quiet_ray_logs
 
     quiet_ray_logs()
     started = ensure_ray(ExperimentConfig())

@@ -69,13 +69,12 @@ def homogeneous_config(width: int) -> dict[str, Any]:
 def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
     """Pool id → trainable parameters of the module RLlib builds for it (no Ray started)."""
     from marl_agents.modules import module_spec
-    from trainers.algo import algorithm_class
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
     from trainers.plan import resolve
 
     cfg = ExperimentConfig.from_dict(dict(config))
     plan = resolve(cfg)
-    default = algorithm_class(cfg.algorithm.name).get_default_config()
+    default = cfg.algorithm.algorithm_class().get_default_config()
     counts = {}
     for pid, pool in plan.pools.items():
         spec = module_spec(pool, plan.env_config)

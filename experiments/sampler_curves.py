@@ -1,7 +1,7 @@
 """Claim 11 — the batched sampler learns like RLlib's sampler (issue #17, "learning unchanged").
 
 Two arms per scenario, differing only in ``episodes.sampler``: ``rllib`` (RLlib's own
-``MultiAgentEnvRunner``) and ``batched`` (:mod:`trainers.batched_runner`: one forward per
+``MultiAgentEnvRunner``) and ``batched`` (:mod:`trainers.sampling.batched_runner`: one forward per
 module per step, per-env RNG streams). Scenarios, each with its default topology and pools and
 the package's PPO defaults (1000 env steps an iteration, 16 envs per runner, team credit):
 ``delegate`` (``star:3``), ``relay`` (``star:3``) and ``spread`` (``mesh:3``). The two
@@ -99,7 +99,7 @@ def llm_config(workload: str) -> dict[str, Any]:
     """An LLM workload's experiment, as its example or test writes it."""
     from pathlib import Path
 
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
     from trainers.finetune import FinetuneJob
 
     examples = Path(__file__).resolve().parents[1] / "examples"

@@ -1,7 +1,7 @@
 """Envs in flight: start ``reset``/``step`` calls on many envs, collect whichever finish first.
 
 An episode that waits on a slow tool (or a model call) must not hold the others. A sampler
-(``trainers/batched_runner.py``) drives a :class:`Stepper` over its sub-envs:
+(``trainers/sampling/batched_runner.py``) drives a :class:`Stepper` over its sub-envs:
 
 .. code-block:: python
 
@@ -18,7 +18,8 @@ An episode that waits on a slow tool (or a model call) must not hold the others.
 Contract:
 
 * ``envs`` are RLlib-view envs (``scenarios.rllib_env.RLlibGraphEnv``,
-  ``trainers.grpo_learner.GroupedEnv``): ``reset(seed=..., options=...)`` → ``(obs, infos)``,
+  ``trainers.sampling.grouped_env.GroupedEnv``): ``reset(seed=..., options=...)`` → ``(obs,
+  infos)``,
   ``step(actions)`` → ``(obs, rewards, terminateds, truncateds, infos)``, ``close()``.
 * One call in flight per env: ``start_*`` on a busy env raises ``RuntimeError``.
 * ``threads=False`` (default): a call runs at once in the caller's thread; :meth:`wait` returns

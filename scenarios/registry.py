@@ -370,7 +370,7 @@ def unreachable_reason(ref: str, extra_paths: Iterable[str] = ()) -> str | None:
     home = _import_root(module_name, here)
     fix = (
         f"install its package (pip install -e .), add {home} to PYTHONPATH before Ray starts, "
-        "or let trainers.train start Ray (it gives the workers this process's sys.path)"
+        "or let trainers.run.loop.train start Ray (it gives the workers this process's sys.path)"
     )
     if found is None:
         return (

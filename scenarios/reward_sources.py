@@ -1,7 +1,7 @@
 """Reward sources: a scenario's reward composed from named, weighted parts kept apart.
 
 Contract. A :class:`RewardSources` (built from the plain ``rewards:`` spec of an experiment,
-``trainers.reward_config.RewardsConfig.to_spec()``, or from Python) is attached to a
+``trainers.configs.rewards.RewardsConfig.to_spec()``, or from Python) is attached to a
 :class:`~scenarios.engine.GraphEnv` (``env.rewards``). Without it the env pays the verifier's
 reward exactly as before. With it:
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 
 def tiny_config(

@@ -31,7 +31,7 @@ def learner_config(
     """GRPO over modules ``trained`` (learns) and ``frozen`` (their ``module_spec`` kwargs)."""
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from trainers.grpo_learner import GRPOAlgorithmConfig
+    from trainers.grpo.algorithm import GRPOAlgorithmConfig
 
     specs = {"trained": module_spec(spaces, **(trained or {}))}
     specs["frozen"] = module_spec(spaces, **(frozen if frozen is not None else {"seed": 1}))

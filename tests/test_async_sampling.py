@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainers.async_sampling import POLICY_VERSION, SamplePipeline, shares
-from trainers.config import AsyncSampling, ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.grpo import AsyncSampling
+from trainers.configs.typed import ConfigError
 from trainers.finetune import FinetuneJob, TrainingConfig
+from trainers.grpo.async_sampling import POLICY_VERSION, SamplePipeline, shares
 
 STALENESS = ("grpo/staleness_mean", "grpo/staleness_max", "grpo/stale_dropped")
 
@@ -53,7 +55,7 @@ def test_async_config_errors_name_the_field(tmp_path: Path, changes: Any, match:
 
 
 def test_rllib_config_rejects_async_without_remote_runners() -> None:
-    from trainers.grpo_learner import GRPOAlgorithmConfig
+    from trainers.grpo.algorithm import GRPOAlgorithmConfig
 
     cfg = GRPOAlgorithmConfig().grpo(async_sampling=True).env_runners(num_env_runners=0)
     with pytest.raises(ValueError, match="num_env_runners >= 1"):
@@ -108,7 +110,7 @@ def weights(run: Path) -> dict[str, np.ndarray]:
     """The trained orchestrator's weights in the run's newest checkpoint."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from trainers.run import find_checkpoint
+    from trainers.run.rundir import find_checkpoint
 
     ckpt, _ = find_checkpoint(run)
     path = ckpt / "learner_group" / "learner" / "rl_module" / "orchestrator"
@@ -128,7 +130,7 @@ def untimed(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def async_run(request: Any, tmp_path_factory: Any, ray_session: Any) -> tuple[Any, Any]:
     """3 async iterations with ``max_staleness`` 1 (a sync after every update) and 2 (after
     every other: the runners lag the learner after iterations 1 and 3)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     tmp = tmp_path_factory.mktemp("async")
     bound = {"algorithm.grpo.async_sampling.max_staleness": request.param}
@@ -158,7 +160,7 @@ class Stop(Exception):
 def assert_resumes_exactly(cfg: Any, full: Any, stop: int, tmp_path: Path) -> None:
     """``cfg`` stopped after iteration ``stop`` and resumed gives ``full``'s metrics and
     weights."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     def stop_after(row: dict[str, Any]) -> None:
         if row["charts/iteration"] == stop:
@@ -187,7 +189,7 @@ def test_async_run_resumes_exactly(async_run: Any, tmp_path: Path) -> None:
 def test_sync_grpo_run_resumes_exactly(tmp_path: Path) -> None:
     """The GRPO env's task-seed stream is in the checkpoint: a resumed run samples the tasks
     the uninterrupted one would have (before, it drew them from the start of the stream)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = grpo_experiment(tmp_path / "full", "sync")
     assert_resumes_exactly(cfg, train(cfg), 1, tmp_path / "part")
@@ -197,7 +199,7 @@ def test_sync_grpo_run_resumes_exactly(tmp_path: Path) -> None:
 def test_sync_run_unchanged_when_the_option_is_off(tmp_path: Path) -> None:
     """Off (the default) and off with another bound run the same sync loop bit for bit, and
     log no staleness."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     off = "algorithm.grpo.async_sampling.max_staleness"
     a = train(grpo_experiment(tmp_path, "a", iterations=2))

@@ -22,9 +22,10 @@ from test_batched_runner import _actions, _columns, _finished_by_env, _returns
 
 from marl_agents.llm.rl_module import SAMPLING_TEMPERATURE, TOKEN_LOGP
 from trainers.algo import batched_sampler, to_algorithm_config
-from trainers.batched_runner import ROWS_PER_GENERATE, BatchedEnvRunner
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 from trainers.plan import resolve
+from trainers.sampling.batched_runner import ROWS_PER_GENERATE, BatchedEnvRunner
 
 LLM = {"type": "llm", "path": "tiny"}
 SCRIPTED = {"type": "scripted", "policy": "random"}

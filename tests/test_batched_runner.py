@@ -27,12 +27,14 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchMultiCategorical,
 )
 
-from trainers.action_rows import categorical_rows, inverse_cdf, sample_rows
 from trainers.algo import to_algorithm_config
-from trainers.batched_runner import BatchedEnvRunner, forward_fn
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.lean_learner import Categoricals
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.learners.categorical import Categoricals
 from trainers.plan import resolve
+from trainers.sampling.action_rows import categorical_rows, inverse_cdf, sample_rows
+from trainers.sampling.batched_runner import BatchedEnvRunner
+from trainers.sampling.forward import forward_fn
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAM = {
@@ -317,7 +319,7 @@ def test_an_envs_episodes_do_not_depend_on_the_other_envs() -> None:
 SCRIPT = """
 import json, logging, ray
 from configs import tiny_config
-from trainers.run import train
+from trainers.run.loop import train
 ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 rows = []
 from pathlib import Path
@@ -399,7 +401,7 @@ def test_threads_change_when_envs_step_not_what_happens() -> None:
 def test_a_call_past_the_timeout_loses_its_episode_not_the_sample() -> None:
     """Tool calls of up to 0.6 s against a 0.25 s limit: the episodes that hang are counted
     as timeouts (with a named error) and their envs replaced; sampling goes on."""
-    from trainers.episode_metrics import JOURNAL
+    from trainers.signals.episode_metrics import JOURNAL
 
     slow = {"tool_latency": {"seconds": 0.3, "jitter": 0.3}, "timeout_s": 0.25,
             "env_threads": True}  # fmt: skip

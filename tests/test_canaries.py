@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 LLM = {"type": "llm", "path": "tiny"}
 QUIET = {"wandb": "disabled", "progress": False}
@@ -39,7 +39,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune_tiny.yaml
 
 def run(tmp_path: Path, **config: Any) -> Any:
     """``train()`` on ``config`` with seed 0, quiet, no checkpoints or plots."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     output = {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False}
     fixed = {"seed": 0, "logging": QUIET, "output": output}

@@ -17,14 +17,14 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("langgraph_supervisor")
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "supervisor_app.yaml"
 
 
 @pytest.mark.slow
 def test_supervisor_learns_to_route_tasks_to_the_right_worker(ray_session, tmp_path):
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig.from_yaml(EXAMPLE).replace(
         **{

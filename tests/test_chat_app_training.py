@@ -20,7 +20,7 @@ pytest.importorskip("langgraph_supervisor")
 
 from test_train import learner_weights
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 APP = "tests.apps.chat_team:supervisor"
 
@@ -88,7 +88,7 @@ def test_supervisor_learns_and_frozen_workers_stay_bit_identical(ray_session, tm
 
 
 def test_shapley_credit_with_credit_workers_on_the_app(ray_session, tmp_path):
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = app_cfg(tmp_path, **{"credit.method": "shapley", "credit.workers": 1})
     result = train(cfg)
@@ -115,7 +115,7 @@ PEERS = {"alice": {"agents": ["Alice"], "model": LLM}, "bob": {"agents": ["Bob"]
     ],
 )
 def test_each_app_pattern_trains(ray_session, tmp_path, app, sharing, pools, train):
-    from trainers.run import train as run
+    from trainers.run.loop import train as run
 
     data = app_cfg(tmp_path).to_dict()
     data.update(scenario=f"tests.apps.chat_team:{app}", pools=pools, train=train)

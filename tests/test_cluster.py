@@ -29,7 +29,8 @@ import pytest
 from typer.testing import CliRunner
 
 from trainers.cli import app
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -49,12 +50,12 @@ TINY_BASE = {
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if anything starts Ray; RAY_ADDRESS restored afterwards."""
     import trainers.cluster
-    import trainers.run
+    import trainers.run.loop
 
     def refuse(*args: Any, **kwargs: Any) -> bool:
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr(trainers.run, "ensure_ray", refuse)
+    monkeypatch.setattr(trainers.run.loop, "ensure_ray", refuse)
     monkeypatch.setattr(trainers.cluster, "ensure_ray", refuse)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
@@ -103,7 +104,7 @@ def test_an_address_that_is_not_ray_fails_with_one_line(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         from trainers.cluster import ClusterError, ensure_ray
-        from trainers.config import ExperimentConfig
+        from trainers.configs.experiment import ExperimentConfig
         try:
             ensure_ray(ExperimentConfig(), {address!r})
         except ClusterError as exc:
@@ -224,17 +225,18 @@ def test_sweep_cli_refuses_bad_files_before_ray(no_ray: None, tmp_path: Path) ->
 )
 def test_trial_bundles_match_rllib(resources: dict[str, Any]) -> None:
     """The placement group is the one RLlib lays out for the algorithm (what it indexes)."""
-    from trainers.algo import algorithm_class
     from trainers.cluster import trial_bundles
 
     cfg = ExperimentConfig.from_dict({**TINY_BASE, "resources": resources})
-    config = algorithm_class("PPO").get_default_config()
+    from trainers.configs.algorithms import ALGORITHMS
+
+    config = ALGORITHMS["PPO"].algorithm_class().get_default_config()
     config.env_runners(num_env_runners=cfg.resources.num_env_runners, num_cpus_per_env_runner=1)
     config.learners(
         num_learners=cfg.resources.num_learners,
         num_gpus_per_learner=cfg.resources.num_gpus_per_learner,
     )
-    rllib = algorithm_class("PPO").default_resource_request(config).bundles
+    rllib = ALGORITHMS["PPO"].algorithm_class().default_resource_request(config).bundles
     assert trial_bundles(cfg) == [{k: v for k, v in b.items() if v} for b in rllib]
 
 
@@ -438,7 +440,7 @@ def test_a_ray_start_cluster_is_joined_without_num_cpus(two_nodes: LocalCluster)
         """
         import ray
         from trainers.cluster import ensure_ray
-        from trainers.config import ExperimentConfig
+        from trainers.configs.experiment import ExperimentConfig
         assert ensure_ray(ExperimentConfig())
         print(ray.cluster_resources()["CPU"], len(ray.nodes()))
         """

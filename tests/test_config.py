@@ -22,18 +22,10 @@ from marl_agents.pools import (
 from scenarios.base import ScriptedPolicy
 from scenarios.relay import Relay
 from trainers.algo import to_algorithm_config
-from trainers.config import (
-    AlgoConfig,
-    APPOAlgo,
-    BudgetConfig,
-    ConfigError,
-    CreditConfig,
-    ExperimentConfig,
-    GRPOAlgo,
-    IMPALAAlgo,
-    PPOAlgo,
-    ResourcesConfig,
-)
+from trainers.configs.algorithms import AlgoConfig, APPOAlgo, GRPOAlgo, IMPALAAlgo, PPOAlgo
+from trainers.configs.credit import CreditConfig
+from trainers.configs.experiment import BudgetConfig, ExperimentConfig, ResourcesConfig
+from trainers.configs.typed import ConfigError
 from trainers.plan import resolve
 
 SCRIPTED_WORKER = ScriptedModel(policy="delegate.scripted_worker")
@@ -328,7 +320,7 @@ def test_gpu_request_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_train_rejects_a_bad_config_before_creating_anything(tmp_path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig(train=["boss"])
     cfg.output.dir = str(tmp_path / "runs")
@@ -342,7 +334,7 @@ def test_credit_methods_build_the_credit_learner() -> None:
     algo_config = to_algorithm_config(cfg)
     assert algo_config.batch_mode == "complete_episodes"
     # the lean learner (the default) is a CreditPPOTorchLearner; RLlib's step builds the class
-    from trainers.credit_learner import CreditPPOTorchLearner
+    from trainers.learners.credit_ppo import CreditPPOTorchLearner
 
     assert issubclass(algo_config.learner_class, CreditPPOTorchLearner)
     rllib = cfg.replace(**{"algorithm.learner": "rllib"})

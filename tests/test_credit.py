@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.credit import (
-    EXACT_MAX_AGENTS,
+from trainers.configs.credit import EXACT_MAX_AGENTS
+from trainers.credit.values import (
     CachedValue,
     leave_one_out,
     min_budget,

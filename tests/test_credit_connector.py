@@ -24,18 +24,19 @@ from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from trainers.config import ConfigError, CreditConfig
-from trainers.credit import leave_one_out, shapley_exact
-from trainers.credit_connector import (
+from trainers.configs.credit import CreditConfig
+from trainers.configs.typed import ConfigError
+from trainers.credit.connector import (
     VERIFY_EVERY,
     VERIFY_FIRST,
     CreditConnector,
     CreditConnectorFactory,
     make_credit_connector,
 )
-from trainers.credit_learner import CreditPPOTorchLearner, PerAgentAdvantageNormalization
-from trainers.credit_settings import CreditError
-from trainers.credit_trie import EpisodeReplays
+from trainers.credit.settings import CreditError
+from trainers.credit.trie import EpisodeReplays
+from trainers.credit.values import leave_one_out, shapley_exact
+from trainers.learners.credit_ppo import CreditPPOTorchLearner, PerAgentAdvantageNormalization
 
 scenarios = pytest.importorskip("scenarios")
 from rllib_episodes import record_episode  # noqa: E402
@@ -541,7 +542,7 @@ def test_normalisation_piece_only_when_asked() -> None:
 def test_one_ppo_iteration_with_shapley_credit(ray_session: Any) -> None:
     """The real training path (trainers.algo → RLlib PPO, one local env runner) credits episodes."""
     from trainers.algo import to_algorithm_config
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     cfg = ExperimentConfig.from_dict(
         {

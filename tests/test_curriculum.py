@@ -1,4 +1,4 @@
-"""The learnability curriculum (:mod:`trainers.curriculum`) and the difficulty knob
+"""The learnability curriculum (:mod:`trainers.signals.curriculum`) and the difficulty knob
 (:mod:`scenarios.difficulty`): sampler math by hand, schedule draws, informative groups with
 half the tasks unlearnable, and an exact resume on real Ray."""
 
@@ -17,15 +17,16 @@ from scenarios.base import ScenarioError
 from scenarios.delegate import PENDING, SOLVED, Delegate
 from scenarios.difficulty import LEVEL_STRIDE, level_seed
 from scenarios.text_delegate import TextDelegate
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.curriculum import (
+from trainers.configs.curriculum import CurriculumConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.sampling.grouped_env import GroupedEnv
+from trainers.signals.curriculum import (
     SCHEDULE,
-    CurriculumConfig,
     LearnabilitySampler,
     TaskSchedule,
     informative_share,
 )
-from trainers.grpo_learner import GroupedEnv
 
 
 # ----- sampler math (by hand) ---------------------------------------------------------------
@@ -186,7 +187,7 @@ def _informative_groups(mode: str, iterations: int = 16, groups: int = 8) -> lis
     (stands in for an untrained policy: fixed, so that only the sampling differs), the
     driver's sampler updated from the schedule's outcomes every iteration, as
     ``Curriculum.step`` does through the env runners."""
-    from trainers.curriculum import drain_outcomes, push_distribution
+    from trainers.signals.curriculum import drain_outcomes, push_distribution
 
     tasks, _ = _tasks()
     cfg = CurriculumConfig(mode=mode, tasks=tasks, prior_weight=1.0)  # type: ignore[arg-type]
@@ -248,7 +249,7 @@ def test_curriculum_run_resumes_exactly(tmp_path: Path) -> None:
     """PPO on delegate with a learnability curriculum: the metrics carry ``curriculum/*``, and
     a run stopped after iteration 2 and resumed gives the uninterrupted run's metrics (the
     curriculum's included), final weights and pass-rate estimates."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     full = train(curriculum_run(tmp_path, "full"))
     row = rows(full.run_dir)[-1]

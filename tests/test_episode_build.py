@@ -1,4 +1,4 @@
-"""The batched sampler's episode recording (``trainers/episode_build.py``) against RLlib's.
+"""The batched sampler's episode recording (``trainers/sampling/episode_build.py``) against RLlib's.
 
 What a user relies on: the episodes the learner connectors (GAE, credit, GRPO groups, GRU
 sequences) and rollout dumps read, and the metrics a run reports, are exactly those RLlib's
@@ -27,9 +27,9 @@ from ray.rllib.utils.error import MultiAgentEnvError
 
 from trainers import batched_runner
 from trainers.algo import to_algorithm_config
-from trainers.batched_runner import BatchedEnvRunner
-from trainers.config import ExperimentConfig
-from trainers.episode_build import add_env_reset, add_env_step
+from trainers.configs.experiment import ExperimentConfig
+from trainers.sampling.batched_runner import BatchedEnvRunner
+from trainers.sampling.episode_build import add_env_reset, add_env_step
 
 #: fields that hold wall-clock stamps or random ids (compared for consistency, not equality)
 UNSTAMPED = {

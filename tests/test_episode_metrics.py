@@ -1,4 +1,4 @@
-"""The per-episode metrics callback never drops its own errors (trainers.episode_metrics).
+"""The per-episode metrics callback never drops its own errors (trainers.signals.episode_metrics).
 
 RLlib logs and discards exceptions raised on remote env runners (and restarts the runner), so
 the callback records its error in the runner's journal and the trainer raises it when it
@@ -15,7 +15,7 @@ import pytest
 
 from scenarios.base import Outcome
 from scenarios.relay import Relay
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 
 class BadMetricRelay(Relay):
@@ -47,7 +47,7 @@ def config(tmp_path: Path, runners: int) -> ExperimentConfig:
 def test_an_error_in_the_metrics_callback_stops_the_run(
     tmp_path: Path, runners: int, ray_session: Any
 ) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     with pytest.raises(Exception) as info:
         train(config(tmp_path, runners))
@@ -58,7 +58,7 @@ def test_an_error_in_the_metrics_callback_stops_the_run(
     text = "\n".join(chain)
     assert "could not convert string to float: 'not a number'" in text
     if runners:
-        from trainers.episode_metrics import EpisodeMetricsError
+        from trainers.signals.episode_metrics import EpisodeMetricsError
 
         assert isinstance(info.value, EpisodeMetricsError)
         assert re.search(r"\(at \S+\.py:\d+\)$", str(info.value))  # the line that raised

@@ -28,7 +28,8 @@ from toys import ToyStar, user_scenario
 
 from scenarios import GraphEnv, ScenarioError
 from scenarios.registry import build
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -203,7 +204,7 @@ def test_episode_timeout_setting_is_checked() -> None:
 
 
 def test_journal_keeps_distinct_errors_once() -> None:
-    from trainers.episode_metrics import EpisodeJournal
+    from trainers.signals.episode_metrics import EpisodeJournal
 
     journal = EpisodeJournal()
     journal.record_error("error", "node 'tool' raised RuntimeError: tool broke on task 1")
@@ -216,7 +217,7 @@ def test_journal_keeps_distinct_errors_once() -> None:
 
 
 def test_run_status_names_the_cause_of_a_wrapped_error() -> None:
-    from trainers.run import describe_error
+    from trainers.run.outcome import describe_error
 
     try:
         try:
@@ -257,7 +258,7 @@ def hang_guard() -> Any:
 
 @pytest.mark.usefixtures("ray_session", "hang_guard")
 def test_training_truncates_hung_tools_and_goes_on(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     result = train(flaky_config(tmp_path, fail="sometimes", mode="hang"))
     assert result.status == "completed" and result.iterations == 2
@@ -274,7 +275,8 @@ def test_training_truncates_hung_tools_and_goes_on(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("ray_session")
 def test_run_where_every_episode_fails_stops_with_the_error(tmp_path: Path) -> None:
-    from trainers.run import RunFailed, train
+    from trainers.run.loop import train
+    from trainers.run.outcome import RunFailed
 
     with pytest.raises(RunFailed, match="every episode of iteration 1 failed") as e:
         train(flaky_config(tmp_path, fail="always"))
@@ -290,7 +292,7 @@ def test_run_where_every_episode_fails_stops_with_the_error(tmp_path: Path) -> N
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_graph_that_cannot_run_stops_training_at_reset(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = flaky_config(tmp_path, fail="always", where="first")
     with pytest.raises(Exception) as e:  # RLlib may wrap it; the chain names it

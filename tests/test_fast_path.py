@@ -46,7 +46,7 @@ def check_episodes(env: GraphEnv, episodes: int, seed: int = 0) -> GraphEnv:
 
 
 def test_engine_names_agree_with_the_config() -> None:
-    from trainers.config import ENGINES as CONFIG_ENGINES
+    from trainers.configs.experiment import ENGINES as CONFIG_ENGINES
 
     assert CONFIG_ENGINES == ENGINES
 
@@ -257,7 +257,7 @@ def test_engine_reaches_the_env_from_the_config() -> None:
 
 
 def test_evaluation_envs_use_the_runs_engine_and_episode_limit() -> None:
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
     from trainers.evaluate import _make_env
     from trainers.plan import resolve
 
@@ -270,7 +270,7 @@ def test_evaluation_envs_use_the_runs_engine_and_episode_limit() -> None:
 def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> None:
     from configs import learning_rows, tiny_config
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     rows = {}
     for engine in ("fast", "langgraph"):
@@ -282,7 +282,8 @@ def test_training_returns_are_bit_identical_on_both_engines(tmp_path: Path) -> N
 
 
 def test_episodes_engine_is_checked_in_the_config() -> None:
-    from trainers.config import ConfigError, EpisodesConfig
+    from trainers.configs.experiment import EpisodesConfig
+    from trainers.configs.typed import ConfigError
 
     EpisodesConfig(engine="check").check()
     with pytest.raises(ConfigError, match=r"episodes\.engine must be one of auto, langgraph"):

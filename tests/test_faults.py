@@ -26,7 +26,8 @@ import pytest
 from test_train import tiny as tiny_run
 from test_train_cli import TIMING, weights
 
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,7 @@ def assert_same_weights(a: Path, b: Path) -> None:
 # ----- no Ray -------------------------------------------------------------------------------
 def test_metrics_of_an_iteration_whose_runner_died() -> None:
     """RLlib reports NaN/missing counters when no runner returned samples: no crash."""
-    from trainers.run import flatten_result
+    from trainers.run.metrics import flatten_result
 
     nan = float("nan")
     result = {
@@ -76,7 +77,7 @@ def test_metrics_of_an_iteration_whose_runner_died() -> None:
 
 
 def test_resume_picks_the_newest_checkpoint(tmp_path: Path) -> None:
-    from trainers.run import find_checkpoint
+    from trainers.run.rundir import find_checkpoint
 
     run = tmp_path / "run"
     for name, it in (("checkpoint", 2), ("checkpoints/iter_000003", 3), ("checkpoint.partial", 4)):
@@ -108,7 +109,7 @@ def tmpfs(path: Path, *options: str) -> Iterator[Path]:
 def test_unwritable_output_is_a_config_error_before_ray(tmp_path: Path) -> None:
     import ray
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     started = ray.is_initialized()
     a_file = tmp_path / "a_file"
@@ -142,7 +143,7 @@ def env_runner_pids() -> list[int]:
 
 @pytest.mark.usefixtures("ray_session")
 def test_run_survives_a_killed_env_runner(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     killed: list[int] = []
 
@@ -172,7 +173,7 @@ def test_stopped_run_resumes_as_if_never_stopped(tmp_path: Path) -> None:
     iteration 2 and resumed gives the uninterrupted run's metrics (timing aside) and final
     weights. (Remote env runners: the CLI test below, whose Ray workers get a fixed
     ``PYTHONHASHSEED``, which runs with remote runners need to be reproducible at all.)"""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     full = train(tiny(tmp_path, **{"output.name": "full"}))
 
@@ -199,8 +200,8 @@ def test_checkpoint_never_runs_ahead_of_the_metrics(
 ) -> None:
     """A failure inside an iteration (here: writing its metrics) saves no checkpoint of it:
     resume redoes that iteration, with one metrics row per iteration."""
-    from trainers import run as run_module
-    from trainers.run import train
+    from trainers.run import loop as run_module
+    from trainers.run.loop import train
 
     calls = {"n": 0}
     original = run_module.append_row
@@ -218,8 +219,8 @@ def test_checkpoint_never_runs_ahead_of_the_metrics(
     monkeypatch.undo()
     run = tmp_path / "runs" / "r"
     assert [r["charts/iteration"] for r in rows(run)] == [1, 2]
-    from trainers.resume import checkpoint_iteration
-    from trainers.run import find_checkpoint
+    from trainers.run.resume import checkpoint_iteration
+    from trainers.run.rundir import find_checkpoint
 
     ckpt, _ = find_checkpoint(run)
     assert checkpoint_iteration(ckpt) == 2
@@ -314,7 +315,7 @@ def test_full_disk_is_one_error_and_a_summary(tmp_path: Path) -> None:
 def test_only_output_errors_become_output_errors(tmp_path: Path) -> None:
     import errno
 
-    from trainers.run import OutputError, output_error
+    from trainers.run.outcome import OutputError, output_error
 
     def chained(inner: BaseException) -> RuntimeError:
         outer = RuntimeError("wrapped")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.config import BudgetConfig, ConfigError, OutputConfig
+from trainers.configs.experiment import BudgetConfig, OutputConfig
+from trainers.configs.typed import ConfigError
 from trainers.finetune import (
     FinetuneJob,
     OrchestratorConfig,
@@ -130,8 +131,8 @@ def test_gpus_requested_but_absent(monkeypatch):
 
 
 def test_export_hf_needs_a_trained_llm_pool():
-    from trainers.config import ExperimentConfig
-    from trainers.run import train
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig(scenario="delegate", output=OutputConfig(export_hf=True))
     with pytest.raises(ConfigError, match=r"output\.export_hf=true but no trained pool is an LLM"):

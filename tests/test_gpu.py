@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_train import learner_weights
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -99,7 +99,7 @@ def test_grpo_with_vllm_sampling_and_a_frozen_vllm_pool_on_the_gpu(
 
     from test_llm_vllm import test_frozen_vllm_pool_stays_bit_identical, vllm_experiment
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = on_gpu(vllm_experiment(tmp_path))
     result = train(cfg)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trainers.config import GRPOConfig
-from trainers.grpo import (
+from trainers.configs.grpo import GRPOConfig
+from trainers.grpo.loss import (
     LengthDual,
     aggregate,
     clipped_token_loss,

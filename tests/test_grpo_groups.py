@@ -27,9 +27,10 @@ from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
 from marl_agents.llm.rl_module import SAMPLING_TEMPERATURE, TOKEN_LOGP
 from trainers.algo import to_algorithm_config
-from trainers.batched_runner import BatchedEnvRunner
-from trainers.config import ExperimentConfig, GRPOConfig
-from trainers.grpo_learner import ADVANTAGES, GRPOAdvantages, episode_seed
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.grpo import GRPOConfig
+from trainers.grpo.connectors import ADVANTAGES, GRPOAdvantages, episode_seed
+from trainers.sampling.batched_runner import BatchedEnvRunner
 
 G, B = 4, 3  # rollouts per group, groups per iteration
 SAMPLERS = ("batched", "rllib")

@@ -20,18 +20,17 @@ import pytest
 import torch
 from configs import tiny_config
 
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.lean_learner import (
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.grpo.lean import LeanGRPOLearner
+from trainers.learners.batch import ArrayPPOPipeline
+from trainers.learners.categorical import (
     Categoricals,
-    IndexMinibatches,
-    LeanGRPOLearner,
-    LeanPPOLearner,
-    LeanTorchLearner,
     StackedCategoricals,
     categorical_lens,
     categoricals,
 )
-from trainers.learner_batch import ArrayPPOPipeline
+from trainers.learners.lean import IndexMinibatches, LeanPPOLearner, LeanTorchLearner
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -80,7 +79,7 @@ def _update_both(tmp_path: Path, lean_cls: type) -> tuple[Any, Any, Any, Any]:
     from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 
     from trainers.algo import to_algorithm_config
-    from trainers.resume import rng_state, set_rng_state
+    from trainers.run.resume import rng_state, set_rng_state
 
     ref_cfg = to_algorithm_config(_cfg(tmp_path / "r", "rllib"))
     lean_cfg = to_algorithm_config(_cfg(tmp_path / "l", "lean")).learners(learner_class=lean_cls)
@@ -250,7 +249,7 @@ def test_train_gives_the_same_metrics_on_both_learners(
 ) -> None:
     """Bit-identical metrics with foreach Adam; the lean learner is the one that ran. With
     ``value_norm: false`` the reference is RLlib's ``PPOTorchLearner`` itself."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     monkeypatch.setattr(LeanTorchLearner, "fused", False)
     flushes: list[str] = []
@@ -308,7 +307,7 @@ def test_frozen_pool_is_bit_identical_with_the_lean_learner(tmp_path: Path) -> N
 
 def test_checkpoint_resume_is_exact_with_the_lean_learner(tmp_path: Path) -> None:
     """Iterations 1–3 in one go equal 1–2 then a resume for 3 (fused Adam's state included)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     straight = train(_cfg(tmp_path / "a", "lean").replace(**{"budget.iterations": 3}))
     first = train(_cfg(tmp_path / "b", "lean"))
@@ -339,7 +338,7 @@ def test_llm_grpo_updates_match_the_grpo_learner(lean_cls: type) -> None:
     from test_llm_rllib import hand_batch, state_of
 
     from scenarios.text_space import TextSpaces
-    from trainers.grpo_learner import GRPOLearner
+    from trainers.grpo.learner import GRPOLearner
 
     spaces = TextSpaces(vocab_size=384, max_prompt_tokens=48, max_new_tokens=8)
     both = (spaces.observation_space, spaces.action_space)

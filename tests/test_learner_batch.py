@@ -1,4 +1,4 @@
-"""The lean PPO learner's array batch (``trainers/learner_batch.py``) against RLlib's learner
+"""The lean PPO learner's array batch (``trainers/learners/batch.py``) against RLlib's learner
 connector pipeline on real sampled episodes: the same modules in the same order, the same
 columns in the same order, dtypes, shapes and values (advantages and value targets included),
 for cut and finished chunks, credit with per-agent normalisation, scripted pools, RLlib's own
@@ -15,8 +15,8 @@ import pytest
 import torch
 from configs import tiny_config
 
-from trainers.lean_learner import LeanPPOLearner
-from trainers.learner_batch import ArrayPPOPipeline
+from trainers.learners.batch import ArrayPPOPipeline
+from trainers.learners.lean import LeanPPOLearner
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -123,7 +123,7 @@ def test_install_leaves_other_pipelines_alone() -> None:
         LearnerConnectorPipeline,
     )
 
-    from trainers.learner_batch import install
+    from trainers.learners.batch import install
 
     pipeline = LearnerConnectorPipeline(
         connectors=[GeneralAdvantageEstimation(gamma=0.99, lambda_=0.95)]
@@ -139,7 +139,7 @@ def test_pieces_added_after_install_fall_back(tmp_path: Path) -> None:
     from ray.rllib.core.columns import Columns
 
     from trainers.algo import to_algorithm_config
-    from trainers.learner_batch import _covered
+    from trainers.learners.batch import _covered
 
     seen: list[int] = []
 

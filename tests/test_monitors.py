@@ -12,11 +12,12 @@ import pytest
 from configs import tiny_config
 
 from scenarios import Outcome
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.monitors import (
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.monitors import MonitorsConfig
+from trainers.configs.typed import ConfigError
+from trainers.signals.monitors import (
     MOMENTS,
     Monitors,
-    MonitorsConfig,
     clipped_share,
     episode_length,
     length_values,
@@ -332,7 +333,7 @@ def chatter_config(tmp_path, bonus: float, **monitors: object) -> ExperimentConf
 
 
 def test_planted_exploit_trips_the_length_monitor_and_stops(ray_session, tmp_path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = chatter_config(tmp_path, bonus=0.3, length={"action": "stop"})
     result = train(cfg)
@@ -351,7 +352,7 @@ def test_planted_exploit_trips_the_length_monitor_and_stops(ray_session, tmp_pat
 
 
 def test_clean_run_trips_no_monitor(ray_session, tmp_path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     result = train(chatter_config(tmp_path, bonus=0.0).replace(**{"budget.iterations": 6}))
     assert result.status == "completed" and result.iterations == 6
@@ -368,7 +369,7 @@ def test_a_length_biased_judge_trips_the_length_monitor(ray_session, tmp_path) -
     """Issue #16: a judge that likes long transcripts (``experiments.judges:length_biased``),
     paid as the whole reward of the clean scenario, trips the length monitor; the gold
     verifier sees the gap it opens."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     judge = {"ref": "experiments.judges:length_biased", "kwargs": {"bias": 1.0, "scale": 64}}
     rewards = {"sources": [{"name": "judge", "kind": "judge", "vote": "mean", "judges": [judge]}]}
@@ -392,7 +393,7 @@ def test_a_length_biased_judge_trips_the_length_monitor(ray_session, tmp_path) -
 
 
 def test_checkpoint_action_saves_one(ray_session, tmp_path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     # r ≈ 0.3–0.4 already at the random start (a longer episode is paid more)
     cfg = chatter_config(tmp_path, bonus=0.3, length={"action": "checkpoint", "max_r": 0.2})
@@ -407,7 +408,7 @@ def test_critic_monitor_fires_on_the_old_clipped_config(ray_session, tmp_path) -
     loss is clipped away from the first iteration; the default clips nothing."""
     from test_value_norm_learner import OLD, _spread
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     old = train(_spread(tmp_path / "old", 2, **OLD))
     (alarm,) = old.alarms
@@ -431,8 +432,9 @@ def test_grpo_learner_logs_kl_to_start_at_kl_coef_zero() -> None:
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from scenarios.text_space import TextSpaces
-    from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP, kl_to_start
-    from trainers.monitors import KL_TO_START
+    from trainers.grpo.connectors import ADVANTAGES, GRPO_KEEP
+    from trainers.grpo.learner import kl_to_start
+    from trainers.signals.monitors import KL_TO_START
 
     # hand-computed: δ = log π_start − log π = 0, log 2 on the two unmasked tokens
     lp, ref = torch.tensor([[0.0, 0.0, 5.0]]), torch.tensor([[0.0, math.log(2), 0.0]])

@@ -59,7 +59,7 @@ def test_passk_table_averages_tasks() -> None:
 
 def test_eval_k_cli_prints_trained_and_baseline(ray_session, tmp_path) -> None:
     from trainers.evaluate import EVAL_SEED, evaluate
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny_config(tmp_path, scenario="tests.apps.exploits:Chatter", budget={"iterations": 1})
     run = train(cfg).run_dir

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from configs import tiny_config
 
-from trainers.phase_timers import PHASE_KEYS, TIMER_KEYS, TOOL_WAIT_KEY
+from trainers.signals.phase_timers import PHASE_KEYS, TIMER_KEYS, TOOL_WAIT_KEY
 
 SAMPLING = ("timers/env_s", "timers/forward_s", "timers/sample_overhead_s")
 
@@ -28,7 +28,8 @@ def check_phases(row: dict[str, Any]) -> None:
 
 @pytest.mark.usefixtures("ray_session")
 def test_phase_timers_are_in_the_metrics_and_sum_within_the_iteration(tmp_path: Path) -> None:
-    from trainers.run import _row_info, train
+    from trainers.run.display import row_info
+    from trainers.run.loop import train
 
     result = train(tiny_config(tmp_path))
     rows = rows_of(result.run_dir)
@@ -36,8 +37,8 @@ def test_phase_timers_are_in_the_metrics_and_sum_within_the_iteration(tmp_path: 
     for row in rows:
         check_phases(row)
         assert row[TOOL_WAIT_KEY] == 0.0  # no tool settings: tools are not timed
-    assert "env " in _row_info(rows[-1]) and "learn " in _row_info(rows[-1])
-    assert "tool wait" not in _row_info(rows[-1])
+    assert "env " in row_info(rows[-1]) and "learn " in row_info(rows[-1])
+    assert "tool wait" not in row_info(rows[-1])
 
 
 @pytest.mark.parametrize("threads", [False, True])
@@ -48,7 +49,8 @@ def test_tool_wait_lies_within_sampling_and_env_threads_keep_the_contract(
     """With slow tools on 4 envs stepped side by side (``env_threads``) the envs' own
     reset/step seconds overlap; the phases still sum within the iteration, and the tool wait
     (wall time with a tool call running) within the sampling time."""
-    from trainers.run import _row_info, train
+    from trainers.run.display import row_info
+    from trainers.run.loop import train
 
     episodes = {"tool_latency": {"seconds": 0.01}, "env_threads": threads}
     cfg = tiny_config(
@@ -61,4 +63,4 @@ def test_tool_wait_lies_within_sampling_and_env_threads_keep_the_contract(
         assert 0 < row[TOOL_WAIT_KEY] <= sampling, row
         if not threads:  # tool calls run inside reset/step, in the sampler's thread
             assert row[TOOL_WAIT_KEY] <= row["timers/env_s"], row
-    assert "tool wait " in _row_info(rows[-1])
+    assert "tool wait " in row_info(rows[-1])

@@ -1,4 +1,4 @@
-"""Reward sources (``scenarios.reward_sources``, ``trainers.reward_config``): composition math
+"""Reward sources (``scenarios.reward_sources``, ``trainers.signals.rewards``): composition math
 by hand, per-turn payment to the acting agent, judge voting with scripted judges of known noise,
 judge timeouts and failures named and counted, the toolchain checklist as a source equal to the
 old reward, per-source normalisation, the config section, and a chat app written the way
@@ -25,8 +25,10 @@ from scenarios.reward_sources import (
     vote,
 )
 from scenarios.toolchain import COMMUTATIVE, CRITERIA, OPS, Toolchain
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.reward_config import RewardsConfig, per_source_rewards
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.rewards import RewardsConfig
+from trainers.configs.typed import ConfigError
+from trainers.signals.rewards import per_source_rewards
 
 
 def play(env: GraphEnv, policy, seed: int) -> tuple[dict[str, float], list[dict[str, float]]]:
@@ -499,7 +501,7 @@ def test_grpo_reads_per_source_parts_from_the_episodes_final_infos():
     pytest.importorskip("ray")
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from trainers.reward_config import per_source_from_episodes
+    from trainers.signals.rewards import per_source_from_episodes
 
     def episode(parts, total, normalize="per_source"):
         info = {"reward_parts": parts, "reward_weights": {"a": 1.0, "b": 0.1}}
@@ -520,7 +522,7 @@ def test_grpo_reads_per_source_parts_from_the_episodes_final_infos():
 def test_train_reports_each_source_and_the_judges(ray_session, tmp_path):
     from configs import tiny_config
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     rewards = {
         "sources": [

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from configs import tiny_config
 
-from trainers.config import ConfigError, ExperimentConfig, OutputConfig
+from trainers.configs.experiment import ExperimentConfig, OutputConfig
+from trainers.configs.typed import ConfigError
 
 
 def _weights(ckpt: Path) -> dict[str, dict[str, object]]:
@@ -30,7 +31,7 @@ def _learner_weights(algo: object) -> dict[str, dict[str, object]]:
 def _train(cfg: Any) -> tuple[Path, Path]:
     """Train ``cfg`` (3 iterations, rollouts on); the run dir and a copy of its iteration-1
     checkpoint (the run keeps only its latest and best)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     keep = Path(cfg.output.dir).parent / "iter_000001"
 
@@ -79,7 +80,8 @@ def test_rollouts_option_is_a_typed_bool_for_ppo_and_grpo(tmp_path: Path) -> Non
 
 @pytest.mark.usefixtures("ray_session")
 def test_replayed_updates_give_the_runs_weights_bit_for_bit(tmp_path: Path) -> None:
-    from trainers.rollouts import RolloutDumpError, dump_path, read_arrays, replay_updates
+    from trainers.rollouts import read_arrays, replay_updates
+    from trainers.run.rollout_dump import RolloutDumpError, dump_path
 
     run, first = _train(tiny_config(tmp_path, checkpoint_every=1))
     dumps = run / "rollouts"
@@ -151,7 +153,8 @@ def test_replay_command_errors_are_one_line(args: list[str], text: str) -> None:
 
 
 def test_replay_of_a_missing_checkpoint_names_it(tmp_path: Path) -> None:
-    from trainers.rollouts import RolloutDumpError, replay_updates
+    from trainers.rollouts import replay_updates
+    from trainers.run.rollout_dump import RolloutDumpError
 
     (tmp_path / "config.yaml").write_text("{}\n")
     with pytest.raises(RolloutDumpError, match=r"no checkpoint under"):

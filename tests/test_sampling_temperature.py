@@ -24,7 +24,7 @@ from marl_agents.llm.backend import SamplingParams
 from marl_agents.llm.hf_backend import HFBackend
 from marl_agents.llm.tiny import make_tiny_model
 from scenarios.text_space import TextSpaces
-from trainers.grpo import sampler_kl
+from trainers.grpo.loss import sampler_kl
 
 AGREEMENT_TOL = 1e-4
 #: the bug's size on the tiny model at T = 0.7: scoring at T = 1 misses by up to ~1 nat.
@@ -156,7 +156,7 @@ def test_greedy_rows_and_top_p_cannot_be_trained_on(module, spaces):
 def test_learner_logs_sampler_kl_and_the_temperature(spaces):
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-    from trainers.grpo_learner import ADVANTAGES, GRPO_KEEP
+    from trainers.grpo.connectors import ADVANTAGES, GRPO_KEEP
 
     learner = build_learner(
         spaces, trained={"temperature": TEMPERATURE}, frozen={"top_p": 0.5}, minibatch_size=3
@@ -185,7 +185,7 @@ def test_learner_refuses_a_trained_nucleus_sampler(spaces):
 # ----- config validation ---------------------------------------------------------------------
 def test_config_rejects_top_p_on_a_trained_llm_pool_only():
     from marl_agents.pools import LLMModel, PoolError
-    from trainers.config import ConfigError
+    from trainers.configs.typed import ConfigError
     from trainers.finetune import FinetuneJob
 
     with pytest.raises(ConfigError, match=r"top_p=0\.9 on a trained LLM.*set top_p: 1"):

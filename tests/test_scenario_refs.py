@@ -22,7 +22,8 @@ from configs import tiny_config
 from typer.testing import CliRunner
 
 from scenarios.registry import build, is_reference, label, scenario_class
-from trainers.config import ConfigError, ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 CLASS = "tests.apps.team:Echo"
 FACTORY = "tests.apps.team:make_echo"
@@ -59,7 +60,7 @@ def test_a_reference_names_a_class_an_instance_or_a_factory() -> None:
 
 def test_config_takes_a_reference_in_python_and_yaml() -> None:
     from trainers.plan import resolve
-    from trainers.run import run_name
+    from trainers.run.rundir import run_name
 
     plan = resolve(ExperimentConfig(scenario=INSTANCE))
     assert plan.agents == ["speaker", "listener"] and plan.scenario_id == INSTANCE
@@ -128,13 +129,13 @@ def test_a_scenario_object_is_refused_with_its_reference() -> None:
 
 
 def test_bad_references_exit_2_from_the_cli_before_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainers.run
+    import trainers.run.loop
     from trainers.cli import app
 
     def no_ray(cfg: Any) -> bool:
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr(trainers.run, "ensure_ray", no_ray)
+    monkeypatch.setattr(trainers.run.loop, "ensure_ray", no_ray)
     monkeypatch.syspath_prepend(os.getcwd())  # the commands add it; undone afterwards
     runner = CliRunner()
     env = {"COLUMNS": "1000"}
@@ -156,8 +157,8 @@ def test_workers_must_be_able_to_import_the_module(
     """With Ray already running, a module only on this process's sys.path is refused; giving
     the sys.path to the processes Ray starts (what ``ensure_ray`` does) makes it importable."""
     from scenarios.registry import unreachable_reason
+    from trainers.cluster import share_sys_path
     from trainers.plan import resolve
-    from trainers.ray_paths import share_sys_path
 
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -179,7 +180,7 @@ def test_workers_must_be_able_to_import_the_module(
 @pytest.fixture(scope="module")
 def trained(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Two iterations on the class reference, sampling in the driver."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(tmp_path_factory.mktemp("refs"), CLASS)
     return cfg, train(cfg)
@@ -200,7 +201,7 @@ def test_train_on_a_class_reference_and_evaluate(trained: Any) -> None:
 
 def test_remote_env_runner_rebuilds_the_factory_by_import(ray_session: Any, tmp_path: Path) -> None:
     """One remote env runner samples every step: it imported the reference itself."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(
         tmp_path,
@@ -220,7 +221,7 @@ def test_shapley_credit_workers_rebuild_the_instance_by_import(
 ) -> None:
     """credit.workers=2: a CreditWorker actor replays half of each batch after importing the
     reference (a failed import there fails the iteration)."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(tmp_path, INSTANCE, credit={"method": "shapley", "workers": 2})
     result = train(cfg)

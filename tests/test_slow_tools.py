@@ -30,8 +30,9 @@ from scenarios.tool_latency import ToolLatency, ToolSettings, ToolTimeout, tool_
 from scenarios.toolcalls import render_tool_call
 from scenarios.toolchain import TOOLS
 from tests.apps import slow_tools
-from trainers.config import ConfigError, EpisodesConfig, ExperimentConfig
-from trainers.curriculum import TaskSchedule
+from trainers.configs.experiment import EpisodesConfig, ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.signals.curriculum import TaskSchedule
 
 APPS = {"sync": "tests.apps.slow_tools:sync_app", "async": "tests.apps.slow_tools:async_app"}
 JITTERED = ToolSettings(ToolLatency(seconds=0.004, jitter=0.003))
@@ -166,7 +167,7 @@ def test_latency_reaches_the_env_from_the_config() -> None:
 def test_training_returns_are_bit_identical_with_tool_latency(tmp_path: Path) -> None:
     from configs import learning_rows, tiny_config
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     rows = {}
     for name, episodes in {
@@ -483,7 +484,7 @@ def test_evaluate_counts_a_hung_tool_as_a_timed_out_failure(tmp_path: Path) -> N
     from configs import tiny_config
 
     from trainers.evaluate import evaluate
-    from trainers.run import train
+    from trainers.run.loop import train
 
     episodes = {"tool_latency": {"seconds": 0.001}, "tool_timeout_s": 0.2}
     cfg = tiny_config(tmp_path, batch=64, scenario="toolchain", episodes=episodes)

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from trainers.config import ConfigError, GRPOConfig, GRPOSettings, TISConfig, from_plain
-from trainers.grpo import grpo_loss, tis_weights
+from trainers.configs.grpo import GRPOConfig, GRPOSettings, TISConfig
+from trainers.configs.typed import ConfigError, from_plain
+from trainers.grpo.loss import grpo_loss, tis_weights
 
 # learner_old − sampler = [0.2, −1.0, 0.0]
 LEARNER_OLD = torch.tensor([[-1.0, -2.0, -0.5]])
@@ -105,7 +106,7 @@ def test_learner_recomputes_old_logprobs_and_weights_against_the_sampler():
 
     from marl_agents.llm.rl_module import TOKEN_LOGP
     from scenarios.text_space import TextSpaces
-    from trainers.grpo_learner import LEARNER_OLD_LOGP, LearnerOldLogprobs
+    from trainers.grpo.connectors import LEARNER_OLD_LOGP, LearnerOldLogprobs
 
     spaces = TextSpaces(vocab_size=384, max_prompt_tokens=48, max_new_tokens=8)
     learner = build_learner(spaces, tis={"mode": "token", "cap": 1.2})

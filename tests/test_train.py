@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from configs import tiny_config
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -55,7 +55,7 @@ def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Two iterations of joint training on delegate star:2, wandb offline."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(tmp_path_factory.mktemp("trained"))
     cfg.logging.wandb = "offline"
@@ -111,7 +111,7 @@ def test_checkpoint_round_trip_keeps_weights_and_counter(tmp_path: Path) -> None
 
 
 def test_resume_continues_counter_and_metrics(trained: Any, tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg, result = trained
     run = tmp_path / "copy"
@@ -170,7 +170,7 @@ def test_checkpoint_pool_loads_frozen_weights(trained: Any, tmp_path: Path) -> N
 
 
 def test_heterogeneous_pools_train_one_iteration(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(
         tmp_path,
@@ -194,7 +194,7 @@ def test_heterogeneous_pools_train_one_iteration(tmp_path: Path) -> None:
 
 
 def test_message_passing_pools_train_on_relay(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = tiny(
         tmp_path,
@@ -209,7 +209,7 @@ def test_message_passing_pools_train_on_relay(tmp_path: Path) -> None:
 def test_single_topology_trains_through_the_same_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     monkeypatch.chdir(tmp_path)  # and with the default, relative output dir
     cfg = tiny(tmp_path, topology="single", **{"budget.iterations": 1, "output.dir": "runs"})

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from trainers.config import ExperimentConfig
-from trainers.phase_timers import TIMER_KEYS
+from trainers.configs.experiment import ExperimentConfig
+from trainers.signals.phase_timers import TIMER_KEYS
 
 # the `marl` console script (trainers.cli:app); -P (3.11+): like a console script, no cwd on
 # sys.path

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.config import ExperimentConfig
+from trainers.configs.experiment import ExperimentConfig
 
 ITERATIONS = 30
 EPISODES = 200
@@ -27,7 +27,7 @@ def test_orchestrator_with_frozen_scripted_workers_reaches_90_percent_of_oracle(
     tmp_path: Path,
 ) -> None:
     from trainers.evaluate import evaluate
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig.from_dict(
         {

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from scenarios import GraphEnv
 from scenarios.base import compact
-from trainers.config import ExperimentConfig
-from trainers.transcripts import render
+from trainers.configs.experiment import ExperimentConfig
+from trainers.run.transcripts import render
 
 
 def play(env: GraphEnv, policy: Any, seed: int = 0) -> None:
@@ -98,7 +98,7 @@ def test_compact_repr_is_short() -> None:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, ray_session: Any) -> Any:
     """One iteration on delegate star:2 with Shapley credit and 2 transcripts per iteration."""
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig.from_dict(
         {

@@ -1,6 +1,6 @@
 """Turn credit for GRPO (``algorithm.grpo.turn_credit``) and GRPO on small-network pools.
 
-Hand-computed advantages for reward to go and GiGPO step groups (:mod:`trainers.turn_credit`),
+Hand-computed advantages for reward to go and GiGPO step groups (:mod:`trainers.grpo.turn_credit`),
 the scenario's anchor key reaching the learner through ``GroupedEnv``'s infos, and real
 ``train()`` runs: MLP and GRU pools under GRPO, and step groups composed with Shapley credit.
 """
@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainers.config import ConfigError, GRPOConfig
-from trainers.turn_credit import (
+from trainers.configs.grpo import GRPOConfig
+from trainers.configs.typed import ConfigError
+from trainers.grpo.turn_credit import (
     episode_anchors,
     observation_key,
     rewards_to_go,
@@ -160,7 +161,7 @@ def test_observation_keys_and_the_scenarios_anchor_key_in_episodes() -> None:
 
     from scenarios.registry import make
     from scenarios.toolchain import Toolchain
-    from trainers.grpo_learner import GroupedEnv
+    from trainers.sampling.grouped_env import GroupedEnv
 
     a = np.zeros(3, np.float32)
     assert observation_key(a) == observation_key(a.copy())
@@ -204,7 +205,7 @@ def test_grpo_trains_small_network_pools(tmp_path: Path, model: dict[str, Any]) 
     from test_train import learner_weights
 
     from trainers.algo import to_algorithm_config
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = _grpo(tmp_path, model, scenario="toolchain", topology="single")
     algo = to_algorithm_config(cfg).build_algo()
@@ -227,7 +228,7 @@ def test_grpo_trains_small_network_pools(tmp_path: Path, model: dict[str, Any]) 
 
 
 def test_step_groups_compose_with_shapley_credit(tmp_path: Path) -> None:
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = _grpo(
         tmp_path,

@@ -11,9 +11,11 @@ import math
 import numpy as np
 import pytest
 
-import trainers.value_norm
-from trainers.config import ConfigError, ExperimentConfig, PPOAlgo
-from trainers.value_norm import ValueNorm
+import trainers.learners.value_norm
+from trainers.configs.algorithms import PPOAlgo
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.learners.value_norm import ValueNorm
 
 
 # ----- the normaliser ---------------------------------------------------------------------------
@@ -72,7 +74,7 @@ def test_state_round_trip_continues_exactly() -> None:
 
 
 def test_docstring_example_runs() -> None:
-    result = doctest.testmod(trainers.value_norm, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(trainers.learners.value_norm, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -84,7 +86,7 @@ def test_advantages_and_targets_by_hand() -> None:
     (the cut step bootstraps V = 14), and 0 − 14 on the extra row; GAE: −3 + 0.5·(−3) = −4.5,
     −3 (the recursion stops at the cut), −14. Targets = advantages + values: 5.5, 9, 0."""
     pytest.importorskip("ray")
-    from trainers.value_norm_learner import advantages_and_targets
+    from trainers.learners.value_norm_learner import advantages_and_targets
 
     norm = ValueNorm(beta=0.0)  # β = 0: the statistics are the last batch's
     norm.update([8.0, 12.0])  # μ = 10, σ = 2
@@ -155,8 +157,8 @@ def test_learner_classes_and_the_flag(sections: dict, want: str) -> None:
     ValueNormPPOLearners); the flag reaches them in ``learner_config_dict``."""
     pytest.importorskip("ray")
     from trainers.algo import to_algorithm_config
-    from trainers.value_norm import VALUE_NORM_KEY
-    from trainers.value_norm_learner import ValueNormPPOLearner
+    from trainers.learners.value_norm import VALUE_NORM_KEY
+    from trainers.learners.value_norm_learner import ValueNormPPOLearner
 
     cfg = ExperimentConfig.from_dict(sections)
     config = to_algorithm_config(cfg)

@@ -16,9 +16,14 @@ import torch
 from configs import tiny_config
 from test_learner_batch import _batches
 
-from trainers.learner_batch import ArrayPPOPipeline
-from trainers.value_norm import ValueNorm
-from trainers.value_norm_learner import STATE_KEY, ValueNormGAE, ValueNormPPOLearner, find_gae
+from trainers.learners.batch import ArrayPPOPipeline
+from trainers.learners.value_norm import ValueNorm
+from trainers.learners.value_norm_learner import (
+    STATE_KEY,
+    ValueNormGAE,
+    ValueNormPPOLearner,
+    find_gae,
+)
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -91,7 +96,7 @@ def test_first_batch_is_rllibs_gae_with_normalised_targets(
 )
 def test_credit_methods_learn_normalised_targets(tmp_path: Path, credit: dict[str, Any]) -> None:
     from trainers.algo import to_algorithm_config
-    from trainers.credit_learner import PerAgentAdvantageNormalization
+    from trainers.learners.credit_ppo import PerAgentAdvantageNormalization
 
     cfg = tiny_config(tmp_path, topology="star:2", credit=credit)
     algo = to_algorithm_config(cfg).build_algo()
@@ -178,7 +183,7 @@ def test_spread_critic_explains_the_returns_with_value_norm(tmp_path: Path) -> N
     iteration 23; seed 2: 26, seed 1: never), as its clipped-loss rule does (at iteration 1 on
     all three seeds; never on the default's).
     """
-    from trainers.run import train
+    from trainers.run.loop import train
 
     monitors = {"critic": {"floor": 0.02}}
     runs = {

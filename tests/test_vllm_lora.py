@@ -143,8 +143,8 @@ def test_train_two_iterations_with_vllm_lora_pools(tmp_path: Path, ray_session: 
 
     from test_llm_vllm import vllm_experiment
 
-    from trainers.config import ExperimentConfig
-    from trainers.run import train
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.run.loop import train
 
     data = vllm_experiment(tmp_path).to_dict()
     for pool in ("agent_0", "agent_1"):

@@ -5,15 +5,16 @@
 class gives the ``.training()`` keywords (``AlgoConfig.training_kwargs`` plus ``extra``), the
 pools give one ``RLModuleSpec`` each (:func:`marl_agents.modules.module_spec`).
 
-``algorithm.learner: lean`` (PPO, GRPO) sets the lean learner of :mod:`trainers.lean_learner`
+``algorithm.learner: lean`` (PPO, GRPO) sets the lean learner of :mod:`trainers.learners.lean`
 (the same math; with credit normalisation it is also the credit learner). PPO's
 ``algorithm.value_norm`` goes to the learners as ``learner_config_dict["value_norm"]``; with
-``learner: rllib`` it sets :class:`~trainers.value_norm_learner.ValueNormPPOLearner` (RLlib's
+``learner: rllib`` it sets :class:`~trainers.learners.value_norm_learner.ValueNormPPOLearner`
+(RLlib's
 step with normalised value targets; the credit learner is one too).
 
-``GRPO`` builds :class:`~trainers.grpo_learner.GRPO` (the GRPO learner, whole episodes, the
+``GRPO`` builds :class:`~trainers.grpo.algorithm.GRPO` (the GRPO learner, whole episodes, the
 group schedule and loss knobs of ``algorithm.grpo``) over
-:class:`~trainers.grpo_learner.GroupedEnv` (``G`` rollouts of a task side by side).
+:class:`~trainers.sampling.grouped_env.GroupedEnv` (``G`` rollouts of a task side by side).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.config import ConfigError, ExperimentConfig, GRPOAlgo, PPOAlgo, to_plain
-from trainers.episode_metrics import EpisodeMetrics
-from trainers.monitors import GOLD_KEY, KL_TO_START
+from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError, to_plain
+from trainers.learners.value_norm import VALUE_NORM_KEY
 from trainers.plan import Plan, resolve
-from trainers.value_norm import VALUE_NORM_KEY
+from trainers.signals.episode_metrics import EpisodeMetrics
+from trainers.signals.monitors import GOLD_KEY, KL_TO_START
 
 
 class PoolMapping:
@@ -44,27 +47,6 @@ class PoolMapping:
 
 
 # ----- the one conversion ------------------------------------------------------------------
-def algorithm_class(name: str) -> type:
-    """The RLlib ``Algorithm`` class of ``name`` (imported directly, not by string)."""
-    if name == "PPO":
-        from ray.rllib.algorithms.ppo import PPO
-
-        return PPO
-    if name == "APPO":
-        from ray.rllib.algorithms.appo import APPO
-
-        return APPO
-    if name == "IMPALA":
-        from ray.rllib.algorithms.impala import IMPALA
-
-        return IMPALA
-    if name == "GRPO":
-        from trainers.grpo_learner import GRPO
-
-        return GRPO
-    raise ConfigError(f"algorithm {name!r} is not supported: use PPO, APPO, IMPALA or GRPO")
-
-
 #: faults-resume: a dead env runner is restarted (as an identical copy, weights synced) and the
 #: iteration goes on without it; RLlib's 60 s pause between restarts is cut to 1 s, and a run
 #: stops after 10 failed iterations in a row rather than 100.
@@ -76,35 +58,6 @@ FAULT_TOLERANCE: dict[str, Any] = {
     "env_runner_health_probe_timeout_s": 30.0,
     "env_runner_restore_timeout_s": 300.0,
 }
-
-
-def check_extra_keys(cfg: ExperimentConfig) -> None:
-    """``algorithm.extra`` names only keywords of the algorithm's RLlib ``.training()``.
-
-    Raises:
-        ConfigError: an unknown key, named with the closest valid ones.
-    """
-    import difflib
-    import inspect
-
-    if not cfg.algorithm.extra:
-        return
-    config_cls = type(algorithm_class(cfg.algorithm.name).get_default_config())
-    valid: set[str] = set()
-    for cls in config_cls.__mro__:
-        method = cls.__dict__.get("training")
-        if method is not None:
-            params = inspect.signature(method).parameters.values()
-            valid |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
-    for key in cfg.algorithm.extra:
-        if key not in valid:
-            close = difflib.get_close_matches(key, sorted(valid), n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(
-                f"algorithm.extra has {key!r}, which {cfg.algorithm.name}'s RLlib "
-                f"AlgorithmConfig.training() does not take{hint}: remove it or use an RLlib "
-                "training() keyword"
-            )
 
 
 def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
@@ -127,7 +80,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
 
     plan = plan or resolve(cfg)
     algo = cfg.algorithm
-    config = algorithm_class(algo.name).get_default_config()
+    config = algo.algorithm_class().get_default_config()
     # the env's wall-clock limit and engine
     episodes = cfg.episodes
     timeout = {
@@ -136,13 +89,14 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         # slow tools (scenarios.tool_latency): plain values for the env config
         "tool_latency": to_plain(episodes.tool_latency),
         "tool_timeout_s": episodes.tool_timeout_s,
-        # the batched sampler steps each sub-env on its own thread (trainers.batched_runner)
+        # the batched sampler steps each sub-env on its own thread
+        # (trainers.sampling.batched_runner)
         "env_threads": episodes.env_threads,
     }
     if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
         timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
     if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
-        from trainers.grpo_learner import GroupedEnv
+        from trainers.sampling.grouped_env import GroupedEnv
 
         # RLlib's env checker steps the first sub-env once; a one-step episode would finish
         # there and shift that env's task-seed schedule, splitting its groups
@@ -157,7 +111,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
     config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(cfg, plan)))
     if batched_sampler(cfg):
-        from trainers.batched_runner import BatchedEnvRunner
+        from trainers.sampling.batched_runner import BatchedEnvRunner
 
         config.env_runners(env_runner_cls=BatchedEnvRunner)
     learners: dict[str, Any] = {
@@ -165,14 +119,10 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         "num_gpus_per_learner": cfg.resources.num_gpus_per_learner,
     }
     if cfg.credit.method != "team":
-        learners.update(_credit_learner(cfg, plan))
-    lean = learner_class(cfg)
-    if lean is not None:
-        learners["learner_class"] = lean
-    elif isinstance(algo, PPOAlgo) and algo.value_norm and "learner_class" not in learners:
-        from trainers.value_norm_learner import ValueNormPPOLearner
-
-        learners["learner_class"] = ValueNormPPOLearner  # RLlib's step, normalised targets
+        learners["learner_connector"] = _credit_connector(cfg, plan)
+    learner = learner_class(cfg)
+    if learner is not None:
+        learners["learner_class"] = learner
     config.learners(**learners)
     config.multi_agent(
         policies=list(plan.pools),
@@ -181,7 +131,9 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     )
     config.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
     config.training(**{**algo.training_kwargs(), **algo.extra})
-    if isinstance(algo, PPOAlgo):  # read by trainers.value_norm_learner.ValueNormPPOLearner
+    if isinstance(
+        algo, PPOAlgo
+    ):  # read by trainers.learners.value_norm_learner.ValueNormPPOLearner
         config.learner_config_dict = {
             **config.learner_config_dict,
             VALUE_NORM_KEY: algo.value_norm,
@@ -238,18 +190,18 @@ def _env_runner_kwargs(
 
 
 def batched_sampler(cfg: ExperimentConfig) -> bool:
-    """Whether env runners sample with :class:`~trainers.batched_runner.BatchedEnvRunner`:
+    """Whether env runners sample with :class:`~trainers.sampling.batched_runner.BatchedEnvRunner`:
     ``episodes.sampler`` ``batched`` or ``auto`` (small-network and LLM pools alike); RLlib's
     own sampler with ``rllib``."""
     return cfg.episodes.sampler != "rllib"
 
 
 def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
-    """The :class:`~trainers.grpo_learner.GroupedEnv` config: one task-seed stream from the
+    """The :class:`~trainers.sampling.grouped_env.GroupedEnv` config: one task-seed stream from the
     experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream
     under GRPO (the ``G`` rollouts of a group run side by side), the tasks drawn from the
-    curriculum's pool when one is set (:mod:`trainers.curriculum`)."""
-    from trainers import curriculum
+    curriculum's pool when one is set (:mod:`trainers.signals.curriculum`)."""
+    from trainers.signals import curriculum
 
     env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
     grpo = isinstance(cfg.algorithm, GRPOAlgo)
@@ -257,7 +209,7 @@ def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
     repeat = cfg.algorithm.grpo.group_size if grpo and not side_by_side else 1
     out = {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": grpo}
     if side_by_side:
-        from trainers.batched_runner import GROUPS_KEY
+        from trainers.sampling.batched_runner import GROUPS_KEY
 
         out[GROUPS_KEY] = True
     return {**out, **curriculum.env_config(cfg)}
@@ -277,13 +229,10 @@ def grpo_side_by_side(cfg: ExperimentConfig, plan: Plan) -> bool:
 
 
 def learner_class(cfg: ExperimentConfig) -> type | None:
-    """The lean learner of ``algorithm.learner: lean`` (PPO, GRPO; :mod:`trainers.lean_learner`),
-    else None (the algorithm's RLlib learner, or the credit learner)."""
-    if getattr(cfg.algorithm, "learner", "rllib") != "lean":
-        return None
-    from trainers.lean_learner import LeanGRPOLearner, LeanPPOLearner
-
-    return LeanGRPOLearner if isinstance(cfg.algorithm, GRPOAlgo) else LeanPPOLearner
+    """The learner class the algorithm config builds (:meth:`AlgoConfig.learner_class
+    <trainers.configs.algorithms.AlgoConfig.learner_class>`: the lean learner, the credit
+    learner, RLlib's PPO step with normalised targets), or None for RLlib's own."""
+    return cfg.algorithm.learner_class(cfg.credit.method != "team" and cfg.credit.normalize)
 
 
 def credit_workers(cfg: ExperimentConfig) -> int:
@@ -296,15 +245,10 @@ def credit_workers(cfg: ExperimentConfig) -> int:
     return max(1, min(8, cpus - res.num_env_runners - learners))
 
 
-def _credit_learner(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
-    from trainers.credit_connector import make_credit_connector
+def _credit_connector(cfg: ExperimentConfig, plan: Plan) -> Any:
+    from trainers.credit.connector import make_credit_connector
 
     credit = dataclasses.replace(cfg.credit, workers=credit_workers(cfg))
     # replays get the episodes' wall-clock limit: a hung tool must not stall the learner
     env_config = {**plan.env_config, "episode_timeout_s": cfg.episodes.timeout_s}
-    out: dict[str, Any] = {"learner_connector": make_credit_connector(credit, env_config)}
-    if cfg.credit.normalize:
-        from trainers.credit_learner import CreditPPOTorchLearner
-
-        out["learner_class"] = CreditPPOTorchLearner
-    return out
+    return make_credit_connector(credit, env_config)

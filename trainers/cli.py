@@ -47,12 +47,12 @@ def _split(text: str | None) -> list[str] | None:
 
 def _experiment(config: Path | None, resume: Path | None, changes: dict[str, Any]) -> Any:
     """The experiment: the YAML's (or the resumed run's, or the defaults), with ``changes``."""
-    from trainers.config import ExperimentConfig
+    from trainers.configs.experiment import ExperimentConfig
     from trainers.plan import with_text_defaults
 
     cfg = ExperimentConfig.from_yaml(config) if config else ExperimentConfig()
     if resume is not None and config is None:
-        from trainers.run import find_checkpoint
+        from trainers.run.rundir import find_checkpoint
 
         _, run_dir = find_checkpoint(resume)
         cfg = ExperimentConfig.from_yaml(run_dir / "config.yaml")
@@ -123,7 +123,7 @@ def run_command(
         cfg = _experiment(config, resume, changes)
 
     def start(cfg: Any) -> Any:
-        from trainers.run import train
+        from trainers.run.loop import train
 
         return train(cfg, resume=resume)
 
@@ -189,7 +189,7 @@ def eval_command(
     """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency;
     with --k, pass@k of the trained team and its starting point side by side."""
     from trainers.evaluate import EVAL_SEED, evaluate
-    from trainers.run import quiet_ray_logs
+    from trainers.run.process import quiet_ray_logs
 
     cwd_on_path()
     import ray.rllib  # noqa: F401  (its import sets its loggers' levels: quiet them after it)
@@ -248,7 +248,7 @@ def finetune_command(
     address: AddressOption = None,
 ) -> None:
     """Fine-tune an LLM orchestrator with token-level GRPO against frozen subagents."""
-    from trainers.config import BudgetConfig
+    from trainers.configs.experiment import BudgetConfig
 
     cwd_on_path()
     with config_errors():
@@ -276,14 +276,14 @@ def _load_job(job: Path | None, resume: Path | None) -> Any:
     Raises:
         ConfigError: neither given, or a bad file.
     """
-    from trainers.config import ConfigError
+    from trainers.configs.typed import ConfigError
     from trainers.finetune import FinetuneJob
 
     if job is not None:
         return FinetuneJob.from_yaml(job)
     if resume is None:
         raise ConfigError("no job: give a job YAML (marl finetune JOB.yaml) or --resume RUN_DIR")
-    from trainers.run import find_checkpoint
+    from trainers.run.rundir import find_checkpoint
 
     return FinetuneJob.from_yaml(find_checkpoint(resume)[1] / "job.yaml")
 

@@ -69,7 +69,7 @@ def fail(message: str, code: int = 2) -> None:
 @contextlib.contextmanager
 def config_errors() -> Iterator[None]:
     """Turn a ``ConfigError`` raised inside the block into ``error: ...`` and exit code 2."""
-    from trainers.config import ConfigError
+    from trainers.configs.typed import ConfigError
 
     try:
         yield
@@ -81,7 +81,7 @@ def config_errors() -> Iterator[None]:
 def training_errors() -> Iterator[None]:
     """A training run's errors as one line and an exit code: a ``ConfigError`` 2, a
     ``RunFailed`` (every episode failed) 1, Ctrl-C 130 (saying what was saved)."""
-    from trainers.run import RunFailed
+    from trainers.run.outcome import RunFailed
 
     with config_errors():
         try:

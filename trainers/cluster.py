@@ -24,10 +24,11 @@ import logging
 import math
 import os
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainers.config import ConfigError
+from trainers.configs.typed import ConfigError
 
 #: seconds to wait for a cluster's GCS port to accept a TCP connection.
 CONNECT_TIMEOUT_S = 5.0
@@ -209,7 +210,7 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
     """Join a cluster or start a local Ray unless this process already runs one; True when
     this call started it (the caller then shuts it down).
 
-    ``cfg`` is an :class:`~trainers.config.ExperimentConfig` or a ``FinetuneJob`` (its
+    ``cfg`` is an :class:`~trainers.configs.experiment.ExperimentConfig` or a ``FinetuneJob`` (its
     ``resources.num_cpus`` sizes a new local Ray).
 
     Raises:
@@ -228,7 +229,6 @@ def ensure_ray(cfg: Any, address: str | None = None) -> bool:
     if target is None:
         kwargs["address"] = "local"
         kwargs["num_cpus"] = cfg.resources.num_cpus or os.cpu_count() or 1
-        from trainers.ray_paths import share_sys_path
 
         share_sys_path()  # workers import what this process imports (scenario references)
         ray.init(**kwargs)
@@ -298,3 +298,62 @@ def concurrent_trials(need: Mapping[str, float], have: Mapping[str, float]) -> i
             )
         fits.append(math.floor(available / value + 1e-9))
     return max(1, min(fits, default=1))
+
+
+# ----- scenario references in Ray's worker processes ------------------------------------------
+def check_workers_import(ref: str) -> None:
+    """Check that Ray's worker processes can import the scenario reference ``ref``.
+
+    Workers rebuild the scenario by importing ``ref``. When this process will start Ray itself
+    (no Ray running, no ``RAY_ADDRESS``), :func:`share_sys_path` gives the workers this
+    process's ``sys.path``, so whatever imports here imports there. Otherwise the workers have
+    what the running Ray gave them — installed packages, ``PYTHONPATH``, and the driver's script
+    directory and working directory (Ray 2.60 adds those two) — and a fresh process with that
+    path must find the module where this process found it. Inside a Ray worker (a Tune trial)
+    there is nothing to check: this process is one of them.
+
+    Raises:
+        ConfigError: the module would not be found by the workers (or a different copy would),
+            naming the directory and the fix.
+    """
+    from scenarios.registry import unreachable_reason
+
+    ray = sys.modules.get("ray")
+    running = ray is not None and ray.is_initialized()
+    if running and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+        return
+    if not running and not joins_cluster():
+        return
+    reason = unreachable_reason(ref, _ray_driver_paths(running))
+    if reason is not None:
+        raise ConfigError(f"scenario={ref!r}: {reason}")
+
+
+def _ray_driver_paths(running: bool) -> list[str]:
+    """The directories Ray adds to its workers' ``sys.path`` for this driver."""
+    if running:
+        import ray
+
+        try:  # a private API that may move: then fall back to what Ray 2.60 adds
+            job = ray._private.worker.global_worker.core_worker.get_job_config()
+            return list(job.py_driver_sys_path)
+        except Exception:  # any failure means "unknown": use the fallback below
+            running = False
+    paths = [os.getcwd()]
+    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    if script and script in sys.path:
+        paths.append(script)
+    return paths
+
+
+def share_sys_path() -> None:
+    """Give the processes of a local Ray started next this process's ``sys.path``.
+
+    Prepends the directories of ``sys.path`` (the working directory for ``""``) to
+    ``PYTHONPATH``, which the Ray processes started by ``ray.init()`` inherit, so env runners,
+    credit workers and Tune trials import a user's modules (scenario references) exactly as the
+    driver does — also ones found only through ``sys.path`` entries added at run time.
+    """
+    paths = [p or os.getcwd() for p in sys.path]
+    old = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*paths, *old]))

@@ -7,7 +7,7 @@ has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows
 the scenario's latency metric, the wall time per decision, and failed episodes (node errors,
 wall-clock timeouts, limits) with the tool calls that ran into ``episodes.tool_timeout_s``.
 With ``transcripts=N`` the first ``N`` episodes are also kept as transcripts
-(:mod:`trainers.transcripts`) and printed.
+(:mod:`trainers.run.transcripts`) and printed.
 
 Episodes run with the run's ``episodes`` settings: ``timeout_s``, ``engine``, and the same
 ``tool_latency`` and ``tool_timeout_s`` as training (:mod:`scenarios.tool_latency`), so an
@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from trainers.config import CREDIT_METHODS, ConfigError, ExperimentConfig
+from trainers.configs.credit import CREDIT_METHODS
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
 
 #: evaluation seeds start here, away from the small seeds training episodes tend to use.
 EVAL_SEED = 1_000_000
@@ -122,13 +124,13 @@ def load_team(checkpoint: str | Path) -> tuple[ExperimentConfig, Any, TeamPolicy
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 
     from trainers.plan import resolve
-    from trainers.run import find_checkpoint
+    from trainers.run.rundir import find_checkpoint
 
     ckpt, run = find_checkpoint(checkpoint)
     cfg_path = run / "config.yaml"
     if not cfg_path.exists():
         raise ConfigError(
-            f"no config.yaml in {run}: evaluate checkpoints written by trainers.train"
+            f"no config.yaml in {run}: evaluate checkpoints written by trainers.run.loop.train"
         )
     cfg = ExperimentConfig.from_yaml(cfg_path)
     plan = resolve(cfg, ray_workers=False)  # evaluation runs in this process only
@@ -170,7 +172,7 @@ def evaluate(
     Returns:
         An :class:`EvalResult`.
     """
-    from trainers.run import setup_process
+    from trainers.run.process import setup_process
 
     if episodes < 1:
         raise ConfigError(f"episodes must be ≥ 1, got {episodes}")
@@ -315,7 +317,7 @@ def _episode(
 def _credit(
     env: Any, seed: int, method: str, outcome: Any, cfg: ExperimentConfig
 ) -> dict[str, float]:
-    from trainers.transcripts import episode_credit
+    from trainers.run.transcripts import episode_credit
 
     if method == "team":
         return {}
@@ -387,7 +389,7 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
             ctable.add_row(agent, a2p.get(agent, "?"), f"{value:.3f}")
         console.print(ctable)
     if result.transcripts:
-        from trainers.transcripts import render
+        from trainers.run.transcripts import render
 
         for t in result.transcripts:
             console.print()

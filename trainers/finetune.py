@@ -1,24 +1,26 @@
-"""Orchestrator fine-tuning jobs: a preset of :func:`trainers.train` for an LLM orchestrator.
+"""Orchestrator fine-tuning jobs: a preset of :func:`trainers.run.loop.train` for an LLM
+orchestrator.
 
 A :class:`FinetuneJob` names the orchestrator model (``tiny`` or a saved HF directory), the
 frozen subagent pool (scripted, HF models, vLLM servers), the scenario, the GRPO knobs and the
-run settings every experiment has (:class:`~trainers.config.BudgetConfig`,
-:class:`~trainers.config.ResourcesConfig`, :class:`~trainers.config.LoggingConfig`,
-:class:`~trainers.config.OutputConfig`). It round-trips through YAML exactly
+run settings every experiment has (:class:`~trainers.configs.experiment.BudgetConfig`,
+:class:`~trainers.configs.experiment.ResourcesConfig`,
+:class:`~trainers.configs.experiment.LoggingConfig`,
+:class:`~trainers.configs.experiment.OutputConfig`). It round-trips through YAML exactly
 (``FinetuneJob.from_yaml(job.to_yaml()) == job``), and :meth:`FinetuneJob.check` rejects every
-bad field with a :class:`~trainers.config.ConfigError` that names the fix, before Ray starts.
+bad field with a :class:`~trainers.configs.typed.ConfigError` that names the fix, before Ray starts.
 
 A job is an experiment: :meth:`FinetuneJob.to_experiment` is the
-:class:`~trainers.config.ExperimentConfig` with one trained LLM pool ``orchestrator``,
+:class:`~trainers.configs.experiment.ExperimentConfig` with one trained LLM pool ``orchestrator``,
 algorithm GRPO, the subagents in ``scenario_kwargs`` and ``output.export_hf`` on.
-:func:`run_finetune` trains it with :func:`trainers.train` (the one training loop: budget,
+:func:`run_finetune` trains it with :func:`trainers.run.loop.train` (the one training loop: budget,
 progress, wandb, periodic and best checkpoints, resume) and adds to the run directory:
 
 * ``job.yaml`` — the job, written before training starts (``config.yaml`` is its experiment);
 * ``model/orchestrator/`` — the trained orchestrator in Hugging Face format, with its
   tokenizer (``AutoModelForCausalLM.from_pretrained`` or a vLLM server loads it); each periodic
   checkpoint holds the same under ``model/orchestrator/``;
-* ``summary.json`` — :func:`trainers.train`'s summary plus the fine-tuning statistics
+* ``summary.json`` — :func:`trainers.run.loop.train`'s summary plus the fine-tuning statistics
   (``reward_first``: the first iteration's mean episode reward, sampled before any update;
   ``reward_last``: the mean of the last three iterations; ``iteration_s_mean``;
   ``logprob_gap_fresh_max``: the sampler/learner logprob agreement; ``model_dir``).
@@ -40,23 +42,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marl_agents.pools import LLMModel, LoRAConfig, PoolConfig, PoolError
-from trainers.config import (
-    AsyncSampling,
+from trainers.configs.algorithms import GRPOAlgo
+from trainers.configs.experiment import (
     BudgetConfig,
-    ConfigError,
     ExperimentConfig,
-    GRPOAlgo,
-    GRPOConfig,
-    GRPOSettings,
     LoggingConfig,
     OutputConfig,
     ResourcesConfig,
-    dump_yaml,
-    from_plain,
-    load_yaml_mapping,
-    to_plain,
 )
-from trainers.run import RETURN_KEY, TrainResult
+from trainers.configs.grpo import AsyncSampling, GRPOConfig, GRPOSettings
+from trainers.configs.typed import ConfigError, dump_yaml, from_plain, load_yaml_mapping, to_plain
+from trainers.run.metrics import RETURN_KEY
+from trainers.run.outcome import TrainResult
 
 #: the RL agent a fine-tuning job trains.
 ORCHESTRATOR = "orchestrator"
@@ -147,7 +144,7 @@ class TrainingConfig:
         minibatch_size: rows per gradient step (``None``: the whole batch).
         grad_clip: gradient-norm clip (``None``: off).
         async_sampling: overlap sampling with learning
-            (:class:`~trainers.config.AsyncSampling`; off; needs ``num_env_runners ≥ 1``).
+            (:class:`~trainers.configs.grpo.AsyncSampling`; off; needs ``num_env_runners ≥ 1``).
     """
 
     group_size: int = 8
@@ -169,11 +166,11 @@ class FinetuneJob:
             worker of the topology.
         scenario: a text scenario: a registered name (``text-delegate``) or an import
             reference ``package.module:attr`` to your own (see
-            :attr:`~trainers.config.ExperimentConfig.scenario`).
+            :attr:`~trainers.configs.experiment.ExperimentConfig.scenario`).
         topology: its topology (``star:N``: ``N`` subagents).
         scenario_kwargs: more scenario arguments (``level``, ``max_new_tokens``, …);
             ``tokenizer`` and ``subagents`` are set from the fields above.
-        grpo: the GRPO loss knobs (:class:`~trainers.grpo.GRPOConfig`).
+        grpo: the GRPO loss knobs (:class:`~trainers.configs.grpo.GRPOConfig`).
         training: group sampling and optimiser settings.
         budget: when to stop (default: 60 iterations).
         resources: learners, GPUs, env runners, CPUs (``num_envs_per_env_runner`` is replaced
@@ -266,7 +263,8 @@ class FinetuneJob:
         )
 
     def to_experiment(self) -> ExperimentConfig:
-        """The job as an :class:`~trainers.config.ExperimentConfig`: the orchestrator is the one
+        """The job as an :class:`~trainers.configs.experiment.ExperimentConfig`: the orchestrator
+        is the one
         trained LLM pool, the algorithm is GRPO, the subagents are ``scenario_kwargs``; the
         budget, resources, logging and output are the job's own.
 
@@ -358,7 +356,7 @@ class FinetuneJob:
 # ----- running ------------------------------------------------------------------------------
 @dataclasses.dataclass
 class FinetuneResult(TrainResult):
-    """:func:`trainers.train`'s result of a job, with the job's summary.
+    """:func:`trainers.run.loop.train`'s result of a job, with the job's summary.
 
     Attributes:
         summary: the content of ``summary.json`` (train()'s summary and the fine-tuning
@@ -379,7 +377,7 @@ def run_finetune(
     resume: str | Path | None = None,
     report: Callable[[dict[str, Any]], None] | None = None,
 ) -> FinetuneResult:
-    """Train ``job`` with :func:`trainers.train` (see the module doc for the outputs).
+    """Train ``job`` with :func:`trainers.run.loop.train` (see the module doc for the outputs).
 
     Args:
         job: the job (``None`` with ``resume``: the run's own ``job.yaml``).
@@ -393,7 +391,9 @@ def run_finetune(
     Raises:
         ConfigError: a bad job, before Ray starts.
     """
-    from trainers.run import find_checkpoint, fresh_dir, progress_console, train
+    from trainers.run.display import progress_console
+    from trainers.run.loop import train
+    from trainers.run.rundir import find_checkpoint, fresh_dir
 
     if resume is not None:
         run = find_checkpoint(resume)[1]

@@ -112,9 +112,8 @@ def initial_modules(cfg: Any, plan: Any) -> Any:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
     from marl_agents.modules import module_spec
-    from trainers.algo import algorithm_class
 
-    default = algorithm_class(cfg.algorithm.name).get_default_config().get_default_rl_module_spec()
+    default = cfg.algorithm.algorithm_class().get_default_config().get_default_rl_module_spec()
     torch.manual_seed(cfg.seed)
     specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
     for spec in specs.values():

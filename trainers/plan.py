@@ -1,13 +1,13 @@
 """Resolve an experiment against its scenario: every check that needs the scenario, no Ray.
 
 :func:`resolve` imports and builds the scenario (a reference is also checked importable by
-Ray's workers, :mod:`trainers.ray_paths`), resolves the pools
+Ray's workers, :mod:`trainers.cluster`), resolves the pools
 (:func:`marl_agents.pools.resolve_pools`) and checks models, text agents, the algorithm, credit
 and resources, returning a :class:`Plan`; :func:`with_text_defaults` completes a config for a
 scenario whose agents all act with text. Scenario capabilities are read from the class
 attributes of :class:`scenarios.base.Scenario` (``has_text_agents``, ``has_oracle``,
 ``has_local_rewards``, ``scripted_policies``). Every problem is a one-line
-:class:`~trainers.config.ConfigError` naming the field and the fix.
+:class:`~trainers.configs.typed.ConfigError` naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from marl_agents.pools import (
     ScriptedModel,
     resolve_pools,
 )
-from trainers.cluster import joins_cluster
-from trainers.config import ConfigError, ExperimentConfig
-from trainers.credit_settings import check_credit_for
-from trainers.ray_paths import check_workers_import
+from trainers.cluster import check_workers_import, joins_cluster
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError
+from trainers.credit.settings import check_credit_for
 
 
 @dataclasses.dataclass
@@ -134,8 +134,6 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
     _check_text(cfg, scenario, pools)
     _check_algorithm(cfg, pools)
     if cfg.algorithm.extra:
-        from trainers.algo import check_extra_keys
-
         check_extra_keys(cfg)
     check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
     _check_credit_rewards(cfg)
@@ -213,7 +211,7 @@ def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     from marl_agents.pools import PoolConfig, default_assignment
     from scenarios.base import ScenarioError
     from scenarios.registry import build
-    from trainers.config import GRPOAlgo, PPOAlgo
+    from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 
     if cfg.algorithm != PPOAlgo():
         return cfg
@@ -310,7 +308,7 @@ def _model_vocab(path: str) -> int | None:
 
 def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:
     """LLM pools run with GRPO; GRPO trains small-network pools without a KL reference."""
-    from trainers.config import GRPOAlgo
+    from trainers.configs.algorithms import GRPOAlgo
 
     name = cfg.algorithm.name
     llm = [p.id for p in pools.values() if isinstance(p.model, LLMModel)]
@@ -420,3 +418,32 @@ def _check_resources(cfg: ExperimentConfig) -> None:
             "resources.num_env_runners / num_learners (0 runs them in the driver; "
             "raise num_envs_per_env_runner for throughput instead)"
         )
+
+
+def check_extra_keys(cfg: ExperimentConfig) -> None:
+    """``algorithm.extra`` names only keywords of the algorithm's RLlib ``.training()``.
+
+    Raises:
+        ConfigError: an unknown key, named with the closest valid ones.
+    """
+    import difflib
+    import inspect
+
+    if not cfg.algorithm.extra:
+        return
+    config_cls = type(cfg.algorithm.algorithm_class().get_default_config())
+    valid: set[str] = set()
+    for cls in config_cls.__mro__:
+        method = cls.__dict__.get("training")
+        if method is not None:
+            params = inspect.signature(method).parameters.values()
+            valid |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    for key in cfg.algorithm.extra:
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ConfigError(
+                f"algorithm.extra has {key!r}, which {cfg.algorithm.name}'s RLlib "
+                f"AlgorithmConfig.training() does not take{hint}: remove it or use an RLlib "
+                "training() keyword"
+            )

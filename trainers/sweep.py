@@ -1,6 +1,7 @@
 """``sweep(cfg, param_space)``: Ray Tune over experiment configs, as many trials at once as fit.
 
-Search dimensions are dotted paths into :class:`~trainers.config.ExperimentConfig`, so the
+Search dimensions are dotted paths into :class:`~trainers.configs.experiment.ExperimentConfig`, so
+the
 topology, the pool assignment and the credit method are searched exactly like a learning
 rate::
 
@@ -18,7 +19,7 @@ categorical combination (and both ends of each range) is resolved
 (:func:`trainers.plan.resolve`), each range is checked (two numbers, ``lo < hi``, ``lo > 0`` for
 ``loguniform``) and the ranking ``metric`` is checked to be one every trial reports.
 
-Each trial runs :func:`trainers.run.train` in a Tune actor whose placement group holds the
+Each trial runs :func:`trainers.run.loop.train` in a Tune actor whose placement group holds the
 trial's driver, env runners and learners (:func:`trainers.cluster.trial_bundles`); as many
 trials run at once as the cluster's CPUs and GPUs fit (``max_concurrent_trials`` overrides).
 Each trial gets its own offline wandb run (``WandbLoggerCallback``). A failed trial is listed
@@ -37,12 +38,13 @@ from typing import Any
 
 import yaml
 
-from trainers.config import ConfigError, ExperimentConfig, load_yaml_mapping
-from trainers.run import LOSS_KEYS, ORACLE_FRACTION_KEY, RETURN_KEY
+from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.typed import ConfigError, load_yaml_mapping
+from trainers.run.metrics import LOSS_KEYS, ORACLE_FRACTION_KEY, RETURN_KEY
 
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 RANGES = ("uniform", "loguniform", "randint")
-#: the ``charts/…`` keys every run reports (:func:`trainers.run.flatten_result`); a scenario
+#: the ``charts/…`` keys every run reports (:func:`trainers.run.metrics.flatten_result`); a scenario
 #: adds ``charts/<metric>`` for each of its outcome metrics.
 CHART_KEYS = (
     "iteration", "env_steps", "time_s", "iteration_s", "env_steps_per_s", "episode_len",
@@ -228,7 +230,7 @@ def validate_space(
 
 
 def check_metric(plan: Any, metric: str) -> None:
-    """``metric`` is a key a run of ``plan`` reports (:func:`trainers.run.flatten_result`):
+    """``metric`` is a key a run of ``plan`` reports (:func:`trainers.run.metrics.flatten_result`):
     ``charts/<key>`` (:data:`CHART_KEYS`, or one of the scenario's outcome metrics, learnt
     from one random episode), ``losses/<trained pool>/<loss>`` or ``<agent>/return`` /
     ``<agent>/credit``.
@@ -286,7 +288,7 @@ def _trial(config: dict[str, Any], base: dict[str, Any]) -> None:
     """One Tune trial: the base config with this trial's values, trained to its budget."""
     from ray import tune
 
-    from trainers.run import train
+    from trainers.run.loop import train
 
     cfg = ExperimentConfig.from_dict(base).replace(**config)
     cfg.logging.wandb = "disabled"  # the WandbLoggerCallback logs each trial
@@ -362,7 +364,8 @@ def sweep(
     validate_space(cfg, param_space, search, metric)
     from ray import tune
 
-    from trainers.run import quiet_ray_logs, run_name, setup_process
+    from trainers.run.process import quiet_ray_logs, setup_process
+    from trainers.run.rundir import run_name
 
     quiet_ray_logs()
     setup_process()
@@ -490,8 +493,8 @@ def _collect(grid: Any, keys: list[str], metric: str, mode: str, path: Path) -> 
 def error_line(error: BaseException) -> str:
     """One line for a failed trial: the trial's own exception (Ray wraps it in a
     ``RayTaskError`` whose text is a remote traceback), described as
-    :func:`trainers.run.describe_error` does."""
-    from trainers.run import describe_error
+    :func:`trainers.run.outcome.describe_error` does."""
+    from trainers.run.outcome import describe_error
 
     cause = getattr(error, "cause", None)
     text = describe_error(cause if isinstance(cause, BaseException) else error, limit=600)

@@ -133,7 +133,7 @@ def load_causal_lm(
 class CausalLMModule(TorchRLModule):
     """A causal LM policy over :class:`~scenarios.text_space.TextSpaces` (module doc)."""
 
-    #: the batched sampler (``trainers.batched_runner``) hands this module its token-id
+    #: the batched sampler (``trainers.sampling.batched_runner``) hands this module its token-id
     #: observations as they are (no float cast) and stores its outputs as it returns them
     acts_with_token_ids = True
 

@@ -2,7 +2,7 @@
 
 Importing this module registers both with
 :func:`scenarios.text_delegate_subagents.register_subagent_backend` (``scenarios`` never imports
-``marl_agents``; the trainers and :mod:`trainers.grpo_learner`'s environment import this
+``marl_agents``; the trainers and :mod:`trainers.grpo.learner`'s environment import this
 module, so env-runner processes have the backends too).
 
 * ``{"type": "hf", "path": DIR_or_"tiny", "seed": 0}``: a transformers model in the process

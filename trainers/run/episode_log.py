@@ -1,0 +1,135 @@
+"""The per-iteration episode log: failed episodes' distinct errors, transcripts and credit
+of the iteration's episodes, drained from the env runners.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.configs.experiment import ExperimentConfig
+from trainers.run.outcome import RunFailed
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeLog:
+    """A run's failed episodes and transcripts, drained from the env runners' journals
+    (:class:`trainers.signals.episode_metrics.EpisodeJournal`) after every iteration."""
+
+    def __init__(self, cfg: ExperimentConfig, plan: Any, run: Path, resumed: bool) -> None:
+        self.cfg, self.plan, self.run = cfg, plan, run
+        self.errors: dict[tuple[str, str], dict[str, Any]] = {}
+        self.streak = 0  # consecutive iterations in which every finished episode failed
+        self._env: Any = None  # replays credit for transcripts (built on first use)
+        summary = run / "summary.json"
+        if resumed and summary.exists():
+            from trainers.signals.episode_metrics import error_key
+
+            for e in json.loads(summary.read_text()).get("errors") or []:
+                self.errors[(e["kind"], error_key(e["error"]))] = e
+
+    def drain(self, algo: Any) -> dict[str, Any]:
+        """Every env runner's journal, merged; they keep ``output.transcripts`` from now on."""
+        from trainers.signals.episode_metrics import drain_journal, error_key, raise_callback_errors
+
+        keep = self.cfg.output.transcripts
+        group = getattr(algo, "env_runner_group", None)
+        if group is None:
+            parts = [drain_journal(keep=keep)]
+        else:
+            parts = group.foreach_env_runner(
+                functools.partial(drain_journal, keep=keep), local_env_runner=True
+            )
+        raise_callback_errors(parts)
+        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        transcripts: list[dict[str, Any]] = []
+        for part in parts:
+            transcripts += part["transcripts"]
+            for e in part["errors"]:
+                key = (e["kind"], error_key(e["error"]))
+                if key in merged:
+                    merged[key]["count"] += e["count"]
+                else:
+                    merged[key] = dict(e)
+        return {"transcripts": transcripts[:keep], "errors": list(merged.values())}
+
+    def record(self, drained: Mapping[str, Any], iteration: int) -> None:
+        """Log each new distinct error once; write the iteration's transcripts."""
+        from trainers.signals.episode_metrics import error_key
+
+        for e in drained["errors"]:
+            key = (e["kind"], error_key(e["error"]))
+            if key in self.errors:
+                self.errors[key]["count"] += e["count"]
+                continue
+            self.errors[key] = {**e, "first_iteration": iteration}
+            what = "timed out" if e["kind"] == "timeout" else "failed"
+            log.warning(
+                "%d episode(s) %s in iteration %d (logged once; later ones are counted in "
+                "charts/%s_rate and %s): %s",
+                e["count"],
+                what,
+                iteration,
+                e["kind"],
+                self.run / "summary.json",
+                e["error"],
+            )
+        if drained["transcripts"]:
+            from trainers.run.transcripts import write_iteration
+
+            transcripts = [self._credited(t, iteration) for t in drained["transcripts"]]
+            write_iteration(self.run, iteration, transcripts)
+
+    def _credited(self, t: dict[str, Any], iteration: int) -> dict[str, Any]:
+        t = {**t, "iteration": iteration}
+        actions = t.pop("_actions", None)
+        credit = self.cfg.credit
+        if credit.method == "team" or actions is None or t.get("failure") == "timeout":
+            return t
+        from trainers.run.transcripts import episode_credit
+
+        if self._env is None:
+            from scenarios.rllib_env import RLlibGraphEnv
+
+            timeout = {"episode_timeout_s": self.cfg.episodes.timeout_s}
+            self._env = RLlibGraphEnv({**self.plan.env_config, **timeout}).env
+        local = (t.get("outcome") or {}).get("local")
+        t["credit"] = episode_credit(self._env, int(t["seed"]), actions, local, credit)
+        t["credit_method"] = credit.method
+        return t
+
+    def check(self, row: Mapping[str, Any], drained: Mapping[str, Any]) -> None:
+        """Raise :class:`RunFailed` once every episode failed in ``fail_after`` iterations."""
+        n = int(row.get("charts/episodes", 0))
+        if n == 0:
+            if "charts/episode_len" not in row:  # nothing sampled at all
+                log.warning(
+                    "iteration %s sampled nothing: every env runner is down (RLlib restarts "
+                    "them; resources.num_env_runners: 0 samples in this process)",
+                    row.get("charts/iteration"),
+                )
+            return  # no episode finished: nothing to judge
+        errors = round(row.get("charts/error_rate", 0.0) * n)
+        timeouts = round(row.get("charts/timeout_rate", 0.0) * n)
+        self.streak = self.streak + 1 if errors + timeouts >= n else 0
+        after = self.cfg.episodes.fail_after
+        if not after or self.streak < after:
+            return
+        first = (drained["errors"] or self.error_list() or [{"error": "unknown"}])[0]["error"]
+        span = "" if after == 1 else f" (and the {after - 1} before it)"
+        raise RunFailed(
+            f"every episode of iteration {row['charts/iteration']}{span} failed ({n} episodes: "
+            f"{errors} node errors, {timeouts} timeouts), so the run stopped instead of "
+            f"training on nothing. First error: {first}. Fix the failing node (transcripts "
+            f"and errors are in {self.run}), raise episodes.timeout_s if episodes only run "
+            "long, or set episodes.fail_after: 0 to train on regardless"
+        )
+
+    def error_list(self) -> list[dict[str, Any]]:
+        """The distinct errors so far, most frequent first."""
+        return sorted(self.errors.values(), key=lambda e: -e["count"])

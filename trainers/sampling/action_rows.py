@@ -1,0 +1,110 @@
+"""Sampling one action per row, each row from its own random stream (the batched sampler's).
+
+Contract: row ``r`` of a batch consumes draws from ``rngs[r]`` only, a fixed number per row
+(:func:`draws_per_row`), so a sub-env's actions depend on its own generator alone.
+Categorical parts are drawn by inverse CDF on one uniform each (part ``j`` from the ``j``-th
+uniform of the row), diagonal Gaussians from standard normals. :func:`categorical_rows` is the
+fast path for RLlib's (multi-)categoricals: the ops of :class:`~trainers.learners.lean.
+Categoricals` (and so of ``torch.distributions``) on all parts at once, and the same numbers
+bit for bit (``tests/test_batched_runner.py`` compares them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchMultiCategorical,
+)
+
+from trainers.learners.categorical import StackedCategoricals
+
+
+def draws_per_row(dist: Any) -> int:
+    """How many random numbers one row of ``dist`` consumes (0: sampled by torch)."""
+    if isinstance(dist, TorchCategorical):
+        return 1
+    if isinstance(dist, TorchMultiCategorical):
+        return len(dist._cats)
+    if isinstance(dist, TorchDiagGaussian):
+        return int(dist._dist.loc.shape[-1])
+    return 0
+
+
+def sample_rows(dist: Any, rngs: Sequence[np.random.Generator]) -> torch.Tensor:
+    """A sample of every row of ``dist``, row ``r`` driven by ``rngs[r]`` alone.
+
+    Categorical parts by inverse CDF on one uniform each, diagonal Gaussians from standard
+    normals; other distributions fall back to ``dist.sample()`` (torch's global RNG).
+    """
+    k = draws_per_row(dist)
+    if k == 0:
+        return dist.sample()
+    if isinstance(dist, TorchDiagGaussian):
+        z = torch.from_numpy(np.stack([rng.standard_normal(k) for rng in rngs])).to(
+            dist._dist.loc.dtype
+        )
+        return dist._dist.loc + dist._dist.scale * z
+    cats = [dist] if isinstance(dist, TorchCategorical) else dist._cats
+    act = inverse_cdf([c._dist.probs for c in cats], rngs)
+    return act[:, 0] if isinstance(dist, TorchCategorical) else act
+
+
+def inverse_cdf(probs: Sequence[torch.Tensor], rngs: Sequence[np.random.Generator]) -> torch.Tensor:
+    """``[B, len(probs)]`` category indices: part ``j`` of row ``r`` from the ``j``-th of
+    ``len(probs)`` uniforms drawn from ``rngs[r]``."""
+    u = torch.from_numpy(np.stack([rng.random(len(probs)) for rng in rngs]))
+    parts = []
+    for j, p in enumerate(probs):
+        cdf = p.double().cumsum(-1)
+        parts.append((cdf < u[:, j : j + 1]).sum(-1).clamp_max(p.shape[-1] - 1))
+    return torch.stack(parts, dim=-1)
+
+
+def categorical_rows(
+    logits: torch.Tensor,
+    lens: Sequence[int],
+    multi: bool,
+    rngs: Sequence[np.random.Generator] | None,
+) -> tuple[np.ndarray, torch.Tensor]:
+    """Actions (int64, ``[B, len(lens)]``, or ``[B]`` for a single categorical) and their
+    log-probabilities (``[B]``) of independent categoricals over ``logits`` split by ``lens``:
+    sampled by inverse CDF with ``rngs[r]``'s uniforms, or the modes for ``rngs=None``.
+
+    The same numbers as ``Categoricals(logits, lens, multi)`` with :func:`inverse_cdf` on its
+    ``probs`` (or ``argmax`` of its logits) and its ``logp``; parts of one size are
+    normalised in one op over a ``[B, parts, size]`` view
+    (:class:`~trainers.learners.categorical.StackedCategoricals`: each row's reduction is the same).
+    """
+    b = logits.shape[0]
+    logits = logits.detach().cpu()  # numpy below (a no-op for the runners' CPU modules)
+    if len(set(lens)) == 1:
+        groups = [StackedCategoricals(logits, len(lens))]
+    else:
+        groups = [StackedCategoricals(p, 1) for p in torch.split(logits, list(lens), dim=-1)]
+    u = None if rngs is None else np.array([rng.random(len(lens)) for rng in rngs])
+    acts, picked, j = [], [], 0
+    for cats in groups:
+        norm = cats.logits  # [B, k, n]: log-probabilities
+        k, n = norm.shape[1], norm.shape[2]
+        if u is None:
+            act = norm.argmax(-1).numpy()
+        else:
+            cdf = cats.probs.numpy().astype(np.float64).cumsum(-1)
+            act = (cdf < u[:, j : j + k, None]).sum(-1)
+            np.minimum(act, n - 1, out=act)
+        acts.append(act)
+        rows = np.arange(0, b * k * n, n).reshape(b, k)  # flat offsets of each [r, part]
+        picked.append(norm.numpy().reshape(-1)[rows + act])
+        j += k
+    act = acts[0] if len(acts) == 1 else np.concatenate(acts, axis=1)
+    parts = picked[0] if len(picked) == 1 else np.concatenate(picked, axis=1)
+    if not multi:
+        return act[:, 0], torch.from_numpy(parts[:, 0].copy())
+    # summed as Categoricals sums its stacked [parts, B] log-probabilities
+    return act, torch.sum(torch.from_numpy(np.ascontiguousarray(parts.T)), dim=0)
