@@ -27,7 +27,7 @@ def recorders(runner: Any) -> dict[str, tuple[Any, Any, Any, Any]]:
     """name → (reset, step, per-episode metric logging, ``get_metrics``) for ``runner``."""
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
-    from trainers import episode_build
+    from trainers.sampling import episode_build
     from trainers.sampling.batched_runner import BatchedEnvRunner
 
     def rllib_reset(episode: Any, observations: Any, infos: Any = None) -> None:
@@ -60,7 +60,7 @@ def main() -> None:
 
     import torch
 
-    from trainers import batched_runner
+    from trainers.sampling import batched_runner
     from trainers.algo import to_algorithm_config
     from trainers.configs.experiment import ExperimentConfig
 

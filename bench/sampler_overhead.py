@@ -109,7 +109,8 @@ def main() -> None:
     import torch
 
     from scenarios.clocks import ENV_CLOCK
-    from trainers import batched_runner, episode_metrics
+    from trainers.sampling import batched_runner
+    from trainers.signals import episode_metrics
     from trainers.algo import to_algorithm_config
     from trainers.configs.experiment import ExperimentConfig
     from trainers.signals.phase_timers import FORWARD_CLOCK

@@ -25,7 +25,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.error import MultiAgentEnvError
 
-from trainers import batched_runner
+from trainers.sampling import batched_runner
 from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
 from trainers.sampling.batched_runner import BatchedEnvRunner

@@ -94,6 +94,87 @@ def export_violations(root: Path) -> list[str]:
     return out
 
 
+#: the floors of ``trainers``, bottom up: a module imports its own floor and the floors below.
+#: Inside a floor, a subpackage imports only itself (no sideways arrows between packages).
+TRAINERS_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("trainers.configs",),  # the typed-config engine and the schemas
+    ("trainers.signals", "trainers.credit"),  # what episodes report; credit estimators, replays
+    ("trainers.learners",),  # lean learner, PPO batch, credit learner, value norm
+    ("trainers.sampling",),  # env runners: no learner code but the shared categorical math
+    ("trainers.grpo",),  # GRPO loss, learner, connectors, algorithm
+    ("trainers.cluster", "trainers.plan", "trainers.algo"),  # config → Ray and RLlib
+    ("trainers.run",),  # the training loop, run directories, display, resume, exports
+    ("trainers.rollouts", "trainers.passk", "trainers.evaluate", "trainers.finetune"),
+    ("trainers.sweep", "trainers.cli_common", "trainers.cli"),
+)
+#: the one learner module the sampler may import (math shared by sampler and learner)
+SAMPLER_MAY_IMPORT = ("trainers.learners.categorical",)
+
+
+def trainers_floor(module: str) -> int | None:
+    """Index of ``module``'s floor in :data:`TRAINERS_FLOORS` (the package ``__init__`` is
+    above all); None for a module outside ``trainers``."""
+    if module == "trainers":
+        return len(TRAINERS_FLOORS)
+    for i, floor in enumerate(TRAINERS_FLOORS):
+        if any(module == p or module.startswith(f"{p}.") for p in floor):
+            return i
+    return None
+
+
+def trainers_violations(root: Path) -> list[str]:
+    """Every import inside ``trainers`` that climbs a floor, crosses sideways between
+    packages of one floor, is a module of no floor, or that the sampler makes into learner
+    code; ``from pkg import module`` counts as an import of the module."""
+    known = {name for name, _ in modules(root)}
+    out = []
+    for name, path in modules(root):
+        if not name.startswith("trainers"):
+            continue
+        mine = trainers_floor(name)
+        if mine is None:
+            out.append(f"{path.relative_to(root)}: {name} is on no floor of TRAINERS_FLOORS")
+            continue
+        for line, module, names in imports(name, path):
+            if not module.startswith("trainers"):
+                continue
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in known] or [module]
+            for target in targets:
+                floor = trainers_floor(target)
+                where = f"{path.relative_to(root)}:{line}: {name} imports {target}"
+                if floor is None or floor > mine:
+                    out.append(f"{where}, a floor above its own (TRAINERS_FLOORS)")
+                elif floor == mine and target != "trainers":
+                    own, other = name.split(".")[:2], target.split(".")[:2]
+                    if own != other and len(name.split(".")) > 2 and len(target.split(".")) > 2:
+                        out.append(f"{where}, sideways on its floor")
+                if name.startswith("trainers.sampling") and target.startswith(
+                    "trainers.learners"
+                ):
+                    if target not in SAMPLER_MAY_IMPORT:
+                        out.append(f"{where}: the sampler imports no learner code")
+    return out
+
+
+def test_trainers_floors_have_no_import_up_or_sideways() -> None:
+    """``trainers`` is layered inside too: no import climbs a floor, so there is no circle."""
+    assert trainers_violations(ROOT) == []
+
+
+def test_a_trainers_floor_violation_is_named(tmp_path: Path) -> None:
+    for package in ("trainers", "trainers/configs", "trainers/run"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "trainers" / "run" / "loop.py").write_text("")
+    (tmp_path / "trainers" / "configs" / "bad.py").write_text(
+        "def lazy():\n    from trainers.run import loop\n"
+    )
+    assert trainers_violations(tmp_path) == [
+        "trainers/configs/bad.py:2: trainers.configs.bad imports trainers.run.loop, a floor "
+        "above its own (TRAINERS_FLOORS)"
+    ]
+
+
 def test_imports_point_down_the_layers() -> None:
     assert layering_violations(ROOT) == []
 

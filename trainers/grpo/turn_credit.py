@@ -35,11 +35,9 @@ import torch
 
 from trainers.configs.grpo import GRPOConfig
 from trainers.grpo.loss import dynamic_sampling_mask, group_advantages, group_moments
+from trainers.sampling.grouped_env import ANCHOR_INFO
 
 __all__ = ["episode_anchors", "observation_key", "rewards_to_go", "turn_advantages"]
-
-#: the infos key where ``GroupedEnv`` records a scenario's own anchor key for an observation.
-ANCHOR_INFO = "anchor"
 
 
 def rewards_to_go(rewards: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -21,8 +21,10 @@ from typing_extensions import override
 import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subagent backends)
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from scenarios.rllib_env import RLlibGraphEnv
-from trainers.grpo.turn_credit import ANCHOR_INFO
 from trainers.signals.curriculum import SCHEDULE, passed
+
+#: the infos key where ``GroupedEnv`` records a scenario's own anchor key for an observation.
+ANCHOR_INFO = "anchor"
 
 
 class GroupedEnv(RLlibGraphEnv):
