@@ -126,7 +126,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOLoss, GRPOTrainer
 
     from marl_agents.llm.tiny import make_tiny_model
 
@@ -159,7 +159,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * n
 
     n = args.group_size * args.prompts
-    config = GRPOConfig(
+    config = GRPOLoss(
         output_dir=str(out / "trl"),
         per_device_train_batch_size=n,
         gradient_accumulation_steps=1,

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.loss import (
     LengthDual,
     aggregate,
@@ -131,7 +131,7 @@ def test_token_mask_only_agent_tokens_carry_gradient() -> None:
 
     # gradient reaches only the masked positions
     lp = torch.zeros(2, 5, requires_grad=True)
-    cfg = GRPOConfig(dynamic_sampling=False)
+    cfg = GRPOLoss(dynamic_sampling=False)
     loss, metrics = grpo_loss(lp, packed.old_logprobs, T([1.0, 1.0]), packed.mask("a"), cfg)
     loss.backward()
     assert (lp.grad != 0).tolist() == packed.mask("a").tolist()
@@ -164,7 +164,7 @@ def test_spurious_token_mask() -> None:
     ent = T([[0.2, 0.2, 2.0, 0.2]])
     keep = spurious_token_mask(T([[1.0, 1.0, 1.0, -1.0]]), lp, ent, prob_max=0.05, entropy_max=1.0)
     assert keep.tolist() == [[False, True, True, True]]
-    cfg = GRPOConfig(spurious_mask=True, spurious_prob_max=0.05, spurious_entropy_max=1.0)
+    cfg = GRPOLoss(spurious_mask=True, spurious_prob_max=0.05, spurious_entropy_max=1.0)
     cur = lp.clone().requires_grad_(True)
     loss, metrics = grpo_loss(
         cur, lp, T([1.0]), torch.ones(1, 4, dtype=torch.bool), cfg, entropy=ent
@@ -201,7 +201,7 @@ def test_length_dual_update_rule() -> None:
 
 
 def test_shape_rewards_format_penalty_and_budget() -> None:
-    cfg = GRPOConfig(format_penalty=0.5, length_budget=10, dual_init=0.2)
+    cfg = GRPOLoss(format_penalty=0.5, length_budget=10, dual_init=0.2)
     dual = LengthDual.from_config(cfg)
     assert dual is not None and dual.lam == 0.2
     out = shape_rewards(
@@ -209,7 +209,7 @@ def test_shape_rewards_format_penalty_and_budget() -> None:
     )
     # 1 − 0 − 0.2 * 0 = 1 ; 1 − 0.5 − 0.2 * 2 = 0.1
     assert out.tolist() == pytest.approx([1.0, 0.1])
-    assert LengthDual.from_config(GRPOConfig()) is None
+    assert LengthDual.from_config(GRPOLoss()) is None
     with pytest.raises(ValueError, match="lengths"):
         shape_rewards(T([1.0]), cfg, dual=dual)
 
@@ -239,7 +239,7 @@ def test_sampler_kl_hand_computed() -> None:
 def test_kl_term_in_loss() -> None:
     lp = T([[math.log(0.5), math.log(0.5)]]).requires_grad_(True)
     ref = T([[math.log(0.25), math.log(0.5)]])
-    cfg = GRPOConfig(kl_coef=0.1)
+    cfg = GRPOLoss(kl_coef=0.1)
     loss, metrics = grpo_loss(
         lp, lp.detach(), T([0.0]), torch.ones(1, 2, dtype=torch.bool), cfg, ref_logprobs=ref
     )
@@ -265,7 +265,7 @@ def test_grpo_loss_end_to_end_hand_computed() -> None:
     adv = group_advantages(T([1.0, 0.0]), T([0, 0]), eps=0.0)
     old = torch.zeros(2, 2)
     lp = torch.log(T([[1.5, 1.0], [1.0, 0.5]]))  # ratios
-    cfg = GRPOConfig(clip_low=0.2, clip_high=0.28)
+    cfg = GRPOLoss(clip_low=0.2, clip_high=0.28)
     loss, m = grpo_loss(lp, old, adv, torch.ones(2, 2, dtype=torch.bool), cfg)
     # seq 0 (A=+1): −min(1.5, 1.28) = −1.28, −1
     # seq 1 (A=−1): −min(−1, −1) = 1, −min(−0.5, −0.8) = 0.8
@@ -277,29 +277,29 @@ def test_grpo_loss_end_to_end_hand_computed() -> None:
 
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="clip_low"):
-        GRPOConfig(clip_low=1.0)
+        GRPOLoss(clip_low=1.0)
     with pytest.raises(ValueError, match="length_budget"):
-        GRPOConfig(length_budget=0)
+        GRPOLoss(length_budget=0)
     with pytest.raises(ValueError, match="loss_agg"):
-        GRPOConfig(loss_agg="mean")  # type: ignore[arg-type]
+        GRPOLoss(loss_agg="mean")  # type: ignore[arg-type]
 
 
 def test_compute_advantages_applies_the_reward_knobs() -> None:
     rewards = T([1.0, 0.0, 1.0, 1.0])
     groups = T([0, 0, 1, 1])
-    cfg = GRPOConfig(adv_eps=0.0)
+    cfg = GRPOLoss(adv_eps=0.0)
     adv, keep = compute_advantages(rewards, groups, cfg)
     assert keep.tolist() == [True, True, False, False]  # group 1 all equal: dropped
     assert adv.tolist() == [1.0, -1.0, 0.0, 0.0]
     # without dynamic sampling every sample is kept (group 1 has zero advantage anyway)
-    adv, keep = compute_advantages(rewards, groups, GRPOConfig(dynamic_sampling=False))
+    adv, keep = compute_advantages(rewards, groups, GRPOLoss(dynamic_sampling=False))
     assert keep.all()
     # the format penalty breaks group 1's tie: rewards 1, 0.5 -> ±1 (std 0.25, centred ±0.25)
-    cfg = GRPOConfig(format_penalty=0.5, adv_eps=0.0)
+    cfg = GRPOLoss(format_penalty=0.5, adv_eps=0.0)
     adv, keep = compute_advantages(rewards, groups, cfg, format_ok=T([True, True, True, False]))
     assert keep.all() and adv.tolist() == [1.0, -1.0, 1.0, -1.0]
     # Dr. GRPO: centring only; the length dual shapes before the tie check
-    cfg = GRPOConfig(scale_std=False, length_budget=10)
+    cfg = GRPOLoss(scale_std=False, length_budget=10)
     dual = LengthDual.from_config(cfg)
     dual.lam = 1.0
     adv, keep = compute_advantages(rewards, groups, cfg, lengths=T([10, 10, 10, 20]), dual=dual)

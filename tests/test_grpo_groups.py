@@ -28,7 +28,7 @@ from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from marl_agents.llm.rl_module import SAMPLING_TEMPERATURE, TOKEN_LOGP
 from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.connectors import ADVANTAGES, GRPOAdvantages, episode_seed
 from trainers.sampling.batched_runner import BatchedEnvRunner
 
@@ -115,7 +115,7 @@ def test_each_rows_reward_and_advantage_come_from_its_own_tokens(sampled, sample
     r, iterations = sampled[sampler]
     module = r.module["router"]
     episodes = iterations[0]
-    connector = GRPOAdvantages(grpo=GRPOConfig(dynamic_sampling=False))
+    connector = GRPOAdvantages(grpo=GRPOLoss(dynamic_sampling=False))
     mine = list(connector.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
     mine = [sa for sa in mine if sa.module_id == "router"]
     actions = torch.as_tensor(np.concatenate([np.asarray(sa.get_actions()) for sa in mine]))

@@ -174,7 +174,7 @@ def test_learner_loss_is_grpo_loss_and_frozen_module_stays_bit_identical(spaces)
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from marl_agents.llm.rl_module import TOKEN_LOGP
-    from trainers.configs.grpo import GRPOConfig
+    from trainers.configs.grpo import GRPOLoss
     from trainers.grpo.loss import grpo_loss
 
     knobs = dict(clip_low=0.2, clip_high=0.3, loss_agg="seq_mean_token_mean", spurious_mask=True)
@@ -194,7 +194,7 @@ def test_learner_loss_is_grpo_loss_and_frozen_module_stays_bit_identical(spaces)
         batch[TOKEN_LOGP],
         batch["advantages"][:, None],
         mask,
-        GRPOConfig(**knobs),
+        GRPOLoss(**knobs),
         entropy=fwd["token_entropy"],
     )
     assert torch.allclose(loss, expect)
@@ -260,7 +260,7 @@ class FakeModule:
 
 
 def test_advantages_group_by_task_seed_and_agent():
-    from trainers.configs.grpo import GRPOConfig
+    from trainers.configs.grpo import GRPOLoss
     from trainers.grpo.connectors import GRPOAdvantages
     from trainers.grpo.loss import group_advantages
 
@@ -271,7 +271,7 @@ def test_advantages_group_by_task_seed_and_agent():
         FakeEpisode("o", 2, 0.5, 3),  # a group of equal rewards: dropped
         FakeEpisode("w", 1, 3.0, 4),  # same seed, other agent: its own group (of one)
     ]
-    piece = GRPOAdvantages(grpo=GRPOConfig())
+    piece = GRPOAdvantages(grpo=GRPOLoss())
     adv, keep, stats = piece.advantages("m", FakeModule(), eps)
     assert keep.tolist() == [True, True, False, False, False]
     want = group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
@@ -280,11 +280,11 @@ def test_advantages_group_by_task_seed_and_agent():
 
 
 def test_advantages_format_penalty_and_length_dual():
-    from trainers.configs.grpo import GRPOConfig
+    from trainers.configs.grpo import GRPOLoss
     from trainers.grpo.connectors import GRPOAdvantages
 
     eps = [FakeEpisode("o", 1, 1.0, 8, format_errors=1), FakeEpisode("o", 1, 1.0, 2)]
-    cfg = GRPOConfig(format_penalty=0.5, length_budget=4.0, dual_init=0.0, dual_lr=1.0)
+    cfg = GRPOLoss(format_penalty=0.5, length_budget=4.0, dual_init=0.0, dual_lr=1.0)
     duals = {}
     piece = GRPOAdvantages(grpo=cfg, duals=duals)
     adv, keep, stats = piece.advantages("m", FakeModule(), eps)

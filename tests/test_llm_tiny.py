@@ -258,13 +258,13 @@ def test_batching_backend_propagates_errors(backend: HFBackend) -> None:
 def test_one_grpo_step_on_recorded_generations(backend: HFBackend) -> None:
     """Recorded logprobs are the learner's ``old_logprobs``: the first ratio is 1."""
     from marl_agents.llm.hf_backend import teacher_forced_logprobs
-    from trainers.configs.grpo import GRPOConfig
+    from trainers.configs.grpo import GRPOLoss
     from trainers.grpo.loss import compute_advantages, grpo_loss
 
     params = [SamplingParams(max_new_tokens=8, seed=s) for s in range(4)]
     gens = backend.generate(["2 + 3 ="] * 4, params)
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
-    adv, keep = compute_advantages(rewards, torch.zeros(4, dtype=torch.long), GRPOConfig())
+    adv, keep = compute_advantages(rewards, torch.zeros(4, dtype=torch.long), GRPOLoss())
     model = backend.model
     lp, ent = teacher_forced_logprobs(
         model, [g.prompt_ids for g in gens], [g.token_ids for g in gens], with_entropy=True
@@ -274,7 +274,7 @@ def test_one_grpo_step_on_recorded_generations(backend: HFBackend) -> None:
     mask = torch.tensor([[k < len(g.token_ids) for k in range(width)] for g in gens])
     assert torch.allclose(lp.detach()[mask], old[mask], atol=LOGPROB_ATOL)
     assert ((ent >= 0) & (ent <= math.log(len(backend.tokenizer)) + 1e-4)).all()
-    loss, metrics = grpo_loss(lp, old, adv, mask & keep[:, None], GRPOConfig(), entropy=ent)
+    loss, metrics = grpo_loss(lp, old, adv, mask & keep[:, None], GRPOLoss(), entropy=ent)
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["clip_frac_low"] == metrics["clip_frac_high"] == 0.0
     model.zero_grad()

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainers.configs.grpo import GRPOConfig, GRPOSettings, TISConfig
+from trainers.configs.grpo import GRPOLoss, GRPOSettings, TISConfig
 from trainers.configs.typed import ConfigError, from_plain
 from trainers.grpo.loss import grpo_loss, tis_weights
 
@@ -58,7 +58,7 @@ def test_off_measures_but_does_not_weight():
 def test_grpo_loss_weights_each_token_and_its_gradient():
     """At the start of the update (logprobs == learner_old, ratio 1) with advantage 1 the
     token-mean loss is −mean(w), and each token's gradient is −w_t / 3."""
-    cfg = GRPOConfig(tis=TISConfig(mode="token", cap=1.1))
+    cfg = GRPOLoss(tis=TISConfig(mode="token", cap=1.1))
     lp = LEARNER_OLD.clone().requires_grad_(True)
     loss, metrics = grpo_loss(lp, LEARNER_OLD, torch.ones(1), ALL, cfg, sampler_logprobs=SAMPLER)
     w = [1.1, math.exp(-1.0), 1.0]
@@ -70,7 +70,7 @@ def test_grpo_loss_weights_each_token_and_its_gradient():
 
 
 def test_grpo_loss_is_unchanged_when_sampler_and_learner_agree():
-    cfg = GRPOConfig(tis="token", clip_low=0.1, clip_high=0.1)
+    cfg = GRPOLoss(tis="token", clip_low=0.1, clip_high=0.1)
     lp = torch.tensor([[-0.7, -1.9, -0.2], [-2.0, -0.1, -0.3]], requires_grad=True)
     old = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.1, -0.4]])
     adv = torch.tensor([1.0, -2.0])
@@ -93,7 +93,7 @@ def test_tis_config_modes_and_errors():
     with pytest.raises(ConfigError, match=r"grpo\.tis\.cap=0\.0 must be .* > 0"):
         TISConfig(cap=0)
     with pytest.raises(ConfigError, match=r"grpo\.tis\.mode='seq' is not one of"):
-        GRPOConfig(tis={"mode": "seq"})
+        GRPOLoss(tis={"mode": "seq"})
 
 
 # ----- the learner ---------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def test_learner_recomputes_old_logprobs_and_weights_against_the_sampler():
         batch[LEARNER_OLD_LOGP],
         batch["advantages"][:, None],
         mask,
-        GRPOConfig(tis={"mode": "token", "cap": 1.2}),
+        GRPOLoss(tis={"mode": "token", "cap": 1.2}),
         sampler_logprobs=batch[TOKEN_LOGP],
     )
     assert torch.allclose(loss, expect)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.configs.typed import ConfigError
 from trainers.grpo.turn_credit import (
     episode_anchors,
@@ -34,7 +34,7 @@ def test_rewards_to_go_by_hand() -> None:
 def test_episode_mode_repeats_the_episode_advantage_bit_for_bit() -> None:
     adv = np.array([0.3, -0.7], dtype=np.float32)
     out, keep, stats = turn_advantages(
-        [[0.0, 1.0], [0.5, 0.0, 0.0]], [0, 0], adv, [True, False], GRPOConfig()
+        [[0.0, 1.0], [0.5, 0.0, 0.0]], [0, 0], adv, [True, False], GRPOLoss()
     )
     assert out.tolist() == np.repeat(adv, [2, 3]).tolist()
     assert keep.tolist() == [True, True, False, False, False]
@@ -47,14 +47,14 @@ def test_reward_to_go_by_hand() -> None:
     rewards = [[0.5, 0.5], [0.0, 0.0]]
     adv = np.array([0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS)])
     out, keep, _ = turn_advantages(
-        rewards, [0, 0], adv, [True, True], GRPOConfig(turn_credit="reward_to_go")
+        rewards, [0, 0], adv, [True, True], GRPOLoss(turn_credit="reward_to_go")
     )
     # turn 1 of episode 0 loses the 0.5 paid before it: (0.5 − 0.5) / 0.5 = 0
     expected = [0.5 / (0.5 + EPS), 0.0, -0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS)]
     np.testing.assert_allclose(out, expected, atol=1e-6)
     assert keep.all()
     # Dr. GRPO (no std): the term is the raw reward paid before the turn
-    dr = GRPOConfig(turn_credit="reward_to_go", scale_std=False)
+    dr = GRPOLoss(turn_credit="reward_to_go", scale_std=False)
     out, _, _ = turn_advantages(rewards, [0, 0], [0.5, -0.5], [True, True], dr)
     np.testing.assert_allclose(out, [0.5, 0.0, -0.5, -0.5], atol=1e-7)
 
@@ -63,9 +63,9 @@ def test_reward_to_go_equals_episode_with_terminal_rewards_only() -> None:
     rewards = [[0.0, 0.0, 1.0], [0.0, 0.3], [0.0, 0.0, 0.0, 0.6]]
     adv = np.array([1.2, -0.8, -0.4])
     rtg, _, _ = turn_advantages(
-        rewards, [0, 0, 0], adv, [True] * 3, GRPOConfig(turn_credit="reward_to_go")
+        rewards, [0, 0, 0], adv, [True] * 3, GRPOLoss(turn_credit="reward_to_go")
     )
-    episode, _, _ = turn_advantages(rewards, [0, 0, 0], adv, [True] * 3, GRPOConfig())
+    episode, _, _ = turn_advantages(rewards, [0, 0, 0], adv, [True] * 3, GRPOLoss())
     np.testing.assert_allclose(rtg, episode, atol=1e-7)
 
 
@@ -89,11 +89,11 @@ def test_four_turn_example_wrong_parameter_turn_flips_sign_under_step_groups() -
     rewards, anchors = FOUR_TURNS["rewards"], FOUR_TURNS["anchors"]
     adv = _four_turn_episode_adv()
     assert adv[0] == pytest.approx(0.46291, abs=1e-4)
-    ep, _, _ = turn_advantages(rewards, [0, 0, 0], adv, [True] * 3, GRPOConfig())
+    ep, _, _ = turn_advantages(rewards, [0, 0, 0], adv, [True] * 3, GRPOLoss())
     wrong = 1  # E1's second turn (flat index 1)
     assert ep[wrong] == pytest.approx(0.46291, abs=1e-4) and ep[wrong] > 0
 
-    cfg = GRPOConfig(turn_credit="step_groups")
+    cfg = GRPOLoss(turn_credit="step_groups")
     out, keep, stats = turn_advantages(rewards, [0, 0, 0], adv, [True] * 3, cfg, anchors=anchors)
     # step group B: E1's reward to go 0 + 0.25 + 1.25 = 1.5, E2's 0.25 + 0.25 + 1.25 = 1.75;
     # mean 1.625, std 0.125 → S = −1 and +1
@@ -118,7 +118,7 @@ def test_four_turn_example_wrong_parameter_turn_flips_sign_under_step_groups() -
         [0, 0, 0],
         adv,
         [True] * 3,
-        GRPOConfig(turn_credit="step_groups", step_weight=0.5),
+        GRPOLoss(turn_credit="step_groups", step_weight=0.5),
         anchors=anchors,
     )
     assert half[wrong] == pytest.approx(adv[0] + 0.5 * s_b, abs=1e-5)
@@ -130,7 +130,7 @@ def test_step_groups_stay_inside_a_grpo_group_and_keep_informative_turns() -> No
     # keeps its turns although the episode group was dropped
     rewards = [[0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
     anchors = [["s", "t"], ["s", "u"], ["s", "t"], ["s", "t"]]
-    cfg = GRPOConfig(turn_credit="step_groups")
+    cfg = GRPOLoss(turn_credit="step_groups")
     out, keep, stats = turn_advantages(
         rewards, [0, 0, 1, 1], [0.0] * 4, [False] * 4, cfg, anchors=anchors
     )
@@ -149,11 +149,11 @@ def test_step_groups_stay_inside_a_grpo_group_and_keep_informative_turns() -> No
 
 def test_turn_credit_knobs_are_checked() -> None:
     with pytest.raises(ConfigError, match="turn_credit"):
-        GRPOConfig(turn_credit="per_token")
+        GRPOLoss(turn_credit="per_token")
     with pytest.raises(ConfigError, match="step_weight=-1"):
-        GRPOConfig(step_weight=-1.0)
+        GRPOLoss(step_weight=-1.0)
     with pytest.raises(ValueError, match="anchor key per turn"):
-        turn_advantages([[1.0]], [0], [0.0], [True], GRPOConfig(turn_credit="step_groups"))
+        turn_advantages([[1.0]], [0], [0.0], [True], GRPOLoss(turn_credit="step_groups"))
 
 
 def test_observation_keys_and_the_scenarios_anchor_key_in_episodes() -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from trainers.configs.experiment import LoggingConfig as LoggingConfig
     from trainers.configs.experiment import OutputConfig as OutputConfig
     from trainers.configs.experiment import ResourcesConfig as ResourcesConfig
-    from trainers.configs.grpo import GRPOConfig as GRPOConfig
+    from trainers.configs.grpo import GRPOLoss as GRPOLoss
     from trainers.configs.grpo import GRPOSettings as GRPOSettings
     from trainers.configs.typed import ConfigError as ConfigError
     from trainers.evaluate import EvalResult as EvalResult

@@ -50,7 +50,7 @@ from trainers.configs.experiment import (
     OutputConfig,
     ResourcesConfig,
 )
-from trainers.configs.grpo import AsyncSampling, GRPOConfig, GRPOSettings
+from trainers.configs.grpo import AsyncSampling, GRPOLoss, GRPOSettings
 from trainers.configs.typed import ConfigError, dump_yaml, from_plain, load_yaml_mapping, to_plain
 from trainers.run.metrics import RETURN_KEY
 from trainers.run.outcome import TrainResult
@@ -170,7 +170,7 @@ class FinetuneJob:
         topology: its topology (``star:N``: ``N`` subagents).
         scenario_kwargs: more scenario arguments (``level``, ``max_new_tokens``, …);
             ``tokenizer`` and ``subagents`` are set from the fields above.
-        grpo: the GRPO loss knobs (:class:`~trainers.configs.grpo.GRPOConfig`).
+        grpo: the GRPO loss knobs (:class:`~trainers.configs.grpo.GRPOLoss`).
         training: group sampling and optimiser settings.
         budget: when to stop (default: 60 iterations).
         resources: learners, GPUs, env runners, CPUs (``num_envs_per_env_runner`` is replaced
@@ -188,7 +188,7 @@ class FinetuneJob:
     scenario: str = "text-delegate"
     topology: str = "star:8"
     scenario_kwargs: dict[str, Any] = dataclasses.field(default_factory=lambda: {"level": "easy"})
-    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+    grpo: GRPOLoss = dataclasses.field(default_factory=GRPOLoss)
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     budget: BudgetConfig = dataclasses.field(default_factory=lambda: BudgetConfig(iterations=60))
     resources: ResourcesConfig = dataclasses.field(default_factory=ResourcesConfig)

@@ -1,4 +1,4 @@
-"""``algorithm.grpo:``: the GRPO loss knobs (:class:`GRPOConfig`), truncated importance sampling
+"""``algorithm.grpo:``: the GRPO loss knobs (:class:`GRPOLoss`), truncated importance sampling
 (:class:`TISConfig`), asynchronous sampling (:class:`AsyncSampling`) and the whole section
 (:class:`GRPOSettings`: the loss knobs plus the group schedule). The loss is
 :mod:`trainers.grpo.loss`.
@@ -52,7 +52,7 @@ class TISConfig:
 
 
 @dataclasses.dataclass
-class GRPOConfig:
+class GRPOLoss:
     """Knobs of the GRPO loss; the defaults follow DAPO (clip-higher, dynamic sampling).
 
     Attributes:
@@ -105,7 +105,7 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         typed(self, "grpo")
-        GRPOConfig.check(self)  # the learner builds these directly: bad knobs fail at once
+        GRPOLoss.check(self)  # the learner builds these directly: bad knobs fail at once
 
     def check(self, where: str = "grpo") -> None:
         """The loss knobs' ranges."""
@@ -157,10 +157,10 @@ class AsyncSampling:
 
 
 @dataclasses.dataclass
-class GRPOSettings(GRPOConfig):
+class GRPOSettings(GRPOLoss):
     """The ``grpo`` section of algorithm ``GRPO``: the loss knobs and the group schedule.
 
-    Every field of :class:`GRPOConfig` (the loss), plus:
+    Every field of :class:`GRPOLoss` (the loss), plus:
 
     Attributes:
         group_size: ``G`` rollouts per task (the GRPO group; ≥ 2), sampled side by side as
@@ -184,10 +184,10 @@ class GRPOSettings(GRPOConfig):
         return self.group_size * self.groups_per_iteration
 
     @property
-    def loss(self) -> GRPOConfig:
+    def loss(self) -> GRPOLoss:
         """The loss knobs alone (what the learner reads)."""
-        names = [f.name for f in dataclasses.fields(GRPOConfig)]
-        return GRPOConfig(**{n: getattr(self, n) for n in names})
+        names = [f.name for f in dataclasses.fields(GRPOLoss)]
+        return GRPOLoss(**{n: getattr(self, n) for n in names})
 
     def check(self, where: str = "algorithm.grpo") -> None:
         """The loss knobs and the group schedule."""

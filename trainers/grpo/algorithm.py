@@ -31,7 +31,7 @@ from typing_extensions import override
 
 import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subagent backends)
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.async_sampling import SamplePipeline, shares
 from trainers.grpo.connectors import CONFIG_KEY, SKIPPED_UPDATES
 from trainers.grpo.learner import GRPOLearner
@@ -40,7 +40,7 @@ from trainers.grpo.learner import GRPOLearner
 class GRPOAlgorithmConfig(PPOConfig):
     """``PPOConfig`` for :class:`GRPO`: the GRPO learner, whole episodes, group knobs.
 
-    ``.grpo(group_size=G, groups_per_iteration=B, **GRPOConfig fields)`` sets the sampling
+    ``.grpo(group_size=G, groups_per_iteration=B, **GRPOLoss fields)`` sets the sampling
     schedule (``G·B`` finished episodes per iteration) and the loss knobs.
     """
 
@@ -68,10 +68,10 @@ class GRPOAlgorithmConfig(PPOConfig):
         **knobs: Any,
     ) -> GRPOAlgorithmConfig:
         """Set the group schedule, asynchronous sampling (:mod:`trainers.grpo.async_sampling`) and
-        :class:`~trainers.configs.grpo.GRPOConfig` knobs.
+        :class:`~trainers.configs.grpo.GRPOLoss` knobs.
 
         Raises:
-            ValueError: an unknown knob or a bad value (checked by ``GRPOConfig``).
+            ValueError: an unknown knob or a bad value (checked by ``GRPOLoss``).
         """
         if group_size is not None:
             self.group_size = int(group_size)
@@ -81,12 +81,12 @@ class GRPOAlgorithmConfig(PPOConfig):
             self.async_sampling = bool(async_sampling)
         if max_staleness is not None:
             self.max_staleness = int(max_staleness)
-        names = {f.name for f in dataclasses.fields(GRPOConfig)}
+        names = {f.name for f in dataclasses.fields(GRPOLoss)}
         unknown = sorted(set(knobs) - names)
         if unknown:
             raise ValueError(f"unknown GRPO knob(s) {unknown}; known: {sorted(names)}")
         merged = {**self.learner_config_dict.get(CONFIG_KEY, {}), **knobs}
-        GRPOConfig(**merged)  # validate now, not on the learner
+        GRPOLoss(**merged)  # validate now, not on the learner
         self.learner_config_dict = {**self.learner_config_dict, CONFIG_KEY: merged}
         return self
 

@@ -33,7 +33,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from typing_extensions import override
 
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.loss import LengthDual, compute_advantages
 from trainers.grpo.turn_credit import episode_anchors, turn_advantages
 from trainers.signals.monitors import well_formed
@@ -46,7 +46,7 @@ GRPO_KEEP = "grpo_keep"
 #: batch column: the learner's logprobs of the sampled tokens at the start of the update
 #: ``[B, max_new_tokens]`` (TIS's ``lp_old``; only for modules whose ``grpo.tis`` is active).
 LEARNER_OLD_LOGP = "learner_old_logp"
-#: ``learner_config_dict`` key holding the :class:`~trainers.configs.grpo.GRPOConfig` fields.
+#: ``learner_config_dict`` key holding the :class:`~trainers.configs.grpo.GRPOLoss` fields.
 CONFIG_KEY = "grpo"
 #: learner-results counter (``ALL_MODULES``): iterations whose episodes had no step of a trained
 #: module, so no update ran.
@@ -84,13 +84,13 @@ class GRPOAdvantages(ConnectorV2):
         input_observation_space: Any = None,
         input_action_space: Any = None,
         *,
-        grpo: GRPOConfig | None = None,
+        grpo: GRPOLoss | None = None,
         duals: dict[str, LengthDual] | None = None,
         trainable: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(input_observation_space, input_action_space, **kwargs)
-        self.grpo = grpo or GRPOConfig()
+        self.grpo = grpo or GRPOLoss()
         self.duals = duals if duals is not None else {}
         self.trainable = trainable or (lambda mid: True)
 

@@ -5,7 +5,7 @@ The pieces, each an RLlib seam:
 
 * :class:`GRPOLearner` (a ``TorchLearner``): ``compute_loss_for_module`` calls
   :func:`trainers.grpo.loss.grpo_loss` with every knob of
-  :class:`~trainers.configs.grpo.GRPOConfig` on the
+  :class:`~trainers.configs.grpo.GRPOLoss` on the
   module's teacher-forced token logprobs (``CausalLMModule.forward_train``) against those
   recorded at sampling. Both are under the distribution that drew the tokens: the sampler
   stores ``log softmax(logits / T)`` and the row's temperature ``T``
@@ -41,7 +41,7 @@ from typing_extensions import override
 import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subagent backends)
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from marl_agents.llm.rl_module import TOKEN_ENTROPY, TOKEN_LOGP, CausalLMModule
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.connectors import (
     ADVANTAGES,
     CONFIG_KEY,
@@ -60,14 +60,14 @@ class GRPOLearner(TorchLearner):
     step-level GRPO for other RLlib torch modules.
 
     Reads its knobs from ``config.learner_config_dict["grpo"]`` (the fields of
-    :class:`~trainers.configs.grpo.GRPOConfig`). See the module doc for what each part does.
+    :class:`~trainers.configs.grpo.GRPOLoss`). See the module doc for what each part does.
     """
 
     @override
     def build(self) -> None:
         super().build()
         fields = dict(self.config.learner_config_dict.get(CONFIG_KEY, {}))
-        self.grpo = GRPOConfig(**fields)
+        self.grpo = GRPOLoss(**fields)
         self.duals: dict[str, LengthDual] = {}
         self._refs: dict[str, Any] = {}
         self._fresh = False

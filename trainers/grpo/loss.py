@@ -1,6 +1,6 @@
 """Token-level GRPO loss math for LLM policies, in plain torch (no RLlib).
 
-The pieces, each a knob of :class:`GRPOConfig` and each a small function tested against
+The pieces, each a knob of :class:`GRPOLoss` and each a small function tested against
 hand-computed numbers:
 
 * **Rewards → advantages.** :func:`shape_rewards` applies the format penalty and the length
@@ -24,7 +24,7 @@ hand-computed numbers:
 * **Truncated importance sampling** (TIS): with a sampler whose numerics differ from the
   learner's (vLLM), the ratio's old logprobs are the learner's own recompute at the start of
   the update and each token's surrogate is weighted by :func:`tis_weights`,
-  ``min(exp(lp_old − lp_sampler), cap)`` per token or per sequence (``GRPOConfig.tis``).
+  ``min(exp(lp_old − lp_sampler), cap)`` per token or per sequence (``GRPOLoss.tis``).
 * **Sampler–learner agreement**: :func:`sampler_kl`, the k3 estimate of
   ``KL(sampler ‖ learner)`` from the behaviour logprobs and the learner's recompute (≈ 0 at
   the sampler's weights when both score the same distribution, e.g. the same temperature).
@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 # the knobs are a config dataclass like the others (YAML, sweeps)
-from trainers.configs.grpo import GRPOConfig, LossAgg
+from trainers.configs.grpo import GRPOLoss, LossAgg
 
 __all__ = [
     "LengthDual",
@@ -143,7 +143,7 @@ class LengthDual:
         self.lam = max(0.0, float(init))
 
     @classmethod
-    def from_config(cls, config: GRPOConfig) -> LengthDual | None:
+    def from_config(cls, config: GRPOLoss) -> LengthDual | None:
         """The dual for ``config.length_budget``, or ``None`` when there is no budget."""
         if config.length_budget is None:
             return None
@@ -170,7 +170,7 @@ class LengthDual:
 
 def shape_rewards(
     rewards: torch.Tensor,
-    config: GRPOConfig,
+    config: GRPOLoss,
     *,
     lengths: torch.Tensor | None = None,
     format_ok: torch.Tensor | None = None,
@@ -194,7 +194,7 @@ def shape_rewards(
 def compute_advantages(
     rewards: torch.Tensor,
     groups: torch.Tensor,
-    config: GRPOConfig,
+    config: GRPOLoss,
     *,
     lengths: torch.Tensor | None = None,
     format_ok: torch.Tensor | None = None,
@@ -444,7 +444,7 @@ def clipped_token_loss(
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg) -> torch.Tensor:
-    """Reduce a ``[B, T]`` per-token loss over ``mask`` (see :attr:`GRPOConfig.loss_agg`).
+    """Reduce a ``[B, T]`` per-token loss over ``mask`` (see :attr:`GRPOLoss.loss_agg`).
 
     An all-masked batch gives 0 (with a gradient path, so ``backward`` still works).
     """
@@ -463,7 +463,7 @@ def grpo_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    config: GRPOConfig,
+    config: GRPOLoss,
     *,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,

@@ -6,7 +6,7 @@ per-turn rewards the env pays (``emit_reward``, per-turn reward sources) and, on
 the verifier's terminal reward — or the agent's credit, when a credit connector (leave-one-out,
 Shapley) replaced it. ``R_i = Σ_t r_{i,t}``, ``G_{i,t} = Σ_{s≥t} r_{i,s}`` (undiscounted reward
 to go) and ``A_i`` the episode advantage of :func:`trainers.grpo.loss.compute_advantages`.
-``GRPOConfig.turn_credit`` picks the advantage of turn ``t``:
+``GRPOLoss.turn_credit`` picks the advantage of turn ``t``:
 
 * ``episode``: ``A_i`` (every turn the same; the default).
 * ``reward_to_go``: ``A_i − (Σ_{s<t} r_{i,s}) / σ_g`` — that is ``(G_{i,t} − mean_g R) / σ_g``
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.configs.grpo import GRPOConfig
+from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.loss import dynamic_sampling_mask, group_advantages, group_moments
 from trainers.sampling.grouped_env import ANCHOR_INFO
 
@@ -89,7 +89,7 @@ def turn_advantages(
     groups: Sequence[int] | np.ndarray,
     episode_adv: Sequence[float] | np.ndarray,
     episode_keep: Sequence[bool] | np.ndarray,
-    config: GRPOConfig,
+    config: GRPOLoss,
     anchors: Sequence[Sequence[Hashable]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Per-turn ``(advantage, keep)``, concatenated in episode order, and statistics.
@@ -127,7 +127,7 @@ def _reward_to_go(
     groups: np.ndarray,
     adv: np.ndarray,
     keep: np.ndarray,
-    config: GRPOConfig,
+    config: GRPOLoss,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     returns = torch.tensor([r.sum() for r in rewards], dtype=torch.float64)
     _, std = group_moments(returns, torch.as_tensor(groups))
@@ -147,7 +147,7 @@ def _step_groups(
     anchors: Sequence[Sequence[Hashable]],
     adv: np.ndarray,
     keep: np.ndarray,
-    config: GRPOConfig,
+    config: GRPOLoss,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     ids: dict[tuple[Any, Hashable], int] = {}
     step = np.array(
