@@ -19,9 +19,11 @@ order so that a crash loses nothing already done:
 * ``summary.json`` (status, best/final checkpoints, totals, the distinct errors of failed
   episodes), ``curve.png``, ``wandb/``.
 
-**Failures.** Episodes that end in a node error or the wall-clock limit
-(``episodes.timeout_s``) are truncated and counted (``charts/error_rate``,
-``charts/timeout_rate``); each distinct error text is logged once (Python logging) and listed
+**Failures.** Episodes that end in a node error, the wall-clock limit
+(``episodes.timeout_s``) or the step limit (the scenario's ``max_supersteps``) are truncated and
+counted (``charts/truncated``, and ``charts/error_rate``, ``charts/timeout_rate``,
+``charts/limit_rate``); an iteration whose every episode hit the step limit logs a warning
+naming ``max_supersteps``; each distinct error text is logged once (Python logging) and listed
 in ``summary.json``. When every finished episode failed in ``episodes.fail_after`` consecutive
 iterations (default 1) the run stops with :class:`RunFailed` naming the first error; a graph
 that cannot run at all fails at ``reset()`` and stops the run with that error.
@@ -337,7 +339,8 @@ def flatten_result(
     """Namespaced metrics of one ``algo.train()`` result.
 
     ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction,
-    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit),
+    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit;
+    ``limit_rate``: the step limit; all three also count in ``truncated``),
     ``rows_per_generate`` (LLM pools on the batched sampler: mean rows per ``generate``) and
     the scenario's metrics; ``losses/<pool>/…`` for learning pools (PPO's losses, and GRPO's
     ``grpo/…`` statistics such as ``logprob_gap_fresh``); ``<agent>/return`` and
@@ -364,6 +367,7 @@ def flatten_result(
         out["charts/truncated"] = _num(marl.get("truncated")) / n
         out["charts/error_rate"] = _num(marl.get("error")) / n
         out["charts/timeout_rate"] = _num(marl.get("timeout")) / n
+        out["charts/limit_rate"] = _num(marl.get("limit")) / n
         if "oracle" in marl:
             oracle = _num(marl["oracle"])
             out["charts/oracle"] = oracle / n
@@ -858,6 +862,16 @@ class _EpisodeLog:
                     row.get("charts/iteration"),
                 )
             return  # no episode finished: nothing to judge
+        if round(row.get("charts/limit_rate", 0.0) * n) >= n:
+            log.warning(
+                "every episode of iteration %s (%d) hit the step limit (the scenario's "
+                "max_supersteps, LangGraph's recursion limit): nothing reached the verifier. "
+                "Raise max_supersteps (scenario_kwargs.max_supersteps) if episodes only run "
+                "long, or fix the loop that never reaches END (transcripts are in %s)",
+                row.get("charts/iteration"),
+                n,
+                self.run,
+            )
         errors = round(row.get("charts/error_rate", 0.0) * n)
         timeouts = round(row.get("charts/timeout_rate", 0.0) * n)
         self.streak = self.streak + 1 if errors + timeouts >= n else 0
