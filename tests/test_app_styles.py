@@ -134,3 +134,12 @@ def test_agents_without_roles_get_a_pool_each_so_train_names_any_agent(tmp_path)
     plan = resolve(with_text_defaults(bare))
     assert plan.agent_to_pool == {"researcher": "researcher", "writer": "writer"}
     assert plan.trainable == ["writer"] and plan.frozen == ["researcher"]
+
+
+def test_the_functional_example_runs_an_episode_to_its_verifier():
+    from examples.functional_app import scenario
+
+    env = GraphEnv(scenario())
+    steps = steps_of(env, {"writer": ["rain rain"], "critic": ["yes"]}, seed=0)
+    assert steps[:2] == [["writer"], ["critic"]] and env.failure is None
+    assert env.outcome.reward == (1.0 if "rain" in env.final_state["topic"] else 0.0)
