@@ -49,6 +49,7 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import itertools
 import sys
 import threading
 import weakref
@@ -62,6 +63,7 @@ from scenarios import langgraph_compat as lg
 from scenarios.base import ScenarioError
 
 BRIDGE_KEY = "__marl_bridge__"
+_EPISODES = itertools.count()
 
 
 class SkipNode(Exception):
@@ -161,8 +163,47 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
                 loop.close()
 
 
+#: the run's own ``configurable`` keys, carried into a graph invoked with a ``configurable`` of
+#: its own (LangGraph replaces the caller's): the bridge, tool episodes, the runner hook
+_CARRIED_PREFIX = "__marl"
+
+
+def episode_config(graph: Any, config: Any) -> Any:
+    """The config of a graph run (``Pregel.stream``) inside an episode (else ``config``).
+
+    Persistence as LangGraph documents it keeps working and stays in the episode:
+
+    * a graph invoked inside a node with ``configurable`` of its own (``{"thread_id": "1"}``)
+      gets the episode's keys back (LangGraph replaced the caller's ``configurable``), so its
+      chat models decide in this episode;
+    * a graph with a checkpointer of its own runs on a thread of this episode: its
+      ``thread_id`` (or none) becomes ``<episode>/<thread_id>``, so no state leaks from one
+      episode (or counterfactual replay) into the next; the episode's threads are deleted
+      from the checkpointer when it ends (memory stays bounded).
+    """
+    conf = (config or {}).get("configurable") or {}
+    run = conf.get(BRIDGE_KEY)
+    if run is None:
+        parent = lg.parent_configurable()
+        run = parent.get(BRIDGE_KEY)
+        if run is None:
+            return config  # not in an episode: LangGraph's own behaviour
+        ours = {k: v for k, v in parent.items() if k.startswith(_CARRIED_PREFIX)}
+        hook = lg.runner_config(run._submit) if isinstance(run, GraphRun) else {}
+        conf = {**ours, **hook, **conf}
+    saver = getattr(graph, "checkpointer", None)
+    if saver is not None and not isinstance(saver, bool) and isinstance(run, GraphRun):
+        thread = conf.get("thread_id")
+        scope = run.thread_scope
+        if thread is None or not str(thread).startswith(scope):
+            scoped = scope if thread is None else f"{scope}/{thread}"
+            conf = {**conf, "thread_id": scoped}
+            run.threads.append((saver, scoped))
+    return {**(config or {}), "configurable": conf}
+
+
 # async-only runnables and awaited graphs run on the task's greenlet inside our runs
-lg.install(lambda configurable: BRIDGE_KEY in configurable, run_coroutine)
+lg.install(lambda configurable: BRIDGE_KEY in configurable, run_coroutine, episode_config)
 
 
 def _switch(glet: greenlet.greenlet, *args: Any) -> Any:
@@ -254,6 +295,9 @@ class GraphRun:
         self.agent_nodes = dict(agent_nodes or {})
         self.agent_ids = None if agent_ids is None else instance_counts(agent_ids)
         self.config = dict(config or {})
+        #: the thread ids of this episode (``<thread_scope>[/<app's id>]``) and their savers
+        self.thread_scope = f"marl-episode-{next(_EPISODES)}"
+        self.threads: list[tuple[Any, str]] = []
         self.pending: dict[str, Request] = {}
         self.result: Any = None
         self.error: BaseException | None = None
@@ -348,6 +392,9 @@ class GraphRun:
             pass
         except Exception as exc:  # a node raised: the episode ends, the error is kept
             self.error = exc
+        finally:
+            for saver, thread in dict.fromkeys(self.threads):
+                saver.delete_thread(thread)  # the episode's checkpoints go with it
         self.finished = True
 
     def _block(self) -> Any:

@@ -16,9 +16,15 @@ breaks one fails there, naming it:
    ``tools_by_name``.
 5. ``Pregel.ainvoke``/``astream`` take the same arguments as ``invoke``/``stream`` (under them
    LangGraph runs sync nodes in a thread pool, where no decision can be suspended).
+6. ``Pregel.invoke`` runs through ``Pregel.stream(input, config, ...)``, and a ``configurable``
+   given to a graph invoked inside a node *replaces* the calling run's (``thread_id`` of its
+   own: a root run, no key of ours inherited); ``Pregel.checkpointer`` is the compiled graph's
+   saver (``None``/``True``/``False`` when it has none of its own).
 
 :func:`install` patches ``RunnableCallable.invoke`` and ``Pregel.ainvoke``/``astream`` so that,
-inside a bridge run, async-only runnables and awaited graphs run on the caller's greenlet.
+inside a bridge run, async-only runnables and awaited graphs run on the caller's greenlet, and
+``Pregel.stream`` so that every graph run inside a bridge run gets its config from the bridge
+(``episode_config``: the run's keys carried into a replaced ``configurable``).
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ SUBMIT_FLAGS = ("__name__", "__cancel_on_exit__", "__reraise_on_exit__", "__next
 SYNC_INVOKE = getattr(RunnableCallable.invoke, "sync_invoke", RunnableCallable.invoke)
 PREGEL_AINVOKE = getattr(Pregel.ainvoke, "async_run", Pregel.ainvoke)
 PREGEL_ASTREAM = getattr(Pregel.astream, "async_run", Pregel.astream)
+PREGEL_STREAM = getattr(Pregel.stream, "sync_run", Pregel.stream)
 
 
 # ----- (1) the runner hook ----------------------------------------------------------------
@@ -153,14 +160,21 @@ def _config_or_empty() -> Mapping[str, Any]:
         return {}
 
 
+def parent_configurable() -> Mapping[str, Any]:
+    """The ``configurable`` of the run the caller is in (empty outside any run)."""
+    return _config_or_empty().get(CONF) or {}
+
+
 def install(
     in_run: Callable[[Mapping[str, Any]], bool],
     run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any],
+    episode_config: Callable[[Any, Any], Any] | None = None,
 ) -> None:
     """Patch LangGraph so that inside a bridge run (``in_run(configurable)``) an async-only
     runnable (or a ``ToolNode`` with async tools) runs its coroutine with ``run_coroutine``,
-    and an awaited graph (``ainvoke``/``astream``) runs LangGraph's sync loop. Outside a run
-    LangGraph behaves as its own. Installing again replaces the previous hooks."""
+    and an awaited graph (``ainvoke``/``astream``) runs LangGraph's sync loop; every graph run
+    (``stream``, hence ``invoke``) takes its config from ``episode_config(graph, config)``.
+    Outside a run LangGraph behaves as its own. Installing again replaces the previous hooks."""
 
     def running(config: Any) -> bool:
         conf = (config if config is not None else _config_or_empty()).get(CONF) or {}
@@ -194,9 +208,17 @@ def install(
         async for chunk in PREGEL_ASTREAM(self, input, config, **kwargs):
             yield chunk
 
+    def bridge_stream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``Pregel.stream`` with the config ``episode_config`` gives it."""
+        if episode_config is not None:
+            config = episode_config(self, config)
+        return PREGEL_STREAM(self, input, config, **kwargs)
+
+    bridge_stream.sync_run = PREGEL_STREAM  # type: ignore[attr-defined]
     bridge_invoke.sync_invoke = SYNC_INVOKE  # type: ignore[attr-defined]
     bridge_ainvoke.async_run = PREGEL_AINVOKE  # type: ignore[attr-defined]
     bridge_astream.async_run = PREGEL_ASTREAM  # type: ignore[attr-defined]
     RunnableCallable.invoke = bridge_invoke  # type: ignore[method-assign]
     Pregel.ainvoke = bridge_ainvoke  # type: ignore[method-assign,assignment]
     Pregel.astream = bridge_astream  # type: ignore[method-assign,assignment]
+    Pregel.stream = bridge_stream  # type: ignore[method-assign,assignment]

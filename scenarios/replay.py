@@ -41,6 +41,7 @@ from langgraph._internal._typing import MISSING
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.last_value import LastValue
 from langgraph.constants import END, START
+from langgraph.graph import StateGraph
 from langgraph.types import Command, Send
 
 from scenarios.bridge import SkipNode
@@ -86,6 +87,8 @@ def compile_fast(
     graph uses a feature the fast executor does not run (see the module doc). Agents are
     named by node (``agent_nodes``) or, when ``agent_ids`` is given, by the id given to
     ``decide()`` (as :class:`scenarios.bridge.GraphRun` names them)."""
+    if not isinstance(builder, StateGraph):  # e.g. an app kept compiled (its checkpointer)
+        return None
     try:
         compiled = builder.compile()
     except Exception:

@@ -197,7 +197,7 @@ def test_documented_metric_keys_are_accepted() -> None:
         "charts/iteration", "charts/env_steps", "charts/time_s", "charts/iteration_s",
         "charts/env_steps_per_s", "charts/episode_len", "charts/episodes",
         "charts/team_return", "charts/success", "charts/truncated", "charts/error_rate",
-        "charts/timeout_rate", "charts/oracle", "charts/oracle_fraction",
+        "charts/timeout_rate", "charts/limit_rate", "charts/oracle", "charts/oracle_fraction",
         "orchestrator/return", "worker_0/credit", "losses/worker/total_loss",
     }  # fmt: skip
     for key in sorted(row):

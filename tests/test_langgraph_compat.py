@@ -126,9 +126,42 @@ def test_4_async_only_runnables() -> None:
 
 
 def test_5_pregel_async_entry_points_take_the_sync_ones_arguments() -> None:
-    for sync, async_ in ((Pregel.invoke, lg.PREGEL_AINVOKE), (Pregel.stream, lg.PREGEL_ASTREAM)):
+    for sync, async_ in ((Pregel.invoke, lg.PREGEL_AINVOKE), (lg.PREGEL_STREAM, lg.PREGEL_ASTREAM)):
         assert list(inspect.signature(sync).parameters) == list(
             inspect.signature(async_).parameters
         )
     assert Pregel.ainvoke.async_run is lg.PREGEL_AINVOKE  # our hook is installed
     assert Pregel.astream.async_run is lg.PREGEL_ASTREAM
+
+
+def test_6_a_nested_invoke_with_its_own_configurable_replaces_the_callers() -> None:
+    import inspect as _inspect
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    assert "self.stream(" in _inspect.getsource(Pregel.invoke)  # invoke runs through stream
+    assert Pregel.stream.sync_run is lg.PREGEL_STREAM  # our hook is installed
+
+    class S(TypedDict):
+        seen: list
+
+    def look(state: S) -> dict:
+        return {"seen": sorted(lg.parent_configurable())}
+
+    inner = StateGraph(S)
+    inner.add_node("look", look)
+    inner.add_edge(START, "look")
+    saver = InMemorySaver()
+    graph = inner.compile(checkpointer=saver)
+    assert graph.checkpointer is saver and inner.compile().checkpointer is None
+
+    def outer_node(state: S) -> dict:
+        return graph.invoke({"seen": []}, {"configurable": {"thread_id": "1"}})
+
+    outer = StateGraph(S)
+    outer.add_node("outer", outer_node)
+    outer.add_edge(START, "outer")
+    seen = outer.compile().invoke({"seen": []}, {"configurable": {"mine": 1}})["seen"]
+    assert "thread_id" in seen and "mine" not in seen  # replaced, not merged

@@ -148,9 +148,10 @@ def trainers_violations(root: Path) -> list[str]:
                     own, other = name.split(".")[:2], target.split(".")[:2]
                     if own != other and len(name.split(".")) > 2 and len(target.split(".")) > 2:
                         out.append(f"{where}, sideways on its floor")
-                if name.startswith("trainers.sampling") and target.startswith("trainers.learners"):
-                    if target not in SAMPLER_MAY_IMPORT:
-                        out.append(f"{where}: the sampler imports no learner code")
+                sampler = name.startswith("trainers.sampling")
+                learner = target.startswith("trainers.learners")
+                if sampler and learner and target not in SAMPLER_MAY_IMPORT:
+                    out.append(f"{where}: the sampler imports no learner code")
     return out
 
 

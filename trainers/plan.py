@@ -204,11 +204,12 @@ def _check_models(
 def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     """``cfg`` completed for a scenario whose agents all act with text, when it leaves the
     algorithm at its defaults: the algorithm becomes GRPO and every pool without a configured
-    model an LLM pool of the scenario's tokenizer (``"tiny"`` unless it names a directory), so
+    model an LLM pool of the scenario's tokenizer (``"tiny"`` unless it names a directory; with
+    several such pools of a real model, each a LoRA adapter on one shared base), so
     ``marl run pkg.app:scenario --train supervisor`` trains a chat app as it is. Any other
     config is returned unchanged (and ``resolve`` names what to set).
     """
-    from marl_agents.pools import PoolConfig, default_assignment
+    from marl_agents.pools import LoRAConfig, PoolConfig, default_assignment
     from scenarios.base import ScenarioError
     from scenarios.registry import build
     from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
@@ -223,9 +224,15 @@ def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     if not agents or set(scenario.text_agents) != set(agents):
         return cfg
     topo = scenario.topology
-    pools = default_assignment(agents, topo.roles, topo.pools, cfg.sharing).values()
+    pools = dict.fromkeys(default_assignment(agents, topo.roles, topo.pools, cfg.sharing).values())
     path = scenario.tokenizer_name or "tiny"
-    missing = {pid: PoolConfig(model=LLMModel(path=path)) for pid in pools}
+    # several pools of a real model: LoRA adapters on one base (one copy of its weights per
+    # process, not one per pool); the tiny model (~1.5 MB) keeps whole models
+    lora = len(pools) > 1 and path != "tiny"
+    missing = {
+        pid: PoolConfig(model=LLMModel(path=path, lora=LoRAConfig() if lora else None))
+        for pid in pools
+    }
     return dataclasses.replace(cfg, algorithm=GRPOAlgo(), pools={**missing, **cfg.pools})
 
 

@@ -48,8 +48,8 @@ RANGES = ("uniform", "loguniform", "randint")
 #: adds ``charts/<metric>`` for each of its outcome metrics.
 CHART_KEYS = (
     "iteration", "env_steps", "time_s", "iteration_s", "env_steps_per_s", "episode_len",
-    "episodes", "team_return", "success", "truncated", "error_rate", "timeout_rate", "oracle",
-    "oracle_fraction",
+    "episodes", "team_return", "success", "truncated", "error_rate", "timeout_rate", "limit_rate",
+    "oracle", "oracle_fraction",
 )  # fmt: skip
 
 

@@ -14,7 +14,8 @@ The user gives three things:
 
 Agents are the keys ``build_app`` reads from the mapping (or ``agents=``). Roles come from the
 app's structure where it says so (the entry agent that routes to other agents is the
-``orchestrator``, its targets are workers), else ``agent``; ``roles=`` overrides. An agent
+``orchestrator``, its targets are workers; pooled by role), else ``agent`` with a pool of its
+own per agent (one policy each); ``roles=`` overrides. An agent
 absent from a counterfactual coalition (loo / Shapley credit) answers ``default_reply``.
 
 Example:
@@ -126,7 +127,9 @@ class ChatAppScenario(Scenario):
         self.prefill = dict(prefill or {})
         self.models = ChatModels(self, agents)
         app = build_app(self.models)
-        self.builder = _builder_of(app)
+        self.builder = _builder_of(app)  # None for the Functional API (no graph to read)
+        #: what GraphEnv compiles: the builder, or the app as compiled (its checkpointer...)
+        self._graph = self.builder if app is self.builder else KeptCompiled(app)
         ids = list(agents) if agents is not None else self.models.used
         if not ids:
             raise ScenarioError(
@@ -164,7 +167,7 @@ class ChatAppScenario(Scenario):
         return self.spaces.action_space
 
     def build_graph(self) -> Any:
-        return self.builder
+        return self._graph
 
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return _as_input(self._tasks(rng))
@@ -245,12 +248,14 @@ def app_topology(
     An agent whose id names a node of the app (as ``create_supervisor`` and ``create_swarm``
     name their agents' nodes) takes that node's channels to other agents; the entry agent
     that routes (conditional edges, ``Command``, ``Send``) to other agents is the
-    ``orchestrator`` and the agents it routes to are workers. Where the app's structure
-    says nothing about an agent (its model is called inside a node of another name), its role
-    is ``agent``. ``roles`` overrides any of them. With ``entry_first`` the entry agent
-    comes first in the agent ids.
+    ``orchestrator`` and the agents it routes to are workers (one pool per role: parameter
+    sharing by role). Where the app's structure says nothing about an agent (plain edges, a
+    router node as entry, its model called inside a node of another name, the Functional
+    API), its role is ``agent`` and its pool is its own id: a policy per agent, so
+    ``train=[<agent>]`` works on any app. ``roles`` overrides any of them. With
+    ``entry_first`` the entry agent comes first in the agent ids.
     """
-    links, entry = _agent_links(builder, set(agents))
+    links, entry = _agent_links(builder, set(agents)) if builder is not None else ([], None)
     if entry_first and entry is not None:
         agents = [entry, *(a for a in agents if a != entry)]
     bad = {a: r for a, r in roles.items() if r not in ROLES}
@@ -267,6 +272,10 @@ def app_topology(
     if entry is not None:  # the app's own entry: roles follow its routing
         topo.add_channel(START, entry)
         infer_roles(topo, keep=set(roles))
+    for a in agents:  # no role from the app: a policy of its own (pool = the agent id)
+        data = topo.graph.nodes[a]
+        if data["role"] == "agent" and data["pool"] == "agent":
+            data["pool"] = a
     first = entry if entry is not None else agents[0]
     for a in agents:
         if a == first and entry is None:
@@ -313,12 +322,43 @@ def _opaque(builder: Any) -> Any:
     return copied
 
 
+class KeptCompiled:
+    """An app ``build_app`` returned compiled, run as it was compiled: its checkpointer, store
+    and other compile options are kept (a graph's thread is one of the episode's:
+    :func:`scenarios.bridge.episode_config`); the Functional API's ``@entrypoint`` is one.
+
+    ``compile()`` returns the app itself (what :class:`~scenarios.engine.GraphEnv` runs).
+    """
+
+    def __init__(self, app: Any) -> None:
+        for when in ("before", "after"):
+            nodes = getattr(app, f"interrupt_{when}_nodes", None)
+            if nodes:
+                raise ScenarioError(
+                    f"the app was compiled with interrupt_{when}={list(nodes)!r}: an episode "
+                    "has no human to resume it. Compile it without interrupt_before/after for "
+                    "training (a node's interrupt() waiting for a human is not supported either)"
+                )
+        self.app = app
+        self.name = getattr(app, "name", None)
+
+    def compile(self) -> Any:
+        return self.app
+
+
 def _builder_of(app: Any) -> Any:
-    builder = getattr(app, "builder", app)
+    """The app's ``StateGraph`` (``None`` for a Functional-API ``@entrypoint``)."""
+    from langgraph.pregel import Pregel
+
+    builder = getattr(app, "builder", None)
+    if builder is None and isinstance(app, Pregel):  # @entrypoint: a Pregel with no builder
+        return None
+    builder = app if builder is None else builder
     if not hasattr(builder, "nodes") or not hasattr(builder, "compile"):
         raise ScenarioError(
-            f"build_app returned {type(app).__name__}: return the app's StateGraph or its "
-            "compiled graph (create_supervisor(...) returns a StateGraph: compile it or return it)"
+            f"build_app returned {type(app).__name__}: return the app's StateGraph, its "
+            "compiled graph (create_supervisor(...) returns a StateGraph: compile it or return "
+            "it) or a Functional-API @entrypoint (decorate the function and return it)"
         )
     return builder
 
@@ -348,4 +388,4 @@ def _as_input(task: Any) -> dict[str, Any]:
     )
 
 
-__all__ = ["ChatAppScenario", "ChatModels", "app_topology"]
+__all__ = ["ChatAppScenario", "ChatModels", "KeptCompiled", "app_topology"]

@@ -114,6 +114,16 @@ class EpisodeLog:
                     row.get("charts/iteration"),
                 )
             return  # no episode finished: nothing to judge
+        if round(row.get("charts/limit_rate", 0.0) * n) >= n:
+            log.warning(
+                "every episode of iteration %s (%d) hit the step limit (the scenario's "
+                "max_supersteps, LangGraph's recursion limit): nothing reached the verifier. "
+                "Raise max_supersteps (scenario_kwargs.max_supersteps) if episodes only run "
+                "long, or fix the loop that never reaches END (transcripts are in %s)",
+                row.get("charts/iteration"),
+                n,
+                self.run,
+            )
         errors = round(row.get("charts/error_rate", 0.0) * n)
         timeouts = round(row.get("charts/timeout_rate", 0.0) * n)
         self.streak = self.streak + 1 if errors + timeouts >= n else 0

@@ -19,9 +19,11 @@ order so that a crash loses nothing already done:
 * ``summary.json`` (status, best/final checkpoints, totals, the distinct errors of failed
   episodes), ``curve.png``, ``wandb/``.
 
-**Failures.** Episodes that end in a node error or the wall-clock limit
-(``episodes.timeout_s``) are truncated and counted (``charts/error_rate``,
-``charts/timeout_rate``); each distinct error text is logged once (Python logging) and listed
+**Failures.** Episodes that end in a node error, the wall-clock limit
+(``episodes.timeout_s``) or the step limit (the scenario's ``max_supersteps``) are truncated and
+counted (``charts/truncated``, and ``charts/error_rate``, ``charts/timeout_rate``,
+``charts/limit_rate``); an iteration whose every episode hit the step limit logs a warning
+naming ``max_supersteps``; each distinct error text is logged once (Python logging) and listed
 in ``summary.json``. When every finished episode failed in ``episodes.fail_after`` consecutive
 iterations (default 1) the run stops with :class:`RunFailed` naming the first error; a graph
 that cannot run at all fails at ``reset()`` and stops the run with that error.

@@ -32,7 +32,8 @@ def flatten_result(
     """Namespaced metrics of one ``algo.train()`` result.
 
     ``charts/…``: iteration, env steps, throughput, team return, success, oracle fraction,
-    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit),
+    failed episodes (``error_rate``: a node raised; ``timeout_rate``: the wall-clock limit;
+    ``limit_rate``: the step limit; all three also count in ``truncated``),
     ``rows_per_generate`` (LLM pools on the batched sampler: mean rows per ``generate``) and
     the scenario's metrics; ``losses/<pool>/…`` for learning pools (PPO's losses, and GRPO's
     ``grpo/…`` statistics such as ``logprob_gap_fresh``); ``<agent>/return`` and
@@ -59,6 +60,7 @@ def flatten_result(
         out["charts/truncated"] = _num(marl.get("truncated")) / n
         out["charts/error_rate"] = _num(marl.get("error")) / n
         out["charts/timeout_rate"] = _num(marl.get("timeout")) / n
+        out["charts/limit_rate"] = _num(marl.get("limit")) / n
         if "oracle" in marl:
             oracle = _num(marl["oracle"])
             out["charts/oracle"] = oracle / n

@@ -180,13 +180,18 @@ class EpisodeMetrics(RLlibCallback):
 def outcome_values(
     reward: float, success: bool, truncated: bool, failure: str | None
 ) -> dict[str, float]:
-    """The per-episode outcome terms every finished (or lost) episode adds to ``marl/…``."""
+    """The per-episode outcome terms every finished (or lost) episode adds to ``marl/…``.
+
+    A failed episode (``error``, ``timeout``, ``limit``: the step limit) ended truncated, so
+    it counts in ``truncated`` whatever its scenario's ``failure_state`` outcome says.
+    """
     return {
         "team_return": float(reward),
         "success": float(success),
-        "truncated": float(truncated),
+        "truncated": float(truncated or failure is not None),
         "error": float(failure == "error"),
         "timeout": float(failure == "timeout"),
+        "limit": float(failure == "limit"),
     }
 
 
