@@ -234,7 +234,7 @@ def test_rllib_view_reseeds_only_on_a_new_seed():
 
 
 def test_blank_observation_lies_in_its_space():
-    from scenarios.engine import blank_observation
+    from scenarios.graph_env import blank_observation
 
     spaces = [
         gym.spaces.Box(1.0, 2.0, (3,), np.float32),

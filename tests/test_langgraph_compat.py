@@ -1,6 +1,6 @@
 """Each LangGraph internal that ``scenarios.bridge`` relies on, pinned in one place.
 
-The numbers follow :mod:`scenarios.langgraph_compat`'s docstring; a LangGraph upgrade that
+The numbers follow :mod:`topologies.langgraph_compat`'s docstring; a LangGraph upgrade that
 changes one of them fails here, naming it, before the bridge misbehaves.
 """
 
@@ -18,8 +18,8 @@ from langgraph._internal._runnable import RunnableCallable
 from langgraph.pregel import Pregel
 from test_bridge_apps import ASSISTANT_AGENTS, AppScenario, assistant_app, two_teams
 
-from scenarios import langgraph_compat as lg
-from scenarios.engine import run_inline
+from scenarios.decisions import run_inline
+from topologies import langgraph_compat as lg
 
 
 class Pin:

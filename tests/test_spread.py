@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from mpe2 import simple_spread_v3
 
-from scenarios import ScenarioError, engine
-from scenarios.engine import run_inline
+from scenarios import ScenarioError, decisions
+from scenarios.decisions import run_inline
 from scenarios.registry import build, list_scenarios
 from scenarios.spread import WORLD, Spread, env_seed
 from topologies import Topology
 
 
-class RecordingBridge(engine.InlineBridge):
+class RecordingBridge(decisions.InlineBridge):
     """The inline bridge, also recording every ``emit_reward`` call."""
 
     def __init__(self, policy: Any) -> None:
@@ -36,7 +36,7 @@ def bridges(monkeypatch: pytest.MonkeyPatch) -> list[RecordingBridge]:
         made.append(RecordingBridge(policy))
         return made[-1]
 
-    monkeypatch.setattr(engine, "InlineBridge", factory)
+    monkeypatch.setattr(decisions, "InlineBridge", factory)
     return made
 
 
@@ -210,10 +210,9 @@ def test_bad_agent_and_action() -> None:
 
 
 def _graph_env() -> Any:
-    graph_env = getattr(engine, "GraphEnv", None)
-    if graph_env is None:
-        pytest.skip("scenarios.engine.GraphEnv has not landed yet")
-    return graph_env
+    from scenarios.graph_env import GraphEnv
+
+    return GraphEnv
 
 
 def test_pettingzoo_api() -> None:

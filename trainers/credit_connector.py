@@ -37,7 +37,7 @@ from trainers.credit_settings import CreditError
 from trainers.credit_workers import CreditJob, CreditPool, EpisodeCredit, replay_env
 
 if TYPE_CHECKING:
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from trainers.config import CreditConfig
 
 __all__ = ["CreditConnector", "CreditConnectorFactory", "make_credit_connector"]
