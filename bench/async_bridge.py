@@ -12,7 +12,7 @@ replies with a scripted menu item), so the numbers are the bridge's and LangGrap
   - *GraphEnv*: ``reset``/``step`` through the greenlet bridge (agents by id; the async twin's
     coroutines run on event loops inside the tasks' greenlets).
 * **supervisor**: ``create_supervisor`` over two ``create_react_agent`` workers with tools and
-  handoffs (7 decisions an episode), GraphEnv against ``scenarios.engine.run_inline``.
+  handoffs (7 decisions an episode), GraphEnv against ``scenarios.decisions.run_inline``.
 
 Prints decisions/s and time ratios per decision. Usage:
 ``python bench/async_bridge.py [--episodes N] [--io SECONDS]`` (``--io`` adds a real
@@ -35,9 +35,10 @@ from langchain_core.messages import HumanMessage
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the apps live in tests/
 
 from scenarios.bridge import BRIDGE_KEY
-from scenarios.engine import GraphEnv, InlineBridge, run_inline
-from scenarios.langgraph_compat import PREGEL_AINVOKE
+from scenarios.decisions import InlineBridge, run_inline
+from scenarios.graph_env import GraphEnv
 from tests.test_bridge_apps import AppScenario, answered, assistant_app, supervisor_app
+from topologies.langgraph_compat import PREGEL_AINVOKE
 
 # the apps are the ones tests/test_bridge_apps.py checks (same graphs, same scripted models)
 ASSISTANT = {"assistant": [1, 2, 0], "critic_a": [1], "critic_b": [0]}

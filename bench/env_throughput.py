@@ -27,7 +27,8 @@ from langgraph.types import Command, interrupt
 
 import scenarios
 from scenarios.bridge import BRIDGE_KEY
-from scenarios.engine import GraphEnv, run_inline
+from scenarios.decisions import run_inline
+from scenarios.graph_env import GraphEnv
 
 CASES = [
     ("delegate", "star:3"),

@@ -2,7 +2,7 @@
 
 The task is ``text-delegate`` (level ``easy``, ``star:8``, scripted subagents): one prompt per
 episode, the orchestrator's completion is scored by the real environment
-(:class:`~scenarios.engine.GraphEnv`, the same reward both sides). The model is the tiny
+(:class:`~scenarios.graph_env.GraphEnv`, the same reward both sides). The model is the tiny
 in-code Qwen2 (:func:`marl_agents.llm.tiny.make_tiny_model`, same seed), sampled at
 temperature 1, top-p 1. Both sides use the same group size ``G``, prompts per update ``B``,
 generation length, learning rate, clip range (0.2 / 0.28), no KL, token-mean loss, one
@@ -69,7 +69,7 @@ LEVEL = "easy"
 # ----- the task (both sides) ------------------------------------------------------------------
 def make_env(max_new_tokens: int) -> Any:
     """The text-delegate env both sides are scored by."""
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from scenarios.text_delegate import TextDelegate
 
     return GraphEnv(TextDelegate(TOPOLOGY, level=LEVEL, max_new_tokens=max_new_tokens))

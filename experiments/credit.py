@@ -128,7 +128,7 @@ def relay_games(topology: str, games: int) -> tuple[list, list[dict[str, float]]
     (seed), its coalition values tabulated by counterfactual replay with the optimal protocol."""
     from itertools import combinations
 
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from scenarios.registry import build
     from trainers.credit.values import shapley_exact
 

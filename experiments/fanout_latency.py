@@ -86,7 +86,7 @@ def oracle_reference(n: int, mode: str, episodes: int) -> dict[str, Any]:
 
     import numpy as np
 
-    from scenarios.engine import run_inline
+    from scenarios.decisions import run_inline
     from trainers.evaluate import EVAL_SEED
 
     started = time.time()

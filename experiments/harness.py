@@ -182,7 +182,7 @@ _ENVS: dict[str, Any] = {}
 
 
 def scenario_env(scenario: str, topology: Any, kwargs: Mapping[str, Any]) -> Any:
-    """One :class:`~scenarios.engine.GraphEnv` per scenario setting for the whole process.
+    """One :class:`~scenarios.graph_env.GraphEnv` per scenario setting for the whole process.
 
     Evaluations of several seeds (and oracle references) then share one scenario instance and
     whatever it caches: ``delegate``'s exact oracle fills its dynamic-programming tables lazily,

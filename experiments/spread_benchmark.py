@@ -122,7 +122,7 @@ def random_reference(episodes: int) -> dict[str, Any]:
     """Metrics of uniformly random actions on the same scenario (no Ray), seeds from 1,000,000."""
     import numpy as np
 
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from scenarios.registry import build
     from trainers.evaluate import EVAL_SEED
 

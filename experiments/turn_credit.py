@@ -31,7 +31,7 @@ from experiments import analysis as an
 from experiments import harness
 from experiments.harness import Condition
 from scenarios.base import Outcome, ScenarioError
-from scenarios.engine import emit_reward
+from scenarios.decisions import emit_reward
 from scenarios.toolchain import COMMUTATIVE, OPS, Toolchain
 
 CLAIM = "turn_credit"

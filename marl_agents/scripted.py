@@ -1,7 +1,7 @@
 """Scripted agents: named python policies served as RLlib modules that never learn.
 
 A scripted policy is a function ``(agent, observation) -> action`` (the
-:data:`scenarios.engine.Policy` contract), built per scenario instance by a factory
+:data:`scenarios.counterfactual.Policy` contract), built per scenario instance by a factory
 ``scenario -> policy``. A scenario declares its own in ``Scenario.scripted_policies``
 (:class:`scenarios.base.ScriptedPolicy`), named ``"<scenario name>.<policy>"`` here; policies
 that work on any scenario (``default``, ``random``, or yours) are registered with

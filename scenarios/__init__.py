@@ -13,11 +13,11 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from scenarios.base import Outcome as Outcome
     from scenarios.base import Scenario as Scenario
     from scenarios.base import ScenarioError as ScenarioError
-    from scenarios.engine import GraphEnv as GraphEnv
-    from scenarios.engine import TraceStep as TraceStep
-    from scenarios.engine import decide as decide
-    from scenarios.engine import emit_reward as emit_reward
-    from scenarios.engine import run_inline as run_inline
+    from scenarios.decisions import decide as decide
+    from scenarios.decisions import emit_reward as emit_reward
+    from scenarios.decisions import run_inline as run_inline
+    from scenarios.graph_env import GraphEnv as GraphEnv
+    from scenarios.graph_env import TraceStep as TraceStep
     from scenarios.registry import build as build
     from scenarios.registry import list_scenarios as list_scenarios
     from scenarios.registry import make as make

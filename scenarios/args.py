@@ -36,6 +36,13 @@ def cost_arg(name: str, value: Any) -> float:
     return float(value)
 
 
+def zero_action(space: gym.Space) -> Any:
+    """The all-zeros element of a Discrete / MultiDiscrete / MultiBinary / Box space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.start)
+    return np.zeros(space.shape, dtype=space.dtype)
+
+
 def normalize_action(space: gym.Space, action: Any) -> tuple[Any, bool]:
     """``action`` in the form the env executes it, and whether it lies in ``space``.
 

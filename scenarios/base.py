@@ -1,7 +1,7 @@
 """The scenario contract: a Dec-POMDP defined as a LangGraph graph plus a verifier.
 
 A scenario builds a LangGraph ``StateGraph`` whose agent nodes ask for their decision with
-:func:`scenarios.engine.decide`. :class:`scenarios.engine.GraphEnv` executes that graph; the
+:func:`scenarios.decisions.decide`. :class:`scenarios.graph_env.GraphEnv` executes that graph; the
 scenario never sees RLlib or PettingZoo.
 """
 

@@ -36,7 +36,7 @@ async app and its sync twin make the same decisions on the same observations.
 
 LangGraph's semantics (reducers, conditional edges, ``Send``, joins, ``Command``) are untouched:
 the bridge only decides when a task runs, never what it does. The LangGraph internals it relies
-on live in :mod:`scenarios.langgraph_compat`, pinned by ``tests/test_langgraph_compat.py``.
+on live in :mod:`topologies.langgraph_compat`, pinned by ``tests/test_langgraph_compat.py``.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ from typing import Any
 import greenlet
 from langgraph.config import get_config
 
-from scenarios import langgraph_compat as lg
 from scenarios.base import ScenarioError
+from topologies import langgraph_compat as lg
+from topologies.stdlib_compat import running_loop, set_running_loop
 
 BRIDGE_KEY = "__marl_bridge__"
 _EPISODES = itertools.count()
@@ -83,6 +84,28 @@ class BridgeError(ScenarioError):
     the fix. Raised by :meth:`GraphRun.start` / :meth:`GraphRun.resume` after the run is ended."""
 
 
+class EmittedRewards:
+    """The rewards a run's nodes emitted (``scenarios.emit_reward``): the one implementation of
+    ``emit_reward`` that every bridge (:class:`GraphRun`, the fast path's, the inline runner's)
+    inherits.
+
+    Attributes:
+        team_reward: the sum of rewards emitted to the team (``agents=None``).
+        agent_rewards: agent → the sum of rewards emitted to it by name.
+    """
+
+    def __init__(self) -> None:
+        self.team_reward = 0.0
+        self.agent_rewards: dict[str, float] = {}
+
+    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
+        if agents is None:
+            self.team_reward += value
+        else:
+            for a in agents:
+                self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
+
+
 @dataclasses.dataclass
 class Request:
     """One agent waiting for its action.
@@ -103,10 +126,7 @@ class Request:
 
 
 # ----- event loops inside greenlets ------------------------------------------------------------
-# asyncio's record of the running loop is per thread (these two are its public-but-underscored
-# accessors, used by asyncio.run and greenlet-based libraries alike)
-_get_running_loop = asyncio._get_running_loop
-_set_running_loop = asyncio._set_running_loop
+# asyncio's record of the running loop is per thread (its accessors: topologies.stdlib_compat)
 _MAX_IDLE_LOOPS = 8
 _all_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
@@ -144,8 +164,8 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
     else:
         loop = asyncio.new_event_loop()
         _all_loops.add(loop)
-    outer = _get_running_loop()
-    _set_running_loop(None)
+    outer = running_loop()
+    set_running_loop(None)
     try:
         return loop.run_until_complete(coro)
     finally:
@@ -156,7 +176,7 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
                     task.cancel()
                 loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         finally:
-            _set_running_loop(outer)
+            set_running_loop(outer)
             if len(idle) < _MAX_IDLE_LOOPS and not loop.is_closed():
                 idle.append(loop)
             else:
@@ -209,25 +229,25 @@ lg.install(lambda configurable: BRIDGE_KEY in configurable, run_coroutine, episo
 def _switch(glet: greenlet.greenlet, *args: Any) -> Any:
     """``glet.switch(*args)``, with this thread's running event loop set aside meanwhile (every
     greenlet of a run switches through here, so each finds its own loop back when resumed)."""
-    loop = _get_running_loop()
+    loop = running_loop()
     if loop is None:
         return glet.switch(*args)
     hooks = sys.get_asyncgen_hooks()
-    _set_running_loop(None)
+    set_running_loop(None)
     try:
         return glet.switch(*args)
     finally:
-        _set_running_loop(loop)
+        set_running_loop(loop)
         sys.set_asyncgen_hooks(*hooks)
 
 
 def _throw(glet: greenlet.greenlet, exc: type[BaseException]) -> None:
-    loop = _get_running_loop()
-    _set_running_loop(None)
+    loop = running_loop()
+    set_running_loop(None)
     try:
         glet.throw(exc)
     finally:
-        _set_running_loop(loop)
+        set_running_loop(loop)
 
 
 class _Glet(greenlet.greenlet):
@@ -266,7 +286,7 @@ class _Tick:
     step: int | None = None
 
 
-class GraphRun:
+class GraphRun(EmittedRewards):
     """One episode of a compiled graph, suspended at every agent decision.
 
     Args:
@@ -303,8 +323,7 @@ class GraphRun:
         self.error: BaseException | None = None
         self.finished = False
         self.superstep = 0
-        self.team_reward = 0.0
-        self.agent_rewards: dict[str, float] = {}
+        EmittedRewards.__init__(self)
         self._thread = threading.get_ident()
         self._ready: collections.deque[tuple[_Glet, Any]] = collections.deque()
         self._waiting: dict[str, _Glet] = {}  # pending agent → its suspended greenlet
@@ -594,13 +613,6 @@ class GraphRun:
             )
         )
         raise AssertionError  # unreachable: _fail never returns
-
-    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
-        if agents is None:
-            self.team_reward += value
-        else:
-            for a in agents:
-                self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
 
 
 def instance_counts(agent_ids: Mapping[str, int] | Iterable[str]) -> dict[str, int]:

@@ -1,5 +1,11 @@
 """Process-wide phase clocks (``timers/…`` in ``metrics.jsonl``), safe to use from any thread.
 
+Why process-wide, not passed: the envs that add to them are built by RLlib inside each env
+runner from a pickled env config (a clock, holding a lock, cannot travel in it), and the tool
+calls that time themselves run deep inside user graphs, while the reader
+(``trainers.phase_timers``, in the same process) holds no reference to either: no call path
+links writer and reader, so each process keeps one of each.
+
 * :class:`Clock`: a running sum of seconds (:meth:`Clock.add`, under a lock). A thread that
   called :meth:`Clock.mute` adds nothing: its time is counted elsewhere. The env threads of a
   :class:`~scenarios.in_flight.Stepper` mute :data:`ENV_CLOCK`, because their calls overlap;

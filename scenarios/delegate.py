@@ -51,11 +51,11 @@ from typing_extensions import override
 
 from scenarios.args import checked_action, cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScriptedPolicy
+from scenarios.decisions import decide
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.delegate_args import check_parallel, check_skills, check_unknown
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.difficulty import check_difficulty, knob_level
-from scenarios.engine import decide
 from scenarios.registry import register
 from topologies import Topology
 from topologies.generators import merge_routes
@@ -162,7 +162,7 @@ class Delegate(DeclaredSpaces, Scenario):
             ``"seed"`` (the level from the episode seed).
 
     Example:
-        >>> from scenarios.engine import run_inline
+        >>> from scenarios.decisions import run_inline
         >>> s = Delegate("star:3", parts=3, types=3)
         >>> _, out, _ = run_inline(s, s.oracle_policy, seed=0)
         >>> sorted(out.metrics)

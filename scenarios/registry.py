@@ -313,13 +313,13 @@ def list_scenarios() -> list[type[Scenario]]:
 
 
 def make(name: str, topology: Any = None, max_steps: int | None = None, **kwargs: Any) -> Any:
-    """Build the :class:`~scenarios.engine.GraphEnv` of a registered or referenced scenario.
+    """Build the :class:`~scenarios.graph_env.GraphEnv` of a registered or referenced scenario.
 
     Example:
         >>> env = make("delegate", topology="star:3")  # doctest: +SKIP
         >>> env = make("myapp.team:scenario")  # doctest: +SKIP
     """
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
 
     return GraphEnv(build(name, topology, **kwargs), max_steps=max_steps)
 

@@ -46,10 +46,11 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
-from scenarios.args import checked_action, int_arg
+from scenarios.args import checked_action, int_arg, zero_action
 from scenarios.base import Outcome, Scenario, ScenarioError, ScriptedPolicy
+from scenarios.counterfactual import Policy
+from scenarios.decisions import decide
 from scenarios.declared import DeclaredSpaces, accept_topology
-from scenarios.engine import Policy, decide, zero_action
 from scenarios.registry import register
 from topologies import Topology
 from topologies.generators import merge_routes
@@ -85,7 +86,7 @@ class Relay(DeclaredSpaces, Scenario):
         ScenarioError: a bad argument value or an unsupported topology.
 
     Example:
-        >>> from scenarios.engine import run_inline
+        >>> from scenarios.decisions import run_inline
         >>> relay = Relay("chain:3")
         >>> _, outcome, decisions = run_inline(relay, relay.optimal_policy(), seed=0)
         >>> outcome.reward, decisions

@@ -22,7 +22,7 @@ router, no compiled subgraph as a node: those replay through LangGraph), with no
 retry, cache, timeout or error-handler policies, no managed values and only ``LastValue`` and
 reducer channels. Anything unexpected during a run (a node raising, a ``Command`` to the parent,
 a run near the recursion limit) raises :class:`Unsupported`, and the caller replays through
-LangGraph instead; :class:`scenarios.engine.GraphEnv` also checks its first fast replays against
+LangGraph instead; :class:`scenarios.graph_env.GraphEnv` also checks its first fast replays against
 LangGraph replays and stops using the fast path if one differs.
 """
 
@@ -36,15 +36,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from langgraph._internal._runnable import RunnableCallable
-from langgraph._internal._typing import MISSING
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.last_value import LastValue
 from langgraph.constants import END, START
 from langgraph.graph import StateGraph
 from langgraph.types import Command, Send
 
-from scenarios.bridge import SkipNode
+from scenarios.bridge import EmittedRewards, SkipNode
+from topologies.langgraph_compat import MISSING, command_updates, plain_function
 
 #: the bridge answering ``decide()`` / ``emit_reward()`` while a :class:`FastGraph` runs
 FAST_BRIDGE: contextvars.ContextVar[Any] = contextvars.ContextVar("marl_fast_bridge", default=None)
@@ -71,15 +70,6 @@ class DecisionLimit(BaseException):
     that a node's own ``except Exception`` cannot swallow it)."""
 
 
-def _plain_function(runnable: Any) -> Callable[[Any], Any] | None:
-    """The function behind a LangGraph node or router, when it takes only the state."""
-    if not isinstance(runnable, RunnableCallable) or runnable.func is None:
-        return None
-    if runnable.func_accepts or runnable.kwargs or runnable.explode_args:
-        return None
-    return runnable.func
-
-
 def compile_fast(
     builder: Any, agent_nodes: Mapping[str, int], agent_ids: Mapping[str, int] | None = None
 ) -> FastGraph | None:
@@ -102,14 +92,14 @@ def compile_fast(
         return None
     for name, spec in builder.nodes.items():
         policies = (spec.retry_policy, spec.cache_policy, spec.timeout, spec.error_handler_node)
-        if _plain_function(spec.runnable) is None or spec.defer or spec.is_error_handler:
+        if plain_function(spec.runnable) is None or spec.defer or spec.is_error_handler:
             return None
         if any(p is not None for p in policies):
             return None
         node = compiled.nodes[name]
         if node.mapper is not None or isinstance(node.channels, str):
             return None
-    if any(_plain_function(s.path) is None for b in builder.branches.values() for s in b.values()):
+    if any(plain_function(s.path) is None for b in builder.branches.values() for s in b.values()):
         return None
     return FastGraph(builder, compiled, agent_nodes, agent_ids)
 
@@ -140,7 +130,7 @@ class FastGraph:
         self.reads = {n: list(compiled.nodes[n].channels) for n in builder.nodes}
         #: nodes that read every state key in the schema's order: their input is the state
         self.reads_all = {n for n, r in self.reads.items() if r == self.state_keys}
-        self.funcs = {n: _plain_function(s.runnable) for n, s in builder.nodes.items()}
+        self.funcs = {n: plain_function(s.runnable) for n, s in builder.nodes.items()}
         self.static: dict[str, list[str]] = {}
         for src, dst in builder.edges:
             if dst != END:
@@ -148,7 +138,7 @@ class FastGraph:
         self.joins = [(frozenset(srcs), end) for srcs, end in builder.waiting_edges]
         self.routers = {
             src: [
-                (_plain_function(s.path), dict(s.ends) if s.ends else None, s.input_schema is None)
+                (plain_function(s.path), dict(s.ends) if s.ends else None, s.input_schema is None)
                 for s in specs.values()
             ]
             for src, specs in builder.branches.items()
@@ -371,14 +361,14 @@ def _updates(output: Any) -> tuple[list[tuple[str, Any]], set[str], list[Send]]:
             raise Unsupported("a Command to the parent graph")
         goto = [output.goto] if isinstance(output.goto, (Send, str)) else list(output.goto)
         nodes = {g for g in goto if isinstance(g, str) and g != END}
-        return list(output._update_as_tuples()), nodes, [g for g in goto if isinstance(g, Send)]
+        return command_updates(output), nodes, [g for g in goto if isinstance(g, Send)]
     raise Unsupported(f"a node returned {type(output).__name__}")
 
 
 _OVERFLOW = "<overflow>"  # a fan-out task beyond its node's max_instances
 
 
-class FastBridge:
+class FastBridge(EmittedRewards):
     """Answers ``decide()`` in place; names agents and counts steps as ``GraphRun`` does."""
 
     def __init__(
@@ -394,8 +384,7 @@ class FastBridge:
         self._held: dict[tuple[int, str], str] = {}  # by id: (task, id) → instance this superstep
         self.max_steps = max_steps
         self.steps = 0  # environment steps before the current superstep
-        self.team_reward = 0.0
-        self.agent_rewards: dict[str, float] = {}
+        EmittedRewards.__init__(self)
         self.superstep = 0  # the node superstep running (LangGraph's ``langgraph_step``)
         self.task = 0
         self.task_names: list[str] = []  # the superstep's tasks (their nodes)
@@ -465,13 +454,6 @@ class FastBridge:
                 self._held[key] = name
                 return name
         raise Unsupported(f"more concurrent decisions of {node!r} than instances: GraphRun decides")
-
-    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
-        if agents is None:
-            self.team_reward += value
-        else:
-            for a in agents:
-                self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
 
 
 def same(a: Any, b: Any) -> bool:

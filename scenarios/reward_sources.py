@@ -2,7 +2,7 @@
 
 Contract. A :class:`RewardSources` (built from the plain ``rewards:`` spec of an experiment,
 ``trainers.configs.rewards.RewardsConfig.to_spec()``, or from Python) is attached to a
-:class:`~scenarios.engine.GraphEnv` (``env.rewards``). Without it the env pays the verifier's
+:class:`~scenarios.graph_env.GraphEnv` (``env.rewards``). Without it the env pays the verifier's
 reward exactly as before. With it:
 
 * a source paid ``when="turn"`` is evaluated on every decision (a :class:`Turn`) right after

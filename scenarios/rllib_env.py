@@ -1,4 +1,4 @@
-"""RLlib's view of a :class:`~scenarios.engine.GraphEnv`: only acting agents appear.
+"""RLlib's view of a :class:`~scenarios.graph_env.GraphEnv`: only acting agents appear.
 
 Each observation dict holds exactly the agents pending in the current superstep, so RLlib records
 one step per real decision. Rewards earned while an agent waits are held back and paid with its
@@ -15,7 +15,7 @@ from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 
 
 class RLlibGraphEnv(MultiAgentEnv):
@@ -31,7 +31,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
             ``None`` for none; absent: the env's own); ``"rewards"``: a reward-sources spec
             (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
-            the env's engine (:data:`scenarios.engine.ENGINES`); ``"tool_latency"``
+            the env's engine (:data:`scenarios.graph_env.ENGINES`); ``"tool_latency"``
             (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
             settings (:mod:`scenarios.tool_latency`; absent or None: none).
     """
@@ -41,29 +41,20 @@ class RLlibGraphEnv(MultiAgentEnv):
         config = dict(config or {})
         if "env" in config:
             env: GraphEnv = config["env"]
+            for name, value in _env_settings(config, env.scenario).items():  # public settings
+                setattr(env, name, value)
         else:
-            from scenarios.registry import make
+            from scenarios.registry import build
 
             if "scenario" not in config:
                 raise ValueError(
                     "RLlibGraphEnv needs env_config={'scenario': NAME or 'package.module:attr', "
                     "'topology': SPEC, 'kwargs': {...}} or {'env': GraphEnv(...)}"
                 )
-            env = make(
+            scenario = build(
                 config["scenario"], topology=config.get("topology"), **config.get("kwargs", {})
             )
-        if "episode_timeout_s" in config:
-            env.episode_timeout_s = config["episode_timeout_s"]
-        if config.get("rewards"):
-            from scenarios.reward_sources import RewardSources
-
-            env.rewards = RewardSources.from_spec(config["rewards"], env.scenario)
-        if "engine" in config:
-            env.engine = config["engine"]
-        if config.get("tool_latency") is not None or config.get("tool_timeout_s") is not None:
-            from scenarios.tool_latency import ToolSettings
-
-            env.tools = ToolSettings.of(config.get("tool_latency"), config.get("tool_timeout_s"))
+            env = GraphEnv(scenario, **_env_settings(config, scenario))
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []
@@ -120,3 +111,22 @@ class RLlibGraphEnv(MultiAgentEnv):
             {"__all__": False},
             {a: infos[a] for a in acting},
         )
+
+
+def _env_settings(config: Mapping[str, Any], scenario: Any) -> dict[str, Any]:
+    """The :class:`GraphEnv` keyword arguments an env config sets (absent: the env's own)."""
+    settings: dict[str, Any] = {}
+    if "episode_timeout_s" in config:
+        settings["episode_timeout_s"] = config["episode_timeout_s"]
+    if config.get("rewards"):
+        from scenarios.reward_sources import RewardSources
+
+        settings["rewards"] = RewardSources.from_spec(config["rewards"], scenario)
+    if "engine" in config:
+        settings["engine"] = config["engine"]
+    if config.get("tool_latency") is not None or config.get("tool_timeout_s") is not None:
+        from scenarios.tool_latency import ToolSettings
+
+        latency, timeout = config.get("tool_latency"), config.get("tool_timeout_s")
+        settings["tools"] = ToolSettings.of(latency, timeout)
+    return settings

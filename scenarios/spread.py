@@ -51,8 +51,8 @@ from langgraph.graph import StateGraph
 from mpe2 import simple_spread_v3
 
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.decisions import decide, emit_reward
 from scenarios.declared import DeclaredSpaces, accept_topology
-from scenarios.engine import decide, emit_reward
 from scenarios.registry import register
 from topologies import END, START, Topology
 from topologies.generators import merge_routes
@@ -121,7 +121,7 @@ class Spread(DeclaredSpaces, Scenario):
         ScenarioError: unknown arguments, bad values, or an unsupported topology.
 
     Example:
-        >>> from scenarios.engine import run_inline
+        >>> from scenarios.decisions import run_inline
         >>> _, outcome, decisions = run_inline(Spread("mesh:3"), lambda a, o: 0, seed=0)
         >>> decisions
         75

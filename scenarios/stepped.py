@@ -1,7 +1,7 @@
 """Live episodes on the fast path: :class:`SteppedRun` steps a :class:`~scenarios.replay.FastGraph`
 superstep by superstep, with :class:`~scenarios.bridge.GraphRun`'s interface and results.
 
-Contract (what :class:`scenarios.engine.GraphEnv` relies on): for the same inputs and actions a
+Contract (what :class:`scenarios.graph_env.GraphEnv` relies on): for the same inputs and actions a
 ``SteppedRun`` hands out the same pending requests (agents, observations, supersteps, in the same
 order), emits the same rewards and ends with the same ``result``/``error`` as ``GraphRun``.
 

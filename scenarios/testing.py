@@ -15,7 +15,7 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from scenarios.base import Scenario
 from scenarios.counterfactual import Counterfactual
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 
 
 def random_episode(env: GraphEnv, seed: int) -> float:

@@ -27,6 +27,7 @@ from typing_extensions import override
 
 from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.decisions import decide
 from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.delegate import (
     MAX_PARTS,
@@ -41,7 +42,6 @@ from scenarios.delegate import (
 )
 from scenarios.delegate_oracle import Planner, make_skills
 from scenarios.difficulty import check_difficulty, knob_level
-from scenarios.engine import decide
 from scenarios.registry import register
 from scenarios.text_delegate_parse import Assignment, parse_assignment
 from scenarios.text_delegate_prompts import DelegatePrompts
@@ -142,7 +142,7 @@ class TextDelegate(DelegatePrompts, DeclaredSpaces, Scenario):
         difficulty: the ``active_parts`` knob, as ``delegate``'s (:mod:`scenarios.difficulty`).
 
     Example:
-        >>> from scenarios.engine import run_inline
+        >>> from scenarios.decisions import run_inline
         >>> s = TextDelegate("star:2", level="easy")
         >>> ids = s.tokenizer("1", add_special_tokens=False)["input_ids"]
         >>> _, out, _ = run_inline(s, lambda a, o: s.spaces.encode_action(ids), seed=0)

@@ -38,7 +38,7 @@ tool-call format come from :mod:`scenarios.text_space` and :mod:`scenarios.toolc
 a tokenizer needs the ``llm`` extra (transformers, tokenizers).
 
 Example:
-    >>> from scenarios.engine import run_inline
+    >>> from scenarios.decisions import run_inline
     >>> tt = TextToolchain("single")
     >>> _, outcome, decisions = run_inline(tt, tt.optimal_policy(), seed=0)
     >>> round(outcome.reward, 2), decisions, outcome.metrics["format_errors"]
@@ -56,8 +56,9 @@ from langgraph.graph import StateGraph
 
 from scenarios.args import cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.counterfactual import Policy
+from scenarios.decisions import decide
 from scenarios.declared import DeclaredSpaces
-from scenarios.engine import Policy, decide
 from scenarios.registry import register
 from scenarios.text_space import TextSpaces, encode_prompt, load_tokenizer
 from scenarios.tool_latency import tool_call

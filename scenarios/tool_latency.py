@@ -1,6 +1,6 @@
 """Slow tools on demand: injected tool latency and per-tool timeouts for live episodes.
 
-A :class:`~scenarios.engine.GraphEnv` with ``env.tools = ToolSettings(...)`` (experiment
+A :class:`~scenarios.graph_env.GraphEnv` with ``tools=ToolSettings(...)`` (experiment
 config ``episodes.tool_latency: {seconds: L, jitter: J}`` and ``episodes.tool_timeout_s``;
 env config keys ``tool_latency`` / ``tool_timeout_s``) gives every live episode a
 :class:`ToolEpisode`, and every tool call of that episode goes through it:
@@ -131,7 +131,7 @@ class ToolLatency:
 
 @dataclasses.dataclass(frozen=True)
 class ToolSettings:
-    """What a :class:`~scenarios.engine.GraphEnv`'s episodes do to tool calls (``env.tools``).
+    """What a :class:`~scenarios.graph_env.GraphEnv`'s episodes do to tool calls (``env.tools``).
 
     Attributes:
         latency: the injected wait (None: none).

@@ -52,8 +52,9 @@ from langgraph.graph import StateGraph
 
 from scenarios.args import checked_action, cost_arg, int_arg
 from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.counterfactual import Policy
+from scenarios.decisions import decide
 from scenarios.declared import DeclaredSpaces, accept_topology
-from scenarios.engine import Policy, decide
 from scenarios.registry import register
 from scenarios.reward_sources import Checklist
 from scenarios.tool_latency import tool_call
@@ -103,7 +104,7 @@ class Toolchain(DeclaredSpaces, Scenario):
         ScenarioError: a bad argument value or an unsupported topology.
 
     Example:
-        >>> from scenarios.engine import run_inline
+        >>> from scenarios.decisions import run_inline
         >>> tc = Toolchain("chain:3")
         >>> _, outcome, decisions = run_inline(tc, tc.optimal_policy(), seed=0)
         >>> round(outcome.reward, 2), outcome.metrics["calls"]

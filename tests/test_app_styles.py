@@ -20,7 +20,7 @@ from test_chat_apps import steps_of
 from test_train import learner_weights
 
 from scenarios.base import ScenarioError
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 from trainers.configs.experiment import ExperimentConfig
 
 

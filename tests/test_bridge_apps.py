@@ -36,7 +36,7 @@ from pettingzoo.test import parallel_api_test
 from scenarios import Outcome, Scenario, decide
 from scenarios.bridge import BridgeError, GraphRun
 from scenarios.custom import GraphScenario
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 
 TIMEOUT_S = 60
 OBS = gym.spaces.Box(0.0, 1000.0, (3,), np.float32)

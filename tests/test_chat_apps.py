@@ -22,7 +22,7 @@ from examples import supervisor_app
 from marl_agents.llm.chat_app import ChatAppScenario
 from marl_agents.llm.env_chat_model import tokens_action
 from scenarios.base import ScenarioError
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 from scenarios.toolcalls import complete_call, render_tool_call
 
 MATH, RESEARCH = supervisor_app.TASKS

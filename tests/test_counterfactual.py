@@ -10,7 +10,7 @@ from scenarios.args import checked_action, executed_action, normalize_action
 from scenarios.bridge import SkipNode
 from scenarios.counterfactual import Counterfactual
 from scenarios.delegate import Delegate
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 
 
 # ----- the action normaliser ---------------------------------------------------------------------

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from scenarios import ScenarioError
+from scenarios.decisions import run_inline
 from scenarios.delegate import SOLVED, Delegate
 from scenarios.delegate_oracle import Planner, make_skills
-from scenarios.engine import run_inline
 from scenarios.registry import build, list_scenarios
 from topologies import Topology
 
@@ -361,7 +361,7 @@ def test_graph_env_passes_pettingzoo_api_tests(kwargs: dict[str, Any]) -> None:
 
 
 def test_graph_env_matches_inline_and_replays_exactly() -> None:
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
 
     s = Delegate()
     env = GraphEnv(s)

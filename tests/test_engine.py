@@ -234,7 +234,7 @@ def test_rllib_view_reseeds_only_on_a_new_seed():
 
 
 def test_blank_observation_lies_in_its_space():
-    from scenarios.engine import blank_observation
+    from scenarios.graph_env import blank_observation
 
     spaces = [
         gym.spaces.Box(1.0, 2.0, (3,), np.float32),
@@ -248,3 +248,40 @@ def test_blank_observation_lies_in_its_space():
     for space in spaces:
         assert space.contains(blank_observation(space)), space
     assert blank_observation(gym.spaces.Text(5)) == blank_observation(gym.spaces.Text(5))
+
+
+def test_graph_env_takes_its_settings_at_construction():
+    from scenarios.reward_sources import RewardSources
+    from scenarios.rllib_env import RLlibGraphEnv
+    from scenarios.tool_latency import ToolSettings
+    from scenarios.toolchain import Toolchain
+
+    scenario = Toolchain("chain:3")
+    rewards = RewardSources.from_spec({"sources": [{"kind": "verifier"}]}, scenario)
+    tools = ToolSettings.of(None, 5.0)
+    env = GraphEnv(
+        scenario, engine="langgraph", episode_timeout_s=7.0, rewards=rewards, tools=tools
+    )
+    assert (env.engine, env.episode_timeout_s, env.rewards, env.tools) == (
+        "langgraph",
+        7.0,
+        rewards,
+        tools,
+    )
+    # RLlib's env builds its GraphEnv with the env config's settings
+    view = RLlibGraphEnv(
+        {
+            "scenario": "toolchain",
+            "topology": "chain:3",
+            "engine": "langgraph",
+            "episode_timeout_s": 7.0,
+            "rewards": {"sources": [{"kind": "verifier"}]},
+            "tool_timeout_s": 5.0,
+        }
+    )
+    inner = view.env
+    assert (inner.engine, inner.episode_timeout_s) == ("langgraph", 7.0)
+    assert isinstance(inner.rewards, RewardSources) and inner.tools == tools
+    plain = RLlibGraphEnv({"scenario": "toolchain", "topology": "chain:3"}).env
+    assert plain.rewards is None and plain.tools is None
+    assert plain.episode_timeout_s == GraphEnv(scenario).episode_timeout_s

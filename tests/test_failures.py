@@ -119,7 +119,7 @@ def test_hung_tool_is_cut_by_the_wall_clock_limit() -> None:
         import json, signal
         from failing_toys import FlakyTool
         from scenarios import ScenarioError
-        from scenarios.engine import GraphEnv
+        from scenarios.graph_env import GraphEnv
 
         fired = []
         def outer(signum, frame):

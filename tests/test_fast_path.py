@@ -17,7 +17,7 @@ from langgraph.types import Send
 from toys import handoff_graph, join_graph, map_reduce_graph, obs, user_scenario
 
 from scenarios import GraphEnv, ScenarioError, decide, emit_reward
-from scenarios.engine import ENGINES
+from scenarios.graph_env import ENGINES
 from scenarios.registry import build, list_scenarios
 from scenarios.stepped import SteppedRun
 

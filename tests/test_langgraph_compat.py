@@ -1,6 +1,6 @@
-"""Each LangGraph internal that ``scenarios.bridge`` relies on, pinned in one place.
+"""Each LangGraph internal the project relies on, pinned in one place.
 
-The numbers follow :mod:`scenarios.langgraph_compat`'s docstring; a LangGraph upgrade that
+The numbers follow :mod:`topologies.langgraph_compat`'s docstring; a LangGraph upgrade that
 changes one of them fails here, naming it, before the bridge misbehaves.
 """
 
@@ -9,17 +9,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import operator
 import sys
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph._internal._runnable import RunnableCallable
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.last_value import LastValue
+from langgraph.graph import START, StateGraph
 from langgraph.pregel import Pregel
+from langgraph.types import Command
 from test_bridge_apps import ASSISTANT_AGENTS, AppScenario, assistant_app, two_teams
 
-from scenarios import langgraph_compat as lg
-from scenarios.engine import run_inline
+from scenarios.decisions import run_inline
+from topologies import langgraph_compat as lg
 
 
 class Pin:
@@ -134,7 +140,82 @@ def test_5_pregel_async_entry_points_take_the_sync_ones_arguments() -> None:
     assert Pregel.astream.async_run is lg.PREGEL_ASTREAM
 
 
-def test_6_a_nested_invoke_with_its_own_configurable_replaces_the_callers() -> None:
+class _S(TypedDict):
+    x: Annotated[list[int], operator.add]
+    y: int
+
+
+def _plain(state: _S) -> dict[str, Any]:
+    return {"x": [1], "y": 2}
+
+
+def _with_config(state: _S, config: RunnableConfig) -> dict[str, Any]:
+    return {"x": [config["configurable"]["k"]]}
+
+
+def test_6_node_runnables_are_runnable_callables() -> None:
+    builder = StateGraph(_S)
+    builder.add_node("plain", _plain)
+    builder.add_node("configured", _with_config)
+    builder.add_edge(START, "plain")
+    builder.add_edge("plain", "configured")
+    spec = builder.nodes
+    assert isinstance(spec["plain"].runnable, RunnableCallable)
+    assert lg.plain_function(spec["plain"].runnable) is _plain
+    assert lg.plain_function(spec["configured"].runnable) is None  # takes the config
+    assert lg.plain_function(_plain) is None  # not a runnable at all
+    # wrapping replaces the functions inside copies; the builder and its runnables are untouched
+    seen: list[str] = []
+
+    def wrap(func: Any) -> Any:
+        def node(*args: Any, **kwargs: Any) -> Any:
+            seen.append(func.__name__)
+            return func(*args, **kwargs)
+
+        return node
+
+    wrapped = lg.wrap_node_functions(builder, ["plain", "configured"], wrap, wrap)
+    assert builder.nodes["plain"].runnable.func is _plain
+    out = wrapped.compile().invoke({"x": [], "y": 0}, {"configurable": {"k": 7}})
+    assert seen == ["_plain", "_with_config"]
+    assert out == {"x": [1, 7], "y": 2}  # the config is still injected
+
+    # an async node: its afunc is wrapped too
+    async def anode(state: _S) -> dict[str, Any]:
+        return {"y": 5}
+
+    abuilder = StateGraph(_S)
+    abuilder.add_node("a", anode)
+    abuilder.add_edge(START, "a")
+    awrapped = lg.wrap_node_functions(abuilder, ["a"], wrap, lambda f: f)
+    assert awrapped.nodes["a"].runnable.afunc is anode
+    # runnable_of: a function as a node's runnable, called with the run's config
+    runnable = lg.runnable_of(_with_config, "configured")
+    assert runnable.invoke({"x": []}, {"configurable": {"k": 3}}) == {"x": [3]}
+
+
+def test_7_empty_channels_hold_missing_and_command_updates() -> None:
+    compiled = StateGraph(_S).add_node("plain", _plain).add_edge(START, "plain").compile()
+    last, summed = compiled.channels["y"], compiled.channels["x"]
+    assert type(last) is LastValue and type(summed) is BinaryOperatorAggregate
+    assert last.from_checkpoint(lg.MISSING).value is lg.MISSING  # empty until written
+    assert summed.from_checkpoint(lg.MISSING).value == []  # a reducer's initial value
+    assert lg.command_updates(Command(update={"y": 1, "x": [2]})) == [("y", 1), ("x", [2])]
+    assert lg.command_updates(Command(goto="plain")) == []
+
+
+def test_8_find_subgraph_pregel_finds_a_nodes_compiled_graph() -> None:
+    inner = StateGraph(_S).add_node("plain", _plain).add_edge(START, "plain").compile()
+    outer = StateGraph(_S)
+    outer.add_node("team", inner)
+    outer.add_node("plain", _plain)
+    outer.add_edge(START, "team")
+    outer.add_edge("team", "plain")
+    assert lg.subgraph_pregel(outer.nodes["team"].runnable) is inner
+    assert lg.subgraph_pregel(outer.nodes["plain"].runnable) is None
+
+
+def test_9_a_nested_invoke_with_its_own_configurable_replaces_the_callers() -> None:
     import inspect as _inspect
 
     from langgraph.checkpoint.memory import InMemorySaver

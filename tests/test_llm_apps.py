@@ -34,7 +34,7 @@ from marl_agents.llm.env_chat_model import EnvChatModel, backend_policy, in_env_
 from marl_agents.llm.hf_backend import HFBackend
 from marl_agents.llm.tiny import make_tiny_model
 from scenarios.custom import GraphScenario
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 from scenarios.testing import check_rllib
 from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import render_tool_call

@@ -17,7 +17,7 @@ from toys import ToyStar, handoff_graph, join_graph, map_reduce_graph, obs, user
 from scenarios import build, decide, emit_reward
 from scenarios.bridge import GraphRun
 from scenarios.counterfactual import Counterfactual
-from scenarios.engine import GraphEnv
+from scenarios.graph_env import GraphEnv
 from scenarios.replay import DecisionLimit, RecursionLimit, Unsupported, compile_fast
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from experiments import judges as scripted
-from scenarios.engine import GraphEnv, run_inline
+from scenarios.decisions import run_inline
+from scenarios.graph_env import GraphEnv
 from scenarios.reward_sources import (
     JudgeError,
     JudgeRequest,

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from mpe2 import simple_spread_v3
 
-from scenarios import ScenarioError, engine
-from scenarios.engine import run_inline
+from scenarios import ScenarioError, decisions
+from scenarios.decisions import run_inline
 from scenarios.registry import build, list_scenarios
 from scenarios.spread import WORLD, Spread, env_seed
 from topologies import Topology
 
 
-class RecordingBridge(engine.InlineBridge):
+class RecordingBridge(decisions.InlineBridge):
     """The inline bridge, also recording every ``emit_reward`` call."""
 
     def __init__(self, policy: Any) -> None:
@@ -36,7 +36,7 @@ def bridges(monkeypatch: pytest.MonkeyPatch) -> list[RecordingBridge]:
         made.append(RecordingBridge(policy))
         return made[-1]
 
-    monkeypatch.setattr(engine, "InlineBridge", factory)
+    monkeypatch.setattr(decisions, "InlineBridge", factory)
     return made
 
 
@@ -210,10 +210,9 @@ def test_bad_agent_and_action() -> None:
 
 
 def _graph_env() -> Any:
-    graph_env = getattr(engine, "GraphEnv", None)
-    if graph_env is None:
-        pytest.skip("scenarios.engine.GraphEnv has not landed yet")
-    return graph_env
+    from scenarios.graph_env import GraphEnv
+
+    return GraphEnv
 
 
 def test_pettingzoo_api() -> None:
@@ -292,3 +291,27 @@ def test_graph_round_trips_through_from_langgraph(topology: str) -> None:
 
     assert shape(imported) == shape(scenario.topology)
     assert imported.agent_ids == scenario.possible_agents
+
+
+def test_inline_runner_keeps_per_agent_rewards() -> None:
+    """``run_inline``'s bridge keeps the rewards emitted to agents by name: each agent's total
+    plus the team outcome is its mpe2 return, and what GraphEnv pays it over the episode."""
+    from scenarios.decisions import InlineBridge
+
+    scenario, policy = Spread("mesh:3", max_cycles=6), lambda a, o: 1
+    bridge = InlineBridge(policy)
+    _, outcome, _ = run_inline(scenario, policy, seed=4, bridge=bridge)
+    agents = scenario.possible_agents
+    assert set(bridge.agent_rewards) == set(agents)
+    assert any(bridge.agent_rewards[a] != 0.0 for a in agents)  # local_ratio 0.5: they differ
+    env = _graph_env()(scenario)
+    obs, infos = env.reset(seed=4)
+    paid = dict.fromkeys(agents, 0.0)
+    while env.agents:
+        obs, rewards, _, _, infos = env.step({a: policy(a, obs[a]) for a in env.agents})
+        for a, r in rewards.items():
+            paid[a] += r
+    for a in agents:
+        mine = outcome.reward + bridge.agent_rewards[a]
+        assert mine == pytest.approx(outcome.metrics[f"{a}/return"])
+        assert mine == pytest.approx(paid[a])

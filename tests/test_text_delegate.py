@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from scenarios.base import ScenarioError
+from scenarios.decisions import run_inline
 from scenarios.delegate import PENDING, SOLVED
-from scenarios.engine import GraphEnv, run_inline
+from scenarios.graph_env import GraphEnv
 from scenarios.testing import check_scenario
 from scenarios.text_delegate import TextDelegate
 

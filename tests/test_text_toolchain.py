@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from scenarios import ScenarioError
-from scenarios.engine import GraphEnv, run_inline
+from scenarios.decisions import run_inline
+from scenarios.graph_env import GraphEnv
 from scenarios.registry import REGISTRY, build, make
 from scenarios.testing import check_scenario
 from scenarios.text_space import make_tiny_tokenizer

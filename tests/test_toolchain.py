@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scenarios import ScenarioError, engine
-from scenarios.engine import run_inline
+from scenarios.decisions import run_inline
 from scenarios.registry import build, get
 from scenarios.toolchain import ANSWER, CALC, CRITERIA, DONE, LOOKUP, Toolchain, ToolError
 
@@ -250,7 +250,7 @@ def test_argument_errors(kwargs: dict[str, Any], match: str) -> None:
 
 
 GraphEnv = getattr(engine, "GraphEnv", None)
-needs_env = pytest.mark.skipif(GraphEnv is None, reason="scenarios.engine.GraphEnv not landed")
+needs_env = pytest.mark.skipif(GraphEnv is None, reason="scenarios.graph_env.GraphEnv not landed")
 
 
 @needs_env

@@ -182,7 +182,7 @@ def test_observation_keys_and_the_scenarios_anchor_key_in_episodes() -> None:
             return int(np.asarray(observation)[-self.max_calls * self.slot :].sum() > 0)
 
     coarse = Coarse("single", max_calls=4)
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
 
     env = GroupedEnv({"env": GraphEnv(coarse)})
     sa = next(iter(record_episode(env, 0, lookup_then_done).agent_episodes.values()))

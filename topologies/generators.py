@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._runnable import coerce_to_runnable
 from langgraph.graph import END as LG_END
 from langgraph.graph import START as LG_START
 from langgraph.graph import StateGraph
 from langgraph.types import Command, Send
 
+from topologies.langgraph_compat import runnable_of
 from topologies.topology import END, MAX_AGENTS, START, Topology, TopologyError, check_size
 
 
@@ -290,7 +290,7 @@ def _router(
 
 def _commanding(node: str, fn: Callable[..., Any], commands: set[str]) -> Callable[..., Any]:
     """Wrap a node so the targets of its ``route`` reached by ``Command`` go into ``goto``."""
-    runnable = coerce_to_runnable(fn, name=node, trace=False)
+    runnable = runnable_of(fn, node)
 
     def command_node(state: Any, config: RunnableConfig) -> Any:
         update = runnable.invoke(state, config)

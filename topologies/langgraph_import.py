@@ -170,12 +170,9 @@ def mentions(hint: Any, cls: type) -> bool:
 
 def subgraph_of(runnable: Any) -> Any:
     """The compiled ``StateGraph`` a node runs, as LangGraph itself detects it, or ``None``."""
-    try:
-        from langgraph.pregel._utils import find_subgraph_pregel
+    from topologies.langgraph_compat import subgraph_pregel
 
-        found = find_subgraph_pregel(runnable)
-    except ImportError:  # pragma: no cover - private helper moved: direct nodes only
-        found = runnable
+    found = subgraph_pregel(runnable)
     return found if isinstance(getattr(found, "builder", None), StateGraph) else None
 
 

@@ -1,7 +1,7 @@
 """``evaluate(checkpoint)``: greedy episodes of a trained team, with a rich summary table.
 
 The modules are loaded straight from the checkpoint (no Ray, no env runners) and act greedily
-on the scenario's :class:`~scenarios.engine.GraphEnv` on fresh seeds. Reported: success rate,
+on the scenario's :class:`~scenarios.graph_env.GraphEnv` on fresh seeds. Reported: success rate,
 team return, the fraction of the oracle's expected return on the same tasks (where the scenario
 has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
 the scenario's latency metric, the wall time per decision, and failed episodes (node errors,
@@ -51,7 +51,7 @@ class EvalResult:
             and the counts ``failures`` (failed episodes) and ``tool_timeouts`` (timed-out calls).
         credit: agent → mean credit (empty for ``team``).
         transcripts: the first ``transcripts`` episodes as
-            :meth:`~scenarios.engine.GraphEnv.transcript` data (with ``credit``).
+            :meth:`~scenarios.graph_env.GraphEnv.transcript` data (with ``credit``).
         passk: with ``k``: ``"trained"`` (and ``"baseline"``) → :func:`trainers.passk.passk_table`.
         solved: with ``k``: the same keys → task seed → how many of its ``k`` samples succeeded.
     """

@@ -267,7 +267,7 @@ def check_metric(plan: Any, metric: str) -> None:
 
 def _outcome_metrics(plan: Any) -> list[str]:
     """The scenario's outcome metric names (one episode of random actions)."""
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from scenarios.registry import build
     from scenarios.testing import random_episode
 

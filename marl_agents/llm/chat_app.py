@@ -327,7 +327,7 @@ class KeptCompiled:
     and other compile options are kept (a graph's thread is one of the episode's:
     :func:`scenarios.bridge.episode_config`); the Functional API's ``@entrypoint`` is one.
 
-    ``compile()`` returns the app itself (what :class:`~scenarios.engine.GraphEnv` runs).
+    ``compile()`` returns the app itself (what :class:`~scenarios.graph_env.GraphEnv` runs).
     """
 
     def __init__(self, app: Any) -> None:

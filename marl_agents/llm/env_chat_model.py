@@ -4,8 +4,8 @@ Swap it in for the chat model of an existing LangGraph app (your own nodes, a su
 handoff tools, ``langgraph.prebuilt.create_react_agent``) and the app trains without being
 rewritten:
 
-* **Inside a GraphEnv run** (the graph is executed by :class:`scenarios.engine.GraphEnv`, or
-  :func:`scenarios.engine.run_inline`), a call renders the messages (and the bound tools'
+* **Inside a GraphEnv run** (the graph is executed by :class:`scenarios.graph_env.GraphEnv`, or
+  :func:`scenarios.decisions.run_inline`), a call renders the messages (and the bound tools'
   descriptions) with the tokenizer's chat template into prompt token ids, encodes them as the
   agent's observation (:meth:`TextSpaces.encode_prompt`: right-padded, the *last*
   ``max_prompt_tokens`` ids kept), and asks ``scenarios.decide(agent, observation)``. The
@@ -161,7 +161,7 @@ class EnvChatModel(PolicyChatModel):
                     "backend=... to generate directly, or run the graph with scenarios.GraphEnv"
                 )
             return super()._reply(agent, chat, tools, kwargs)
-        from scenarios.engine import decide, emit_reward
+        from scenarios.decisions import decide, emit_reward
 
         prompt = encode_prompt(self.tokenizer, chat)
         prefill = self.prefill(chat) if callable(self.prefill) else self.prefill

@@ -217,7 +217,7 @@ class OutputConfig:
             )
 
 
-#: ``episodes.engine`` values: scenarios.engine.ENGINES (kept here so that loading a config does
+#: ``episodes.engine`` values: scenarios.graph_env.ENGINES (kept here so that loading a config does
 #: not import LangGraph; tests/test_fast_path.py checks that they agree)
 ENGINES = ("auto", "langgraph", "fast", "check")
 SAMPLERS = ("auto", "batched", "rllib")
@@ -232,13 +232,13 @@ class EpisodesConfig:
             env's ``reset``/``step``; the policy's time between decisions does not count). A
             longer episode is truncated and counted in ``charts/timeout_rate``; a node that
             blocks is interrupted where the env runs in a process's main thread (see
-            :mod:`scenarios.engine`). ``None``: no limit.
+            :mod:`scenarios.alarm`). ``None``: no limit.
         fail_after: stop the run, with the first error, once every finished episode failed (a
             node error or a timeout) in this many consecutive iterations; 0: never stop.
         engine: how episodes run: ``auto`` (the stepped fast path where the graph compiles for
             it, else LangGraph), ``langgraph``, ``fast`` (the fast path, or an error naming why
             not) or ``check`` (both, compared at every step: slow, for tests); the same
-            episodes either way (:class:`scenarios.engine.GraphEnv`).
+            episodes either way (:class:`scenarios.graph_env.GraphEnv`).
         sampler: how env runners sample: ``auto`` (= ``batched``), ``batched``
             (:mod:`trainers.sampling.batched_runner`: one forward per module per step over all
             acting

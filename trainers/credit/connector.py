@@ -38,7 +38,7 @@ from trainers.credit.settings import CreditError
 from trainers.credit.workers import CreditJob, CreditPool, EpisodeCredit, replay_env
 
 if TYPE_CHECKING:
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from trainers.configs.credit import CreditConfig
 
 __all__ = ["CreditConnector", "CreditConnectorFactory", "make_credit_connector"]

@@ -2,7 +2,7 @@
 
 :class:`EpisodeReplays` answers ``v(S)`` for coalitions ``S`` of an episode's players. Which
 action each decision of a replay gets is :class:`scenarios.counterfactual.Counterfactual`'s
-rule; :meth:`scenarios.engine.GraphEnv.replay` runs it. Replays are deterministic, so two
+rule; :meth:`scenarios.graph_env.GraphEnv.replay` runs it. Replays are deterministic, so two
 coalitions that feed the same action at every decision asked share one trajectory: every
 replay's decisions go into a trie (node = the ``(agent, k)`` asked, edge = the action fed,
 leaf = the value) and a coalition whose actions follow a known path is answered without
@@ -23,7 +23,7 @@ from trainers.credit.settings import CreditError
 
 if TYPE_CHECKING:
     from scenarios.base import AbsentPolicy
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
 
 __all__ = ["EpisodeReplays"]
 

@@ -5,6 +5,10 @@ only the agents in ``S`` act and the others are "absent" (a counterfactual repla
 episode with the same seed, see ``GraphEnv.value``). Nothing here knows about Ray, torch or
 environments.
 
+(Over 700 lines on purpose: the estimators share one evaluator, one budget rule and one
+input check, and the dispatcher chooses among them; split, each would import the others'
+private parts.)
+
 Methods and what they cost in coalition evaluations (``n`` agents):
 
 * :func:`team_credit` — 1; everyone gets ``v(N)``.

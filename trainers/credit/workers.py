@@ -21,7 +21,7 @@ from trainers.credit.values import CachedValue, leave_one_out
 
 if TYPE_CHECKING:
     from scenarios.base import Outcome
-    from scenarios.engine import GraphEnv
+    from scenarios.graph_env import GraphEnv
     from trainers.configs.credit import CreditConfig
 
 __all__ = ["CreditJob", "CreditPool", "CreditWorker", "EpisodeCredit", "credit_episode"]

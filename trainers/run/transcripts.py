@@ -1,6 +1,6 @@
 """Readable episode transcripts: who acted on what, with which action, rewards, outcome, credit.
 
-:meth:`scenarios.engine.GraphEnv.transcript` records an episode as plain data (observations and
+:meth:`scenarios.graph_env.GraphEnv.transcript` records an episode as plain data (observations and
 actions rendered by the scenario's ``render_observation`` / ``render_action`` hooks: decoded
 text for text agents, a compact repr for vectors). :func:`trainers.run.loop.train` keeps
 ``output.transcripts`` episodes of every iteration (the first that finished on the env

@@ -248,8 +248,8 @@ def _final_outcome(episode: Any) -> dict[str, Any] | None:
 
 
 def _graph_env(env: Any, index: int | None) -> Any:
-    """The :class:`~scenarios.engine.GraphEnv` of sub-env ``index`` of an env runner's env."""
-    from scenarios.engine import GraphEnv
+    """The :class:`~scenarios.graph_env.GraphEnv` of sub-env ``index`` of an env runner's env."""
+    from scenarios.graph_env import GraphEnv
 
     envs = getattr(env, "envs", None)
     obj = envs[index] if envs is not None and index is not None and index < len(envs) else env

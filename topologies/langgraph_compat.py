@@ -1,7 +1,10 @@
-"""Every assumption :mod:`scenarios.bridge` makes about LangGraph's runtime internals (1.2).
+"""Every assumption the project makes about LangGraph's internals (1.2): the only module that
+touches a private LangGraph name (``tests/test_private_names.py`` checks it).
 
-Each one is pinned by a test in ``tests/test_langgraph_compat.py``, so a LangGraph upgrade that
-breaks one fails there, naming it:
+It lives in the lowest layer so that :mod:`topologies` (importing graphs, generating skeletons)
+and :mod:`scenarios` (the bridge, fast replays) share it. Each assumption is pinned by a test in
+``tests/test_langgraph_compat.py``, so a LangGraph upgrade that breaks one fails there, naming
+it:
 
 1. A run's runner takes its ``submit`` from ``config["configurable"][CONFIG_KEY_RUNNER_SUBMIT]``
    (a callable returning the submit function; :func:`runner_config`), nested runs inherit it
@@ -16,7 +19,16 @@ breaks one fails there, naming it:
    ``tools_by_name``.
 5. ``Pregel.ainvoke``/``astream`` take the same arguments as ``invoke``/``stream`` (under them
    LangGraph runs sync nodes in a thread pool, where no decision can be suspended).
-6. ``Pregel.invoke`` runs through ``Pregel.stream(input, config, ...)``, and a ``configurable``
+6. A node's (or router's) runnable is a ``RunnableCallable`` (``langgraph._internal._runnable``)
+   whose ``func``/``afunc`` are the user's functions and whose ``func_accepts``, ``kwargs`` and
+   ``explode_args`` say what else it is called with (:func:`plain_function`,
+   :func:`wrap_node_functions`); ``coerce_to_runnable`` makes one from a function
+   (:func:`runnable_of`).
+7. An empty channel holds ``MISSING`` (``langgraph._internal._typing``; :data:`MISSING`), and
+   ``Command._update_as_tuples()`` lists a command's state writes (:func:`command_updates`).
+8. ``langgraph.pregel._utils.find_subgraph_pregel`` finds the compiled graph a node runs
+   (:func:`subgraph_pregel`).
+9. ``Pregel.invoke`` runs through ``Pregel.stream(input, config, ...)``, and a ``configurable``
    given to a graph invoked inside a node *replaces* the calling run's (``thread_id`` of its
    own: a root run, no key of ours inherited); ``Pregel.checkpointer`` is the compiled graph's
    saver (``None``/``True``/``False`` when it has none of its own).
@@ -29,11 +41,14 @@ inside a bridge run, async-only runnables and awaited graphs run on the caller's
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import FrameType
 from typing import Any
 
+from langgraph._internal import _typing
 from langgraph._internal._constants import (
     CONF,
     CONFIG_KEY_CHECKPOINT_NS,
@@ -41,25 +56,31 @@ from langgraph._internal._constants import (
     NS_END,
     NS_SEP,
 )
-from langgraph._internal._runnable import RunnableCallable
+from langgraph._internal._runnable import RunnableCallable, coerce_to_runnable
 from langgraph.config import get_config
 from langgraph.pregel import Pregel
 from langgraph.pregel._runner import PregelRunner
 
 __all__ = [
+    "MISSING",
     "PREGEL_AINVOKE",
     "PREGEL_ASTREAM",
     "SUBMIT_FLAGS",
     "SYNC_INVOKE",
     "TICK_CODE",
     "checkpoint_ns",
+    "command_updates",
     "install",
     "is_nested",
     "outermost_tick_step",
+    "plain_function",
+    "runnable_of",
     "runner_config",
+    "subgraph_pregel",
     "task_path",
     "task_step",
     "tick_tasks",
+    "wrap_node_functions",
 ]
 
 #: (2) the code object of the sync runner's ``tick``: a frame running it submits ``tasks``
@@ -222,3 +243,62 @@ def install(
     Pregel.ainvoke = bridge_ainvoke  # type: ignore[method-assign,assignment]
     Pregel.astream = bridge_astream  # type: ignore[method-assign,assignment]
     Pregel.stream = bridge_stream  # type: ignore[method-assign,assignment]
+
+
+# ----- (6) node runnables -----------------------------------------------------------------
+def plain_function(runnable: Any) -> Callable[[Any], Any] | None:
+    """The function behind a LangGraph node or router, when it takes only the state."""
+    if not isinstance(runnable, RunnableCallable) or runnable.func is None:
+        return None
+    if runnable.func_accepts or runnable.kwargs or runnable.explode_args:
+        return None
+    return runnable.func  # type: ignore[no-any-return]
+
+
+def wrap_node_functions(
+    builder: Any,
+    names: Iterable[str],
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+    awrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+) -> Any:
+    """A copy of ``builder`` (a ``StateGraph``) whose nodes ``names`` run ``wrap(func)`` (and
+    ``awrap(afunc)`` for an async node) instead of their functions. The functions are replaced
+    inside copies of the nodes' runnables, so LangGraph's argument injection (config, runtime,
+    ...) is unchanged; ``builder`` itself is untouched."""
+    builder = copy.copy(builder)
+    builder.nodes = dict(builder.nodes)
+    for name in names:
+        spec = builder.nodes[name]
+        runnable = copy.copy(spec.runnable)
+        if runnable.func is not None:
+            runnable.func = wrap(runnable.func)
+        if getattr(runnable, "afunc", None) is not None:  # an async node
+            runnable.afunc = awrap(runnable.afunc)
+        builder.nodes[name] = dataclasses.replace(spec, runnable=runnable)
+    return builder
+
+
+def runnable_of(fn: Callable[..., Any], name: str) -> Any:
+    """``fn`` as LangGraph makes a node's runnable of it (untraced), to call with a config."""
+    return coerce_to_runnable(fn, name=name, trace=False)
+
+
+# ----- (7) channel values and commands ----------------------------------------------------
+#: what an empty channel holds (``channel.value``; ``from_checkpoint(MISSING)`` makes a new one)
+MISSING: Any = _typing.MISSING
+
+
+def command_updates(command: Any) -> list[tuple[str, Any]]:
+    """The state writes of a ``Command``'s ``update``, as LangGraph applies them."""
+    return list(command._update_as_tuples())
+
+
+# ----- (8) subgraphs ----------------------------------------------------------------------
+def subgraph_pregel(runnable: Any) -> Any:
+    """The compiled graph a node's runnable runs, as LangGraph itself detects it (``None``:
+    none); where LangGraph's helper has moved, the runnable itself (direct subgraph nodes)."""
+    try:
+        from langgraph.pregel._utils import find_subgraph_pregel
+    except ImportError:  # pragma: no cover - private helper moved: direct nodes only
+        return runnable
+    return find_subgraph_pregel(runnable)

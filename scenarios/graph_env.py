@@ -1,9 +1,11 @@
-"""Executing a scenario's LangGraph graph as a Dec-POMDP: ``decide()``, ``GraphEnv``, replays.
+"""A scenario's LangGraph graph as a Dec-POMDP: :class:`GraphEnv`, stepping live episodes.
 
-Every agent node asks for its decision with :func:`decide`. :class:`GraphEnv` (a PettingZoo
-``ParallelEnv``) runs the graph through :class:`scenarios.bridge.GraphRun` and turns every
-superstep's pending decisions into one parallel step; :func:`run_inline` runs the same graph with
-a policy answering in place (the baseline the bridge is measured against).
+Every agent node asks for its decision with :func:`scenarios.decisions.decide`. :class:`GraphEnv`
+(a PettingZoo ``ParallelEnv``) runs the graph through :class:`scenarios.bridge.GraphRun` (or,
+where it compiles for the fast path, :class:`scenarios.stepped.SteppedRun`) and turns every
+superstep's pending decisions into one parallel step. Its counterfactual replays are
+:class:`scenarios.env_replays.ReplayAPI`'s; :meth:`GraphEnv.transcript` is
+:func:`scenarios.transcript.transcript`.
 
 Nothing fails silently: a graph that cannot run (a node raising, or the wall-clock limit
 reached, before any agent acted; or a graph that asks no agent at all) makes ``reset()`` raise
@@ -11,56 +13,39 @@ reached, before any agent acted; or a graph that asks no agent at all) makes ``r
 timeouts end the episode truncated, with ``infos[agent]["failure"]`` (``"error"``,
 ``"timeout"`` or ``"limit"``) and ``infos[agent]["error"]`` (the text).
 
-**Wall-clock limit.** ``GraphEnv(episode_timeout_s=...)`` (default
-:data:`DEFAULT_EPISODE_TIMEOUT_S`) bounds the seconds the graph itself runs in an episode (the
-time inside ``reset()`` and ``step()``; the policy's time between decisions does not count).
-In the process's main thread a ``SIGALRM`` timer interrupts a node that blocks (``time.sleep``,
-a socket read, a lock) by raising :class:`EpisodeTimeout` inside it, and fires again every
-half second until the graph lets go; elsewhere (Ray Tune runs trials in a thread) the limit is
-checked each time the graph hands decisions back, so a node blocked forever is not
-interrupted there.
+**Wall-clock limit.** ``GraphEnv(episode_timeout_s=...)`` bounds the seconds the graph itself
+runs in an episode (:mod:`scenarios.alarm`: a ``SIGALRM`` in the main thread, else a check each
+time the graph hands decisions back).
 """
 
 from __future__ import annotations
 
-import _signal
 import contextlib
 import copy
 import dataclasses
 import functools
-import json
 import os
 import re
-import signal
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import greenlet
 import gymnasium as gym
 import numpy as np
-from langgraph.config import get_config
 from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
-from scenarios.args import executed_action
-from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
-from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
+from scenarios.alarm import DEFAULT_EPISODE_TIMEOUT_S, Alarm, EpisodeTimeout
+from scenarios.args import executed_action, zero_action
+from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.bridge import GraphRun, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
-from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
-from scenarios.replay import (
-    FAST_BRIDGE,
-    DecisionLimit,
-    FastGraph,
-    RecursionLimit,
-    Unsupported,
-    compile_fast,
-    same,
-)
-from scenarios.stepped import FAST_NODE, SteppedRun
+from scenarios.env_replays import ReplayAPI
+from scenarios.replay import FastGraph, compile_fast, same
+from scenarios.stepped import SteppedRun
 from scenarios.tool_latency import TOOLS_KEY, ToolEpisode, ToolSettings
+from scenarios.transcript import transcript
 
 #: how live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): ``auto`` (the fast
 #: path where the graph compiles for it), ``langgraph``, ``fast`` (required) or ``check`` (both,
@@ -70,61 +55,10 @@ ENGINES = ("auto", "langgraph", "fast", "check")
 ENGINE_ENV = "MARL_ENGINE"
 
 
-#: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
-DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
-#: once the limit is reached, the alarm fires again this often until the graph lets go
-ALARM_REPEAT_S = 0.5
-
-
 def _unrunnable(exc: BaseException) -> bool:
     """``exc`` says a greenlet can no longer be switched to (finalized, or another thread's)."""
     text = str(exc)
     return isinstance(exc, greenlet.error) or "greenlet is being finalized" in text
-
-
-class EpisodeTimeout(BaseException):
-    """The episode's wall-clock limit was reached; raised inside the running graph.
-
-    A ``BaseException`` (like ``KeyboardInterrupt``) so that a node's ``except Exception`` or
-    a LangGraph retry policy does not swallow it.
-    """
-
-
-def _bridge(what: str) -> Any:
-    fast = FAST_BRIDGE.get()
-    if fast is not None:
-        return fast
-    try:
-        return get_config()["configurable"][BRIDGE_KEY]
-    except (RuntimeError, KeyError) as exc:
-        raise RuntimeError(
-            f"{what} was called outside a marl-orchestra run: execute the graph with "
-            "scenarios.GraphEnv or scenarios.engine.run_inline"
-        ) from exc
-
-
-def decide(agent: str, observation: Any) -> Any:
-    """Ask the environment for ``agent``'s action on ``observation``; call it inside a node.
-
-    ``agent`` is the node's name; for a ``Send`` fan-out target with ``max_instances > 1`` the
-    environment assigns ``<node>_<i>`` in the order LangGraph scheduled the node's tasks.
-    """
-    return _bridge(f"decide({agent!r}, ...)").decide(agent, observation)
-
-
-def emit_reward(value: float, agents: list[str] | None = None) -> None:
-    """Give a reward now (a per-step reward, as in MPE): to ``agents``, or to the team when None.
-
-    An episode's team return is the sum of emitted team rewards plus ``Outcome.reward``.
-    """
-    _bridge("emit_reward()").emit_reward(float(value), agents)
-
-
-def zero_action(space: gym.Space) -> Any:
-    """The all-zeros element of a Discrete / MultiDiscrete / MultiBinary / Box space."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.start)
-    return np.zeros(space.shape, dtype=space.dtype)
 
 
 def blank_observation(space: gym.Space) -> Any:
@@ -146,56 +80,6 @@ def blank_observation(space: gym.Space) -> Any:
     return seeded.sample()
 
 
-def compile_skippable(builder: Any, agent_nodes: Iterable[str]) -> Any:
-    """Compile a copy of ``builder`` whose agent nodes turn :class:`SkipNode` into "no update".
-
-    Used only for counterfactual replays under ``absent="skip"``; the node functions are wrapped
-    in place, so LangGraph's argument injection (config, runtime, ...) is unchanged.
-    """
-    builder = copy.copy(builder)
-    builder.nodes = dict(builder.nodes)
-    for name in agent_nodes:
-        spec = builder.nodes[name]
-        runnable = copy.copy(spec.runnable)
-        if runnable.func is not None:
-            runnable.func = _skippable(runnable.func)
-        if getattr(runnable, "afunc", None) is not None:  # an async node
-            runnable.afunc = _askippable(runnable.afunc)
-        builder.nodes[name] = dataclasses.replace(spec, runnable=runnable)
-    return builder.compile()
-
-
-def _skippable(func: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(func)
-    def node(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except SkipNode:
-            return None
-
-    return node
-
-
-def _askippable(afunc: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(afunc)
-    async def node(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await afunc(*args, **kwargs)
-        except SkipNode:
-            return None
-
-    return node
-
-
-@dataclasses.dataclass
-class ReplayCheck:
-    """One replay both ways (:meth:`GraphEnv.compare_replays`)."""
-
-    truth: Outcome  #: the LangGraph replay's outcome
-    fast: Outcome | None  #: the fast replay's (None: the fast path did not run it)
-    same: bool  #: same decisions, observations and outcome
-
-
 @dataclasses.dataclass
 class TraceStep:
     """One decision: who acted, in which superstep, on what observation, with what action."""
@@ -207,7 +91,7 @@ class TraceStep:
     action: Any
 
 
-class GraphEnv(ParallelEnv):
+class GraphEnv(ReplayAPI, ParallelEnv):
     """A scenario's LangGraph graph as a PettingZoo ``ParallelEnv``.
 
     PettingZoo's contract: every live agent is stepped at once, an agent that finished never
@@ -251,6 +135,12 @@ class GraphEnv(ParallelEnv):
             does not compile raises :class:`ScenarioError`; ``"check"`` runs every episode both
             ways and raises :class:`ScenarioError` at the first observation, reward,
             termination or info that differs (for tests). Default: ``$MARL_ENGINE`` or auto.
+        rewards: composed reward sources (a :class:`scenarios.reward_sources.RewardSources`)
+            paying the episodes' rewards; ``None``: the verifier's reward as it is.
+        tools: tool latency and timeouts of live episodes
+            (:class:`scenarios.tool_latency.ToolSettings`); ``None``: tools run as they are.
+
+    ``engine``, ``episode_timeout_s``, ``rewards`` and ``tools`` stay settable between episodes.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -268,6 +158,8 @@ class GraphEnv(ParallelEnv):
         *,
         agent_ids: Mapping[str, int] | Iterable[str] | None = None,
         engine: str | None = None,
+        rewards: Any = None,
+        tools: ToolSettings | None = None,
     ) -> None:
         self.engine = engine or os.environ.get(ENGINE_ENV) or "auto"
         if episode_timeout_s is not None and not episode_timeout_s > 0:
@@ -305,14 +197,11 @@ class GraphEnv(ParallelEnv):
                 )
             self.agent_nodes = {n: topo.attr(n, "max_instances") for n in topo.agents}
         self._graph = scenario.build_graph().compile()
-        self._skip_graph: Any = None  # compiled on the first replay under absent="skip"
+        self._init_replays()
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
         self._run: GraphRun | SteppedRun | None = None
-        self._replays: dict[tuple[Any, ...], Outcome] = {}
-        self._fast: Any = _UNSET  # the fast replay executor, built on the first replay
-        self._fast_checks = FAST_REPLAY_CHECKS
         self.trace: list[TraceStep] = []
         self.outcome: Outcome | None = None
         self.seed_used: int | None = None
@@ -322,16 +211,17 @@ class GraphEnv(ParallelEnv):
         #: how the last episode failed: ``"error"``, ``"timeout"``, ``"limit"`` or ``None``
         self.failure: str | None = None
         self.error: str | None = None
-        self._step_rewards: list[dict[str, float]] = []
+        #: the rewards each env step of the last episode paid (agent → reward)
+        self.step_rewards: list[dict[str, float]] = []
         self._graph_s = 0.0  # seconds the graph has run in this episode
-        self._alarm: _Alarm | None = None  # the alarm of the reset/step in progress
+        self._alarm: Alarm | None = None  # the alarm of the reset/step in progress
         self._timeout: EpisodeTimeout | None = None
         #: composed reward sources (:mod:`scenarios.reward_sources`); ``None``: the verifier's
         #: reward as it is
-        self.rewards: Any = None
+        self.rewards: Any = rewards
         #: tool latency and timeouts of live episodes (:mod:`scenarios.tool_latency`); ``None``:
         #: tools run as they are. ``tool_episode``: the current episode's calls (None: no tools)
-        self.tools: ToolSettings | None = None
+        self.tools: ToolSettings | None = tools
         self.tool_episode: ToolEpisode | None = None
 
     @property
@@ -392,7 +282,7 @@ class GraphEnv(ParallelEnv):
         self._run = self._episode_run(self.seed_used)
         self.trace, self.outcome, self._steps = [], None, 0
         self.final_state, self.truncated, self.failure, self.error = None, False, None, None
-        self._step_rewards, self._graph_s, self._timeout = [], 0.0, None
+        self.step_rewards, self._graph_s, self._timeout = [], 0.0, None
         self._last_obs: dict[str, Any] = {}
         self._acted: list[str] = []
         self._paid = {"team": 0.0}
@@ -439,7 +329,7 @@ class GraphEnv(ParallelEnv):
             self._finish(truncated=True, error=f"step limit {self.max_steps} reached")
         obs, infos = self._observe(self.agents)
         rewards = self._rewards()
-        self._step_rewards.append(rewards)
+        self.step_rewards.append(rewards)
         done = run.finished
         terms = dict.fromkeys(self.agents, done and not self.truncated)
         truncs = dict.fromkeys(self.agents, done and self.truncated)
@@ -538,9 +428,9 @@ class GraphEnv(ParallelEnv):
                 self.episode_timeout_s,
                 agent_ids=self.agent_ids,
                 engine="langgraph",
+                # its own per-episode reward state; the sources themselves (judges) are shared
+                rewards=copy.copy(self.rewards),
             )
-            # its own per-episode reward state; the sources themselves (judges) are shared
-            self._twin.rewards = copy.copy(self.rewards)
         self._twin.episode_timeout_s = self.episode_timeout_s
         self._twin.tools = self.tools
         return self._twin
@@ -555,13 +445,10 @@ class GraphEnv(ParallelEnv):
                     f"langgraph {b!r}; run it with engine='langgraph' and report the graph"
                 )
 
-    def _new_run(self, seed: int, skip: bool = False, tools: ToolEpisode | None = None) -> GraphRun:
+    def _new_run(self, seed: int, tools: ToolEpisode | None = None, graph: Any = None) -> GraphRun:
+        """A LangGraph run of episode ``seed`` (``graph``: a replay's own compiled graph)."""
         inputs = self.scenario.initial_state(np.random.default_rng(seed))
-        graph = self._graph
-        if skip:
-            if self._skip_graph is None:
-                self._skip_graph = compile_skippable(self.scenario.build_graph(), self.agent_nodes)
-            graph = self._skip_graph
+        graph = self._graph if graph is None else graph
         config: dict[str, Any] = {"recursion_limit": self.scenario.max_supersteps + 1}
         if tools is not None:  # a live episode's tool calls (replays run without)
             config["configurable"] = {TOOLS_KEY: tools}
@@ -589,7 +476,7 @@ class GraphEnv(ParallelEnv):
             self._timeout = EpisodeTimeout(self._limit_text("between decisions"))
             run.abort()
             return {}
-        alarm = self._alarm = _Alarm(limit - self._graph_s, self._limit_text, greenlet.getcurrent())
+        alarm = self._alarm = Alarm(limit - self._graph_s, self._limit_text, greenlet.getcurrent())
         start = time.monotonic()
         try:
             try:
@@ -751,206 +638,9 @@ class GraphEnv(ParallelEnv):
             out[a] = float(r)
         return out
 
-    # ----- transcripts -----------------------------------------------------------------------
     def transcript(self) -> dict[str, Any]:
-        """The last episode as plain JSON-safe data: who acted on what, rewards, the outcome.
-
-        Observations and actions are rendered with the scenario's
-        :meth:`~scenarios.base.Scenario.render_observation` / ``render_action`` (decoded text
-        for text agents), so call it only for the episodes you keep. Keys: ``scenario``,
-        ``seed``, ``steps`` (one per env step: ``step``, ``superstep``, ``decisions`` — each
-        ``agent``, ``observation``, ``action`` and, where the reply holds ``<tool>`` calls,
-        ``tool_calls`` — and the non-zero ``rewards`` of that step), ``returns`` (agent → sum of
-        its rewards), ``outcome`` (``reward``, ``success``, ``truncated``, ``metrics``,
-        ``local``), ``failure`` and ``error``.
-        """
-        scenario = self.scenario
-        steps: dict[int, dict[str, Any]] = {}
-        for t in self.trace:
-            row = steps.setdefault(
-                t.step, {"step": t.step, "superstep": t.superstep, "decisions": [], "rewards": {}}
-            )
-            decision = {
-                "agent": t.agent,
-                "observation": _render(scenario.render_observation, t.agent, t.observation),
-                "action": _render(scenario.render_action, t.agent, t.action),
-            }
-            calls = _tool_calls(decision["action"])
-            if calls:
-                decision["tool_calls"] = calls
-            row["decisions"].append(decision)
-        returns: dict[str, float] = {}
-        for k, rewards in enumerate(self._step_rewards):
-            for agent, r in rewards.items():
-                returns[agent] = returns.get(agent, 0.0) + float(r)
-            if k in steps:
-                steps[k]["rewards"] = {a: float(r) for a, r in rewards.items() if r}
-        outcome = self.outcome
-        return {
-            "scenario": scenario.id(),
-            "seed": self.seed_used,
-            "steps": [steps[k] for k in sorted(steps)],
-            "returns": returns,
-            "outcome": None
-            if outcome is None
-            else {
-                "reward": float(outcome.reward),
-                "success": bool(outcome.success),
-                "truncated": bool(self.truncated),
-                "metrics": {k: float(v) for k, v in (outcome.metrics or {}).items()},
-                "local": {k: float(v) for k, v in (outcome.local or {}).items()},
-            },
-            "failure": self.failure,
-            "error": self.error,
-        }
-
-    # ----- counterfactual replay -----------------------------------------------------------
-    def value(
-        self,
-        seed: int,
-        coalition: Iterable[str],
-        actions: Mapping[str, list[Any]] | Policy,
-        absent: AbsentPolicy | None = None,
-    ) -> float:
-        """Team return of a replay of episode ``seed`` with only ``coalition`` present.
-
-        Agents in the coalition act as given: ``actions`` maps each agent to the actions it took
-        or is a policy ``(agent, obs) -> action``; agents outside act under ``absent`` (default:
-        the scenario's declared policy), by the rule of
-        :class:`~scenarios.counterfactual.Counterfactual`. Replays are deterministic (same
-        seed, same task and random draws) and cached per (seed, coalition, actions).
-        """
-        members = frozenset(coalition)
-        unknown = members - set(self.possible_agents)
-        if unknown:
-            raise ValueError(
-                f"unknown agents {sorted(unknown)} in coalition: use env.possible_agents"
-            )
-        counterfactual = Counterfactual(self.scenario, actions, absent)
-        key = None
-        if not callable(actions):
-            key = (seed, members, counterfactual.absent, _freeze(actions))
-            if key in self._replays:
-                return self._replays[key].reward
-        outcome = self.replay(seed, counterfactual.coalition(members))
-        if key is not None:
-            self._replays[key] = outcome
-        return outcome.reward
-
-    def replay(self, seed: int, policy: CoalitionPolicy) -> Outcome:
-        """The outcome of one replay of episode ``seed`` under a coalition's policy (not cached).
-
-        Raises:
-            ScenarioError: ``absent="skip"`` on an env that identifies agents by id.
-        """
-        mode = policy.absent
-        if mode == "skip" and self.agent_ids is not None:
-            raise ScenarioError(
-                "absent='skip' skips an agent's node, but this env identifies agents by id "
-                "(agent_ids=...), whose decisions may sit deep inside a node: use "
-                "absent='default' or 'placeholder'"
-            )
-        fast = self.fast_graph()
-        if fast is None:
-            return self._slow_replay(seed, policy, mode)
-        if self._fast_checks > 0:  # the truth first, then the same decisions through `fast`
-            self._fast_checks -= 1
-            check = self.compare_replays(seed, policy)
-            if not check.same:
-                self._fast = None
-                warnings.warn(
-                    f"fast replays of {self.scenario.id()} differ from LangGraph replays "
-                    f"(seed={seed}, coalition={sorted(policy.members)}); replaying through "
-                    "LangGraph",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            return check.truth
-        act = _Recorder(policy)
-        try:
-            return self._fast_replay(fast, seed, act, mode)
-        except Unsupported:  # replay through LangGraph, feeding the decisions already made
-            return self._slow_replay(seed, _Replayer(act.log, then=act.act), mode)
-
-    def compare_replays(self, seed: int, policy: CoalitionPolicy) -> ReplayCheck:
-        """Replay ``policy`` through LangGraph (uncached), then feed the same decisions to the
-        fast executor; ``same`` when decisions, observations and outcomes match (also when the
-        fast path is off or does not cover the run: it falls back to LangGraph).
-        """
-        slow = _Recorder(policy)
-        truth = self._slow_replay(seed, slow, policy.absent)
-        fast = self.fast_graph()
-        if fast is None:
-            return ReplayCheck(truth, None, True)
-        again = _Replayer(slow.log)
-        try:
-            outcome = self._fast_replay(fast, seed, again, policy.absent)
-        except Unsupported:
-            return ReplayCheck(truth, None, True)
-        return ReplayCheck(truth, outcome, again.same and same(truth, outcome))
-
-    def fast_graph(self) -> FastGraph | None:
-        """The graph's fast replay executor (None: not available or switched off)."""
-        if self._fast is _UNSET:
-            self._fast = (
-                compile_fast(self.scenario.build_graph(), self.agent_nodes, self.agent_ids)
-                if self.fast_replay
-                else None
-            )
-        return self._fast  # type: ignore[return-value]
-
-    def _fast_replay(self, fast: FastGraph, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
-        inputs = self.scenario.initial_state(np.random.default_rng(seed))
-        try:
-            # the replay runs in this greenlet: the alarm may raise anywhere in it
-            with _Alarm(self.episode_timeout_s, self._limit_text, None):
-                state, team_reward = fast.run(
-                    inputs,
-                    act,
-                    skip_agents=mode == "skip",
-                    max_decisions=self.max_steps,
-                    recursion_limit=self.scenario.max_supersteps + 1,
-                )
-        except EpisodeTimeout:  # a replay gets the episode's wall-clock limit too
-            return self.scenario.failure_state(None)
-        except DecisionLimit:
-            return self.scenario.failure_state(None)
-        except RecursionLimit as exc:  # GraphRun keeps the error: a failure with its rewards
-            outcome = self.scenario.failure_state(None)
-            outcome.reward += exc.team_reward
-            return outcome
-        outcome = self.scenario.score(state)
-        outcome.reward += team_reward
-        return outcome
-
-    def _slow_replay(self, seed: int, act: Policy, mode: AbsentPolicy) -> Outcome:
-        run = self._new_run(seed, skip=mode == "skip")
-        limit = self.episode_timeout_s
-        deadline = time.monotonic() + limit if limit is not None else None
-        try:  # a replay gets the episode's wall-clock limit too
-            with _Alarm(limit, self._limit_text, greenlet.getcurrent()):
-                pending = run.start()
-                for _ in range(self.max_steps):
-                    if run.finished or (deadline is not None and time.monotonic() >= deadline):
-                        break
-                    pending = run.resume({a: act(a, r.observation) for a, r in pending.items()})
-        except EpisodeTimeout:
-            pass
-        if deadline is not None and time.monotonic() >= deadline and not run.error:
-            run.abort()  # timed out, as the episode would have: a failure with its rewards
-            outcome = self.scenario.failure_state(None)
-            outcome.reward += run.team_reward
-            return outcome
-        if not run.finished:
-            run.abort()
-            return self.scenario.failure_state(None)
-        outcome = (
-            self.scenario.failure_state(run.result)
-            if run.error
-            else self.scenario.score(run.result)
-        )
-        outcome.reward += run.team_reward
-        return outcome
+        """The last episode as plain JSON-safe data (:func:`scenarios.transcript.transcript`)."""
+        return transcript(self)
 
     def episode_actions(self) -> dict[str, list[Any]]:
         """The actions each agent took in the current episode, in order (for :meth:`value`)."""
@@ -958,13 +648,6 @@ class GraphEnv(ParallelEnv):
         for t in self.trace:
             out.setdefault(t.agent, []).append(t.action)
         return out
-
-
-def _freeze(actions: Mapping[str, list[Any]]) -> tuple[Any, ...]:
-    def f(x: Any) -> Any:
-        return tuple(np.asarray(x).ravel().tolist()) if isinstance(x, np.ndarray) else x
-
-    return tuple(sorted((a, tuple(f(x) for x in seq)) for a, seq in actions.items()))
 
 
 _TASK_NOTE = re.compile(r"During task with name '([^']*)'")
@@ -980,186 +663,6 @@ def _error_text(exc: BaseException) -> str:
     return f"node {node!r} raised {text}" if node else text
 
 
-def _render(hook: Callable[[str, Any], str], agent: str, value: Any) -> str:
-    """A scenario's rendering of a value; a failing hook shows its error instead of raising."""
-    try:
-        return str(hook(agent, value))
-    except Exception as exc:  # a transcript must not end a training run
-        return f"<{getattr(hook, '__name__', 'render')} failed: {type(exc).__name__}: {exc}>"
-
-
-def _tool_calls(text: str) -> list[str]:
-    """``name({"arg": ...})`` for each ``<tool>`` call in an action's text."""
-    if "<tool>" not in text:
-        return []
-    from scenarios.toolcalls import parse_tool_calls
-
-    return [
-        f"{c.name}({json.dumps(c.arguments, sort_keys=True, default=str)})"
-        for c in parse_tool_calls(text).tool_calls
-    ]
-
-
-def _alarm_usable() -> bool:
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-
-
-#: ``signal``'s C functions: ``signal.signal``/``getsignal`` are the same calls wrapped in enum
-#: conversions that cost ~4 µs each (``_Alarm`` makes three per env step); handlers come back
-#: as given (``SIG_DFL``/``SIG_IGN`` as plain ints) and go back as they came
-_SIGALRM = int(signal.SIGALRM)
-
-
-class _Alarm:
-    """While the graph runs in the main thread: ``SIGALRM`` after ``seconds``, then every
-    :data:`ALARM_REPEAT_S`, raising :class:`EpisodeTimeout` in whichever greenlet is running,
-    except ``env`` (the environment's own greenlet, where it only sets :attr:`fired`: the graph
-    has already let go; ``None``: raise anywhere). The previous handler and timer are put back
-    on exit, an outer timer with its remaining time; an outer timer due first is left alone
-    (the check between decisions covers ours). Does nothing outside the main thread or
-    without ``seconds``. Entered once per ``reset``/``step``: the handler and timer calls are
-    the C ones (``_signal``), ~3 µs a step in all.
-    """
-
-    def __init__(
-        self, seconds: float | None, describe: Callable[[str | None], str], env: Any
-    ) -> None:
-        self.seconds = None if seconds is None else max(seconds, 1e-4)  # setitimer(0) disarms
-        self.describe = describe
-        self.fired = False
-        self._active = False
-        self._env = env
-        self._old_handler: Any = None
-        self._old_timer = (0.0, 0.0)
-        self._start = 0.0
-
-    def __enter__(self) -> _Alarm:
-        if self.seconds is None or not _alarm_usable():
-            return self
-        old = _signal.getsignal(_SIGALRM)
-        due, _ = signal.getitimer(signal.ITIMER_REAL)
-        if old is None or (due and due <= self.seconds):
-            return self  # a handler Python cannot put back, or an outer alarm that comes first
-        self._old_handler = old
-        self._start = time.monotonic()
-        _signal.signal(_SIGALRM, self._handler)
-        self._old_timer = signal.setitimer(signal.ITIMER_REAL, self.seconds, ALARM_REPEAT_S)
-        self._active = True
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if not self._active:
-            return
-        self._active = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        _signal.signal(_SIGALRM, self._old_handler)
-        due, every = self._old_timer
-        if due:
-            signal.setitimer(
-                signal.ITIMER_REAL, max(due - (time.monotonic() - self._start), 1e-4), every
-            )
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """The alarm stopped meanwhile: its remaining time is kept for afterwards."""
-        if not self._active:
-            yield
-            return
-        due, every = signal.setitimer(signal.ITIMER_REAL, 0)
-        paused_at = time.monotonic()
-        try:
-            yield
-        finally:
-            self._start += time.monotonic() - paused_at
-            if due:
-                signal.setitimer(signal.ITIMER_REAL, due, every)
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.fired = True
-        if greenlet.getcurrent() is self._env:
-            return
-        try:
-            node = get_config()["metadata"].get("langgraph_node")
-        except Exception:  # not inside a LangGraph task: a fast path task's node, or none
-            node = FAST_NODE.get()
-        raise EpisodeTimeout(self.describe(node))
-
-
 _UNSET: Any = object()
-#: fast replays a GraphEnv checks against LangGraph replays before trusting them
-FAST_REPLAY_CHECKS = 16
 
-
-class _Recorder:
-    """A policy that keeps every decision it made: ``(agent, observation, action)``."""
-
-    def __init__(self, act: Policy) -> None:
-        self.act = act
-        self.log: list[tuple[str, Any, Any]] = []
-
-    def __call__(self, agent: str, obs: Any) -> Any:
-        action = self.act(agent, obs)
-        self.log.append((agent, obs, action))
-        return action
-
-
-class _Replayer:
-    """Feeds recorded decisions back in order (``same`` turns False where the run differs),
-    then asks ``then`` (or gives up with a default action when there is none)."""
-
-    def __init__(self, log: list[tuple[str, Any, Any]], then: Policy | None = None) -> None:
-        self.log = log
-        self.then = then
-        self.same = True
-        self._i = 0
-
-    def __call__(self, agent: str, obs: Any) -> Any:
-        if self._i < len(self.log):
-            who, seen, action = self.log[self._i]
-            self._i += 1
-            self.same = self.same and who == agent and same(seen, obs)
-            return action
-        if self.then is not None:
-            return self.then(agent, obs)
-        self.same = False
-        return SkipNode
-
-
-class InlineBridge:
-    """Answers ``decide()`` by calling a policy directly (no environment in between)."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.decisions = 0
-        self.team_reward = 0.0
-
-    def decide(self, agent: str, observation: Any) -> Any:
-        self.decisions += 1
-        return self.policy(agent, observation)
-
-    def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
-        if agents is None:
-            self.team_reward += value
-
-
-def run_inline(
-    scenario: Scenario, policy: Policy, seed: int, graph: Any = None
-) -> tuple[dict[str, Any], Outcome, int]:
-    """Run one episode with ``policy`` answering every decision inline.
-
-    Returns the final state, the verifier's outcome (``reward`` includes emitted team rewards)
-    and the number of decisions. ``graph`` is a compiled graph to reuse across episodes.
-    (Fan-out instance ids are not expanded here: ``policy`` sees the name given to ``decide``.)
-    """
-    graph = graph if graph is not None else scenario.build_graph().compile()
-    bridge = InlineBridge(policy)
-    state = graph.invoke(
-        scenario.initial_state(np.random.default_rng(seed)),
-        config={
-            "configurable": {BRIDGE_KEY: bridge},
-            "recursion_limit": scenario.max_supersteps + 1,
-        },
-    )
-    outcome = scenario.score(state)
-    outcome.reward += bridge.team_reward
-    return state, outcome, bridge.decisions
+__all__ = ["ENGINES", "ENGINE_ENV", "GraphEnv", "TraceStep", "blank_observation"]
