@@ -41,18 +41,12 @@ from scenarios.args import executed_action, zero_action
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.bridge import GraphRun, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
+from scenarios.engines import ENGINE_ENV, ENGINES
 from scenarios.env_replays import ReplayAPI
 from scenarios.replay import FastGraph, compile_fast, same
 from scenarios.stepped import SteppedRun
 from scenarios.tool_latency import TOOLS_KEY, ToolEpisode, ToolSettings
 from scenarios.transcript import transcript
-
-#: how live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): ``auto`` (the fast
-#: path where the graph compiles for it), ``langgraph``, ``fast`` (required) or ``check`` (both,
-#: compared at every step)
-ENGINES = ("auto", "langgraph", "fast", "check")
-#: the default engine when ``GraphEnv(engine=None)``: this environment variable, else ``auto``
-ENGINE_ENV = "MARL_ENGINE"
 
 
 def _unrunnable(exc: BaseException) -> bool:
@@ -665,4 +659,4 @@ def _error_text(exc: BaseException) -> str:
 
 _UNSET: Any = object()
 
-__all__ = ["ENGINES", "ENGINE_ENV", "GraphEnv", "TraceStep", "blank_observation"]
+__all__ = ["GraphEnv", "TraceStep", "blank_observation"]

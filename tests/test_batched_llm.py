@@ -1,4 +1,4 @@
-"""LLM pools on the batched sampler (``episodes.sampler: auto`` / ``batched``).
+"""LLM pools on the batched sampler (``episodes.sampler: batched``).
 
 What a user relies on: the episodes carry the columns RLlib's sampler writes for an LLM pool
 (and for a mixed team), so the GRPO learner reads them alike; one ``generate`` per module per

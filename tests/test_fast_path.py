@@ -17,7 +17,6 @@ from langgraph.types import Send
 from toys import handoff_graph, join_graph, map_reduce_graph, obs, user_scenario
 
 from scenarios import GraphEnv, ScenarioError, decide, emit_reward
-from scenarios.graph_env import ENGINES
 from scenarios.registry import build, list_scenarios
 from scenarios.stepped import SteppedRun
 
@@ -43,12 +42,6 @@ def check_episodes(env: GraphEnv, episodes: int, seed: int = 0) -> GraphEnv:
     for ep in range(episodes):
         play(env, seed * 1000 + ep, rng)
     return env
-
-
-def test_engine_names_agree_with_the_config() -> None:
-    from trainers.configs.experiment import ENGINES as CONFIG_ENGINES
-
-    assert CONFIG_ENGINES == ENGINES
 
 
 @pytest.mark.parametrize("name", [c.name for c in list_scenarios() if c.name != "flaky-tool"])

@@ -191,7 +191,7 @@ def _env_runner_kwargs(
 
 def batched_sampler(cfg: ExperimentConfig) -> bool:
     """Whether env runners sample with :class:`~trainers.sampling.batched_runner.BatchedEnvRunner`:
-    ``episodes.sampler`` ``batched`` or ``auto`` (small-network and LLM pools alike); RLlib's
+    ``episodes.sampler: batched``, the default (small-network and LLM pools alike); RLlib's
     own sampler with ``rllib``."""
     return cfg.episodes.sampler != "rllib"
 

@@ -326,8 +326,8 @@ def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> N
         )
     if cfg.episodes.env_threads and cfg.episodes.sampler == "rllib":
         raise ConfigError(
-            "episodes.env_threads needs the batched sampler: set episodes.sampler: auto or "
-            "batched, or remove env_threads"
+            "episodes.env_threads needs the batched sampler: set episodes.sampler: batched, "
+            "or remove env_threads"
         )
     if isinstance(cfg.algorithm, GRPOAlgo) and cfg.algorithm.grpo.kl_coef:
         other = [f"{p.id} ({p.model.type})" for p in pools.values()

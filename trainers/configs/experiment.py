@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_agents.pools import MODELS, SHARING, ModelConfig, PoolConfig
+from scenarios.engines import ENGINES
 from scenarios.tool_latency import ToolLatency
 from trainers.configs.algorithms import ALGORITHMS, AlgoConfig, PPOAlgo
 from trainers.configs.credit import CreditConfig
@@ -217,10 +218,8 @@ class OutputConfig:
             )
 
 
-#: ``episodes.engine`` values: scenarios.graph_env.ENGINES (kept here so that loading a config does
-#: not import LangGraph; tests/test_fast_path.py checks that they agree)
-ENGINES = ("auto", "langgraph", "fast", "check")
-SAMPLERS = ("auto", "batched", "rllib")
+#: ``episodes.sampler`` values (``auto``, an older name of ``batched``, is read as ``batched``)
+SAMPLERS = ("batched", "rllib")
 
 
 @dataclasses.dataclass
@@ -239,11 +238,11 @@ class EpisodesConfig:
             it, else LangGraph), ``langgraph``, ``fast`` (the fast path, or an error naming why
             not) or ``check`` (both, compared at every step: slow, for tests); the same
             episodes either way (:class:`scenarios.graph_env.GraphEnv`).
-        sampler: how env runners sample: ``auto`` (= ``batched``), ``batched``
-            (:mod:`trainers.sampling.batched_runner`: one forward per module per step over all
-            acting
-            agents, for an LLM pool one batched ``generate``; per-env RNG streams) or ``rllib``
-            (RLlib's own ``MultiAgentEnvRunner``, for comparison).
+        sampler: how env runners sample: ``batched`` (the default;
+            :mod:`trainers.sampling.batched_runner`: one forward per module per step over all
+            acting agents, for an LLM pool one batched ``generate``; per-env RNG streams) or
+            ``rllib`` (RLlib's own ``MultiAgentEnvRunner``, for comparison); ``auto``, an older
+            name of ``batched``, is read as ``batched``.
         env_threads: with the batched sampler, step each env of a runner on its own thread,
             so episodes waiting on slow tools or remote model calls do not hold the others
             (raise ``resources.num_envs_per_env_runner`` to keep more episodes in flight); a
@@ -263,12 +262,14 @@ class EpisodesConfig:
     timeout_s: float | None = 300.0
     fail_after: int = 1
     engine: str = "auto"
-    sampler: str = "auto"
+    sampler: str = "batched"
     env_threads: bool = False
     tool_latency: ToolLatency | None = None
     tool_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.sampler == "auto":  # the older name of the default
+            self.sampler = "batched"
         typed(self, "episodes")
 
     def check(self) -> None:

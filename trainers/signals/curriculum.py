@@ -192,7 +192,8 @@ class TaskSchedule:
             self.memo, self.outbox = dict(state["memo"]), list(state["outbox"])
 
 
-#: this process's schedule (env runners and, with ``num_env_runners: 0``, the driver)
+#: this process's task schedule: process-wide because RLlib builds every sub-env from a
+#: pickled config, so no call path can hand them one object (the driver pushes to it)
 SCHEDULE = TaskSchedule()
 
 

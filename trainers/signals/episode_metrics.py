@@ -67,6 +67,8 @@ class EpisodeJournal:
         return out
 
 
+#: this process's journal: process-wide because RLlib builds the env runner's callbacks and
+#: envs from pickled configs, so no call path can hand them one object
 JOURNAL = EpisodeJournal()
 
 

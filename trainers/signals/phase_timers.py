@@ -41,8 +41,8 @@ TOOL_WAIT_KEY = "timers/tool_wait_s"
 #: the keys :func:`iteration_timers` adds to each metrics row
 TIMER_KEYS = (*PHASE_KEYS, TOOL_WAIT_KEY)
 _MARK = "_marl_timed"
-
-
+#: forward-pass seconds of this process: process-wide like scenarios.clocks' clocks (RLlib
+#: calls the module's forward; no call path reaches the runner's metrics)
 FORWARD_CLOCK = Clock()
 
 
