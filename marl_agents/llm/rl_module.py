@@ -310,6 +310,14 @@ class CausalLMModule(TorchRLModule):
                 for r in range(len(prompts))
             ]
         if self.sampler == "vllm":
+            if constraints is not None and any(c is not None for c in constraints):
+                from marl_agents.llm.constraints import ConstraintError
+
+                raise ConstraintError(
+                    "a vLLM-sampled pool got a reply constrained to the app's tools / schema, "
+                    "which the vLLM sampler does not apply yet: set the pool's sampler: "
+                    "transformers, or constrain: off (replies then may not parse)"
+                )
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
             raise ValueError(
