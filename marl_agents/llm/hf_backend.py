@@ -128,16 +128,17 @@ class HFBackend:
         masks: list[list[torch.Tensor]] = [[] for _ in range(n)]
         for _ in range(limit):
             logp = torch.log_softmax(logits, dim=-1)
-            step_masks = matchers.next_masks(done) if matchers is not None else None
+            step_masks = None
+            if matchers is not None:  # one masking op for the batch (-1 rows: free)
+                step_masks = matchers.next_masks(done)
+                logits = mask_logits(logits, step_masks.to(dev))
             chosen = torch.full((n, 1), self.pad_id, dtype=torch.long, device=dev)
             for r in range(n):
                 if done[r]:
                     continue
-                row_mask = None
-                if matchers is not None and matchers.matchers[r] is not None:
-                    row_mask = step_masks[r]  # type: ignore[index]
-                    masks[r].append(row_mask)
-                tok, slp = _sample(mask_logits(logits[r], _on(row_mask, dev)), params[r], gens[r])
+                if step_masks is not None and matchers.matchers[r] is not None:  # type: ignore[union-attr]
+                    masks[r].append(step_masks[r])
+                tok, slp = _sample(logits[r], params[r], gens[r])
                 if matchers is not None:
                     matchers.accept(r, tok)
                 tokens[r].append(tok)
@@ -297,10 +298,6 @@ def _matchers(
     return RowMatchers(
         tokenizer, vocab_size, [p.constraint for p in params], sorted(set().union(*stops))
     )
-
-
-def _on(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
-    return None if mask is None else mask.to(device)
 
 
 def _row_generator(seed: int | None, device: torch.device) -> torch.Generator:
