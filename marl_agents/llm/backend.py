@@ -55,6 +55,9 @@ class SamplingParams:
             the same backend. ``None``: draw from the backend's own generator.
         stop_token_ids: extra token ids that end generation (the tokenizer's EOS always
             does); the stop token is included in ``token_ids``.
+        constraint: what the reply must parse as
+            (:class:`~marl_agents.llm.constraints.Constraint`: sampled from the masked
+            distribution); ``None``: free text.
     """
 
     temperature: float = 1.0
@@ -62,6 +65,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    constraint: Any = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -95,7 +99,11 @@ class Generation:
         finish_reason: ``"stop"`` (EOS or a stop token) or ``"length"``.
         sampling_logprobs: per generated token, its log-probability under the distribution
             it was drawn from (temperature, top-p), or ``None`` if the backend does not give
-            it. Greedy tokens have ``0.0`` here.
+            it. Greedy tokens have ``0.0`` here. Under a constraint, of the masked,
+            renormalised distribution.
+        token_masks: under a constraint, the bitmask each token was drawn under
+            (``[len(token_ids), words]`` int32, :mod:`marl_agents.llm.constraints`);
+            ``None`` for a free reply.
     """
 
     prompt_ids: list[int]
@@ -104,6 +112,7 @@ class Generation:
     text: str
     finish_reason: str = "length"
     sampling_logprobs: list[float] | None = None
+    token_masks: Any = None
 
     def __post_init__(self) -> None:
         if len(self.logprobs) != len(self.token_ids):

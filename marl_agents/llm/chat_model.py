@@ -11,6 +11,13 @@ called in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
 :mod:`scenarios.toolcalls`. Malformed calls never raise: the message carries no tool call
 and the step is recorded with ``format_ok=False``.
 
+**Constrained replies.** A call with bound tools (``tool_choice`` forcing a call, as
+``with_structured_output`` binds its schema, or leaving it optional) or a ``response_format``
+(``model.bind(response_format=...)``: a JSON reply) declares a
+:class:`~marl_agents.llm.constraints.Constraint`; the backend then samples only replies that
+parse (:mod:`marl_agents.llm.constraints`). ``constrain="off"`` (the model field) leaves
+every reply free. A JSON reply's text is the message content.
+
 Example:
     >>> from marl_agents.llm.tiny import make_tiny_model
     >>> from marl_agents.llm.hf_backend import HFBackend
@@ -29,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -46,6 +53,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from marl_agents.llm.backend import Generation, SamplingParams
+from marl_agents.llm.constraints import Constraint
 from scenarios.toolcalls import (
     ToolCall,
     parse_tool_calls,
@@ -164,6 +172,8 @@ class PolicyChatModel(BaseChatModel):
             override them.
         recorder: where steps go; share one recorder between agents to collect a team's
             episode.
+        constrain: ``"auto"``: a call with tools or a ``response_format`` declares its
+            constraint (module doc); ``"off"``: never.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -172,6 +182,7 @@ class PolicyChatModel(BaseChatModel):
     agent: str | None = None
     params: SamplingParams = Field(default_factory=SamplingParams)
     recorder: GenerationRecorder = Field(default_factory=GenerationRecorder)
+    constrain: Literal["auto", "off"] = "auto"
 
     @property
     def _llm_type(self) -> str:
@@ -192,12 +203,14 @@ class PolicyChatModel(BaseChatModel):
 
         Args:
             tools: LangChain tools, functions, pydantic models or OpenAI tool dicts.
-            tool_choice: accepted for API compatibility and ignored: a prompted format
-                cannot force a call.
+            tool_choice: ``"any"``/``"required"``/a tool's name force one call (what
+                ``with_structured_output`` asks); ``None``/``"auto"`` leave it optional;
+                ``"none"`` frees the reply. Enforced by constrained decoding (module doc).
             **kwargs: further call arguments (e.g. ``temperature``).
         """
-        del tool_choice
         formatted = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
         return self.bind(tools=formatted, **kwargs)
 
     def _generate(
@@ -212,6 +225,17 @@ class PolicyChatModel(BaseChatModel):
         agent = self._agent_key(run_manager, kwargs)
         return self._reply(agent, to_chat_dicts(messages, tools), tools, kwargs)
 
+    def constraint_of(
+        self, tools: list[Any] | None, kwargs: dict[str, Any], prefix: str = ""
+    ) -> Constraint | None:
+        """The constraint a call declares (pops ``tool_choice`` / ``response_format`` from
+        the call's ``kwargs``); ``None``: a free reply or ``constrain="off"``."""
+        choice = kwargs.pop("tool_choice", None)
+        response_format = kwargs.pop("response_format", None)
+        if self.constrain == "off":
+            return None
+        return Constraint.for_call(tools, choice, response_format, prefix=prefix)
+
     def _reply(
         self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
     ) -> ChatResult:
@@ -221,6 +245,9 @@ class PolicyChatModel(BaseChatModel):
             for k in ("temperature", "top_p", "max_new_tokens", "seed")
             if k in kwargs
         }
+        constraint = self.constraint_of(tools, kwargs)
+        if constraint is not None:
+            overrides["constraint"] = constraint
         params = dataclasses.replace(self.params, **overrides) if overrides else self.params
         [gen] = self.backend.generate([chat], params)
         step, content = parse_step(agent, gen, chat, tools, gen.text)

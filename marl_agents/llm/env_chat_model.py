@@ -16,7 +16,10 @@ rewritten:
   Unparseable output never raises: the message carries no tool call, the step is recorded
   with ``format_ok=False`` (also in ``response_metadata["format_ok"]``), ``format_penalty``
   (if > 0) is paid to the agent at once with ``scenarios.emit_reward``, and the episode goes
-  on. Sampling parameters are ignored here: the policy samples.
+  on. Sampling parameters are ignored here: the policy samples. A call with tools or a
+  ``response_format`` declares its constraint for the observation
+  (:func:`marl_agents.llm.constraints.declare`): the module sampling the reply (with
+  ``constrain: auto``) draws only replies that parse (:mod:`marl_agents.llm.constraints`).
 * **Outside** (plain ``graph.invoke``), the same model generates with its backend, exactly
   as :class:`~marl_agents.llm.chat_model.PolicyChatModel` does.
 
@@ -68,6 +71,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from marl_agents.llm.backend import Generation, SamplingParams, stop_ids
 from marl_agents.llm.chat_model import PolicyChatModel, chat_result, parse_step, tool_names
+from marl_agents.llm.constraints import declare, declared
 from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import complete_call
 
@@ -168,6 +172,8 @@ class EnvChatModel(PolicyChatModel):
         if prefill:
             prompt += encode_prompt(self.tokenizer, prefill)
         obs = self.spaces.encode_prompt(prompt)
+        # the policy's module finds the call's constraint by its observation
+        declare(obs, self.constraint_of(tools, kwargs, prefix=prefill))
         gen = self.generation_of(obs, decide(agent, obs))
         text = prefill + gen.text
         if self.complete_calls and tools:
@@ -218,10 +224,11 @@ def backend_policy(
 ) -> Callable[[str, Any], np.ndarray]:
     """A GraphEnv policy ``(agent, observation) → action`` that generates with ``backend``.
 
-    The observation's prompt ids go to the backend as ids (no re-tokenisation) and the
-    generated ids come back as the action: with the same sampling parameters and seed, an
-    episode stepped with this policy gives the app the same replies as running it directly
-    on the backend. Stands in for the learner's policy in tests and evaluation.
+    The observation's prompt ids go to the backend as ids (no re-tokenisation), with the
+    constraint its call declared, and the generated ids come back as the action: with the
+    same sampling parameters and seed, an episode stepped with this policy gives the app the
+    same replies as running it directly on the backend. Stands in for the learner's policy
+    in tests and evaluation.
 
     Args:
         backend: an :class:`~marl_agents.llm.backend.LLMBackend`.
@@ -236,7 +243,8 @@ def backend_policy(
         return dataclasses.replace(p, max_new_tokens=min(p.max_new_tokens, spaces.max_new_tokens))
 
     def policy(agent: str, observation: Any) -> np.ndarray:
-        [gen] = backend.generate([spaces.decode_prompt(observation)], params_for(agent))
+        p = dataclasses.replace(params_for(agent), constraint=declared(observation))
+        [gen] = backend.generate([spaces.decode_prompt(observation)], p)
         return spaces.encode_action(gen.token_ids)
 
     return policy

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
+from marl_agents.llm.constraints import RowMatchers, mask_logits
 from scenarios.text_space import Prompt
 
 
@@ -123,13 +124,23 @@ class HFBackend:
         cache = out[cache_key]
         logits = out.logits[:, -1, :].float()
         next_pos = positions[:, -1:] + 1
+        matchers = _matchers(self.tokenizer, logits.shape[-1], params, stops)
+        masks: list[list[torch.Tensor]] = [[] for _ in range(n)]
         for _ in range(limit):
             logp = torch.log_softmax(logits, dim=-1)
+            step_masks = None
+            if matchers is not None:  # one masking op for the batch (-1 rows: free)
+                step_masks = matchers.next_masks(done)
+                logits = mask_logits(logits, step_masks.to(dev))
             chosen = torch.full((n, 1), self.pad_id, dtype=torch.long, device=dev)
             for r in range(n):
                 if done[r]:
                     continue
+                if step_masks is not None and matchers.matchers[r] is not None:  # type: ignore[union-attr]
+                    masks[r].append(step_masks[r])
                 tok, slp = _sample(logits[r], params[r], gens[r])
+                if matchers is not None:
+                    matchers.accept(r, tok)
                 tokens[r].append(tok)
                 raw_lp[r].append(float(logp[r, tok]))
                 samp_lp[r].append(slp)
@@ -160,6 +171,7 @@ class HFBackend:
                 text=self.tokenizer.decode(tokens[r], skip_special_tokens=True),
                 finish_reason=reason[r],
                 sampling_logprobs=samp_lp[r],
+                token_masks=torch.stack(masks[r]).numpy() if masks[r] else None,
             )
             for r in range(n)
         ]
@@ -171,19 +183,26 @@ class HFBackend:
         token_ids: Sequence[Sequence[int]],
         *,
         temperature: float = 1.0,
+        token_masks: Sequence[Any] | None = None,
     ) -> list[list[float]]:
         """Teacher-forced logprobs of ``token_ids`` after ``prompt_ids`` under ``logits / T``.
 
         With ``temperature=1`` (the default) the recompute of :attr:`Generation.logprobs`;
         with the sampling temperature (and ``top_p = 1``) the recompute of
-        :attr:`Generation.sampling_logprobs`. One forward pass over each
+        :attr:`Generation.sampling_logprobs` (of a constrained reply: with its
+        ``token_masks``). One forward pass over each
         ``prompt + completion`` (batched, right-padded).
 
         Returns:
             Per completion, one float per token.
         """
         lp, _ = teacher_forced_logprobs(
-            self.model, prompt_ids, token_ids, pad_id=self.pad_id, temperature=temperature
+            self.model,
+            prompt_ids,
+            token_ids,
+            pad_id=self.pad_id,
+            temperature=temperature,
+            token_masks=token_masks,
         )
         return [row[: len(t)].tolist() for row, t in zip(lp, token_ids, strict=True)]
 
@@ -196,6 +215,7 @@ def teacher_forced_logprobs(
     pad_id: int = 0,
     with_entropy: bool = False,
     temperature: float | Sequence[float] | torch.Tensor = 1.0,
+    token_masks: Sequence[Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (and optionally entropies) of completion tokens, one forward pass.
 
@@ -210,6 +230,9 @@ def teacher_forced_logprobs(
         pad_id: id used for right padding.
         with_entropy: also return the entropy of each next-token distribution.
         temperature: one temperature ``> 0`` for all sequences, or one per sequence.
+        token_masks: per sequence, ``None`` or the bitmasks its tokens were sampled under
+            (``[>= len(tokens), words]`` int32, :mod:`marl_agents.llm.constraints`): the
+            token is then scored under the masked, renormalised distribution.
 
     Returns:
         ``(logprobs, entropy)``: float32 tensors ``[batch, max_completion_len]`` aligned with
@@ -239,11 +262,14 @@ def teacher_forced_logprobs(
             continue
         # logits at position j predict token j + 1: completion token k sits at len(p) + k.
         step_logits = logits[r, len(p) - 1 : len(p) + len(t) - 1].float()
-        row = torch.log_softmax(step_logits / temps[r], dim=-1)
+        row_mask = token_masks[r] if token_masks is not None else None
+        if row_mask is not None:
+            row_mask = torch.as_tensor(row_mask, device=dev)[: len(t)]
+        row = torch.log_softmax(mask_logits(step_logits / temps[r], row_mask), dim=-1)
         tgt = torch.tensor(list(t), dtype=torch.long, device=dev)
         out[r, : len(t)] = row.gather(-1, tgt[:, None]).squeeze(-1)
-        if ent is not None:
-            ent[r, : len(t)] = -(row.exp() * row).sum(-1)
+        if ent is not None:  # masked tokens (-inf) add nothing
+            ent[r, : len(t)] = -(row.exp() * row.clamp(min=torch.finfo(row.dtype).min)).sum(-1)
     return out, ent
 
 
@@ -261,6 +287,17 @@ def _temperatures(temperature: float | Sequence[float] | torch.Tensor, n: int) -
             "(greedy tokens, temperature 0, have no distribution to score)"
         )
     return [float(t) for t in temps]
+
+
+def _matchers(
+    tokenizer: Any, vocab_size: int, params: Sequence[SamplingParams], stops: list[set[int]]
+) -> RowMatchers | None:
+    """Grammar matchers of the constrained rows (``None`` when no row is constrained)."""
+    if all(p.constraint is None for p in params):
+        return None
+    return RowMatchers(
+        tokenizer, vocab_size, [p.constraint for p in params], sorted(set().union(*stops))
+    )
 
 
 def _row_generator(seed: int | None, device: torch.device) -> torch.Generator:

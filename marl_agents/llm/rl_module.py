@@ -21,6 +21,13 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   whenever :meth:`CausalLMModule.set_state` (RLlib's weight sync) moved
   :attr:`~CausalLMModule.weights_version` since its last sample; its behaviour logprobs are
   vLLM's, at the same temperature (the learner's TIS correction absorbs kernel differences).
+* **Constrained decoding** (``model_config["constrain"]``, ``"auto"`` by default): a row
+  whose chat-model call declared tools or a response schema
+  (:func:`marl_agents.llm.constraints.declared`, found by the row's observation) is sampled
+  under its grammar's mask, and the module returns every token's bitmask as the extra model
+  output :data:`TOKEN_MASK` (``-1`` words: a free token), so the masks travel with the
+  episode to the learner, which scores each token under the same mask (the temperature
+  rule's twin). ``"off"``: every reply free, no :data:`TOKEN_MASK` column.
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
   ``model_config["inference_temperature"]`` says otherwise.
 * **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
@@ -44,6 +51,7 @@ trained distribution is the one that sampled the tokens.
 * ``temperature`` (1.0), ``top_p`` (1.0): exploration sampling. Training needs
   ``temperature > 0`` and ``top_p = 1`` (:meth:`CausalLMModule.check_trainable`).
 * ``sampler`` (``"transformers"``): or ``"vllm"`` (see above).
+* ``constrain`` (``"auto"``): or ``"off"`` (see above).
 * ``inference_temperature`` (0.0): evaluation sampling (0 = greedy). Its rows carry their own
   temperature, so were they ever trained on they would be scored at it (greedy ones raise).
 * ``lora`` (a :class:`~marl_agents.pools.LoRAConfig` or its dict) and/or ``adapter`` (a peft
@@ -93,6 +101,12 @@ SAMPLING_TEMPERATURE = "sampling_temperature"
 #: depend on its prompt, the weights and its seed only, not on the rows sharing the batch
 #: (the batched sampler draws each from the row's env stream); absent: the backend's own RNG.
 SAMPLING_SEEDS = "sampling_seeds"
+#: extra model output / batch column (``constrain: auto``): per generated token, the bitmask
+#: it was sampled under ``[B, max_new_tokens, words]`` int32 (``-1`` words: free); the
+#: learner scores the token under the masked distribution.
+TOKEN_MASK = "token_mask"
+#: ``model_config["constrain"]`` values
+CONSTRAIN_MODES = ("auto", "off")
 
 
 class SamplingConfigError(ValueError):
@@ -167,6 +181,12 @@ class CausalLMModule(TorchRLModule):
         self.temperature = float(cfg.get("temperature", 1.0))
         self.top_p = float(cfg.get("top_p", 1.0))
         self.inference_temperature = float(cfg.get("inference_temperature", 0.0))
+        self.constrain = str(cfg.get("constrain", "auto"))
+        if self.constrain not in CONSTRAIN_MODES:
+            raise ValueError(
+                f"model_config['constrain']={self.constrain!r}: use 'auto' (constrain replies "
+                "to the tools / schema the app declares) or 'off'"
+            )
         pad = self.tokenizer.pad_token_id
         self._lm_pad = int(pad if pad is not None else self.tokenizer.eos_token_id)
 
@@ -236,6 +256,11 @@ class CausalLMModule(TorchRLModule):
             )
         return temps
 
+    def batch_token_mask(self, batch: Mapping[str, Any]) -> torch.Tensor | None:
+        """The batch's :data:`TOKEN_MASK` (``None``: no column, every token free)."""
+        masks = batch.get(TOKEN_MASK)
+        return None if masks is None else torch.as_tensor(masks, dtype=torch.int32)
+
     @property
     def sampler(self) -> str:
         """What samples this module: ``"transformers"`` (its own LM) or ``"vllm"``."""
@@ -254,23 +279,45 @@ class CausalLMModule(TorchRLModule):
         self._weights_version = self.weights_version + 1
 
     def generate(
-        self, prompts: list[list[int]], temperature: float, seeds: Sequence[int] | None = None
+        self,
+        prompts: list[list[int]],
+        temperature: float,
+        seeds: Sequence[int] | None = None,
+        constraints: Sequence[Any] | None = None,
     ) -> list[Generation]:
         """Sample one completion per prompt (at most ``max_new_tokens``) with the module's LM:
         in process with transformers, or with the module's vLLM engine (``sampler: vllm``),
         which first loads the module's weights if they changed since its last sample.
-        ``seeds``: one per prompt (its own ``SamplingParams.seed``), or None."""
+        ``seeds``: one per prompt (its own ``SamplingParams.seed``), or None.
+        ``constraints``: one :class:`~marl_agents.llm.constraints.Constraint` (or ``None``)
+        per prompt, or None."""
         one = SamplingParams(
             temperature=temperature,
             top_p=self.top_p if temperature > 0 else 1.0,
             max_new_tokens=self.spaces.max_new_tokens,
         )
         params: SamplingParams | list[SamplingParams] = one
-        if seeds is not None:
-            if len(seeds) != len(prompts):
-                raise ValueError(f"{len(seeds)} sampling seeds for {len(prompts)} prompts")
-            params = [dataclasses.replace(one, seed=int(s)) for s in seeds]
+        if seeds is not None or constraints is not None:
+            for name, given in (("sampling seeds", seeds), ("constraints", constraints)):
+                if given is not None and len(given) != len(prompts):
+                    raise ValueError(f"{len(given)} {name} for {len(prompts)} prompts")
+            params = [
+                dataclasses.replace(
+                    one,
+                    seed=None if seeds is None else int(seeds[r]),
+                    constraint=None if constraints is None else constraints[r],
+                )
+                for r in range(len(prompts))
+            ]
         if self.sampler == "vllm":
+            if constraints is not None and any(c is not None for c in constraints):
+                from marl_agents.llm.constraints import ConstraintError
+
+                raise ConstraintError(
+                    "a vLLM-sampled pool got a reply constrained to the app's tools / schema, "
+                    "which the vLLM sampler does not apply yet: set the pool's sampler: "
+                    "transformers, or constrain: off (replies then may not parse)"
+                )
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
             raise ValueError(
@@ -307,7 +354,8 @@ class CausalLMModule(TorchRLModule):
         seeds = batch.get(SAMPLING_SEEDS)
         if seeds is not None:
             seeds = np.asarray(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds).tolist()
-        gens = self.generate(self.prompts(obs), temperature, seeds)
+        constraints = self.row_constraints(obs)
+        gens = self.generate(self.prompts(obs), temperature, seeds, constraints)
         width = self.spaces.max_new_tokens
         actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
         token_lp = np.zeros((len(gens), width), dtype=np.float32)
@@ -317,7 +365,7 @@ class CausalLMModule(TorchRLModule):
                 raise RuntimeError("the HF backend returned no sampling_logprobs")
             token_lp[r, : len(g.sampling_logprobs)] = g.sampling_logprobs
         device = obs.device if isinstance(obs, torch.Tensor) else None
-        return {
+        out = {
             Columns.ACTIONS: torch.as_tensor(actions, device=device),
             Columns.ACTION_LOGP: torch.as_tensor(token_lp.sum(-1), device=device),
             TOKEN_LOGP: torch.as_tensor(token_lp, device=device),
@@ -325,6 +373,31 @@ class CausalLMModule(TorchRLModule):
                 (len(gens),), float(temperature), dtype=torch.float32, device=device
             ),
         }
+        if constraints is not None:
+            out[TOKEN_MASK] = torch.as_tensor(self._token_masks(gens), device=device)
+        return out
+
+    def row_constraints(self, obs: torch.Tensor | np.ndarray) -> list[Any] | None:
+        """Per row, the constraint its call declared (``None``: free); ``None`` with
+        ``constrain: off``."""
+        if self.constrain == "off":
+            return None
+        from marl_agents.llm.constraints import declared
+
+        rows = obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
+        return [declared(r) for r in rows.reshape(len(rows), -1)]
+
+    def _token_masks(self, gens: Sequence[Generation]) -> np.ndarray:
+        """``[B, max_new_tokens, words]`` int32: each token's sampling bitmask, ``-1`` free."""
+        from marl_agents.llm.constraints import mask_words
+
+        words = mask_words(int(self.model.config.vocab_size))
+        masks = np.full((len(gens), self.spaces.max_new_tokens, words), -1, dtype=np.int32)
+        for r, g in enumerate(gens):
+            if g.token_masks is not None:
+                m = np.asarray(g.token_masks, dtype=np.int32)
+                masks[r, : len(m)] = m
+        return masks
 
     # ----- RLlib forwards ------------------------------------------------------------------
     @override
@@ -347,6 +420,7 @@ class CausalLMModule(TorchRLModule):
             batch[Columns.ACTIONS],
             with_entropy=True,
             temperature=self.batch_temperature(batch),
+            token_mask=self.batch_token_mask(batch),
         )
         return {TOKEN_LOGP: lp, TOKEN_ENTROPY: ent}
 
@@ -358,10 +432,12 @@ class CausalLMModule(TorchRLModule):
         with_entropy: bool = False,
         model: Any = None,
         temperature: float | torch.Tensor | None = None,
+        token_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher-forced logprobs (and entropies) of ``actions`` after ``obs``, with gradients.
 
-        Scored under ``softmax(logits / temperature)`` (no top-p truncation).
+        Scored under ``softmax(logits / temperature)`` (no top-p truncation), masked by
+        ``token_mask`` where given.
 
         Args:
             obs: ``[B, max_prompt_tokens]`` padded prompt ids.
@@ -370,6 +446,8 @@ class CausalLMModule(TorchRLModule):
             model: score with this LM instead of the module's (e.g. a frozen reference).
             temperature: one ``> 0`` for all rows or ``[B]`` per row; ``None``: the module's
                 exploration ``temperature``. Pass ``1.0`` for the raw model's logprobs.
+            token_mask: ``[B, max_new_tokens, words]`` sampling bitmasks (:data:`TOKEN_MASK`,
+                :meth:`batch_token_mask`), or ``None``: no constraint.
 
         Returns:
             ``(logprobs, entropy)``, each ``[B, max_new_tokens]`` float32, zeros on padding
@@ -403,6 +481,7 @@ class CausalLMModule(TorchRLModule):
             pad_id=self._lm_pad,
             with_entropy=with_entropy,
             temperature=temps[rows],
+            token_masks=None if token_mask is None else [token_mask[r] for r in rows],
         )
         index = torch.as_tensor(rows, device=device)
         t = out_lp.shape[1]

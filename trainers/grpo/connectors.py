@@ -241,6 +241,7 @@ class LearnerOldLogprobs(ConnectorV2):
                     module_batch[Columns.OBS],
                     module_batch[Columns.ACTIONS],
                     temperature=module.batch_temperature(module_batch),
+                    token_mask=module.batch_token_mask(module_batch),
                 )
             module_batch[LEARNER_OLD_LOGP] = lp.detach()
         return batch

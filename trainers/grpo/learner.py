@@ -9,7 +9,9 @@ The pieces, each an RLlib seam:
   module's teacher-forced token logprobs (``CausalLMModule.forward_train``) against those
   recorded at sampling. Both are under the distribution that drew the tokens: the sampler
   stores ``log softmax(logits / T)`` and the row's temperature ``T``
-  (``SAMPLING_TEMPERATURE``), and the training forward divides its logits by that ``T``.
+  (``SAMPLING_TEMPERATURE``), and the training forward divides its logits by that ``T``;
+  a constrained reply's tokens are scored under the grammar masks they were drawn under
+  (``TOKEN_MASK``, :mod:`marl_agents.llm.constraints`).
   Trained modules must sample with ``temperature > 0`` and ``top_p = 1``
   (``CausalLMModule.check_trainable``, checked when the learner is built). Only the module's
   own sampled tokens carry gradient: the observation (prompt, other agents' messages, tool
@@ -138,7 +140,11 @@ class GRPOLearner(TorchLearner):
         if self.grpo.kl_coef or (self._fresh and module_id in self._refs):
             with torch.no_grad():
                 ref, _ = module.score(
-                    batch[Columns.OBS], actions, model=self._refs[module_id], temperature=temps
+                    batch[Columns.OBS],
+                    actions,
+                    model=self._refs[module_id],
+                    temperature=temps,
+                    token_mask=module.batch_token_mask(batch),
                 )
         drift = kl_to_start(lp, ref, actions != module.pad_id) if self._fresh else None
         if not self.grpo.kl_coef:

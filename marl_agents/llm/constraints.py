@@ -1,0 +1,366 @@
+"""Constrained decoding: replies that parse, from the schema the app itself declares.
+
+When an app's chat model is bound to tools (``bind_tools``, ``with_structured_output``, which
+binds its schema as a forced tool) or asked for a JSON reply (``response_format``), the call
+declares a :class:`Constraint`. The sampler compiles it into a grammar with **xgrammar**
+(vLLM's and SGLang's grammar engine; the ``llm`` extra) and, at each generated token, keeps
+only the tokens the grammar allows: ``logits`` outside the row's bitmask become ``-inf``
+before the softmax, so the sampled ids and their behaviour logprobs are those of the
+**masked, renormalised** distribution. The bitmask of every generated token travels with the
+row (``Generation.token_masks``, the module's :data:`~marl_agents.llm.rl_module.TOKEN_MASK`
+column) and the learner scores the token under the same mask (:func:`mask_logits`), so the
+GRPO ratio compares the policy that sampled with itself.
+
+What a constraint allows (the tool-call text of :mod:`scenarios.toolcalls`):
+
+* **forced tools** (``tool_choice`` ``"any"``/``"required"``/a tool's name, as
+  ``with_structured_output`` binds its schema): exactly one
+  ``<tool>{"name": "<tool>", "arguments": {...}}</tool>`` whose arguments follow the tool's
+  JSON schema, then EOS;
+* **optional tools** (``tool_choice`` ``None``/``"auto"``): free text, and wherever ``<tool>``
+  starts, a call as above (xgrammar's structural tags); ``"none"``: no constraint;
+* **a JSON reply** (``response_format``: ``{"type": "json_schema", "json_schema": {"schema":
+  ...}}``, ``{"type": "json_object"}``, a Pydantic model / TypedDict / schema dict): the whole
+  reply is one JSON value of the schema.
+
+A ``prefix`` (the chat model's ``prefill``) is text already in the prompt: the grammar is
+advanced over it before the first sampled token.
+
+**Finding a row's constraint.** A chat model in a GraphEnv episode hands the environment a
+token-id observation; the module that samples the reply (in the same process: env runners
+hold both) finds the call's constraint by that observation (:func:`declare` /
+:func:`declared`): a per-process table keyed by the observation's bytes. Identical
+observations declare identical constraints (the schema is rendered into the prompt) — a
+different constraint for an identical, still pending observation raises.
+
+A constrained reply can still be cut by ``max_new_tokens`` before it closes (then it does not
+parse: give the agent a budget its schema fits in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from scenarios.toolcalls import CLOSE, OPEN
+
+__all__ = [
+    "Constraint",
+    "ConstraintError",
+    "RowMatchers",
+    "declare",
+    "declared",
+    "mask_logits",
+    "mask_words",
+    "unpack_mask",
+]
+
+#: ``tool_choice`` values that force one call
+_FORCED = ("any", "required")
+
+
+class ConstraintError(ValueError):
+    """A constraint that cannot be compiled or applied; the message names it and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """What a reply must parse as (hashable; compiled once per tokenizer).
+
+    Attributes:
+        kind: ``"tools"`` (calls in the ``<tool>`` format) or ``"json"`` (one JSON value).
+        spec: canonical JSON: the tools' ``[{"name", "parameters"}]`` or the JSON schema.
+        forced: ``kind == "tools"``: exactly one call and nothing else.
+        prefix: text already generated (a prefill) that the grammar consumes first.
+    """
+
+    kind: str
+    spec: str
+    forced: bool = False
+    prefix: str = ""
+
+    @classmethod
+    def for_call(
+        cls,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: Any = None,
+        response_format: Any = None,
+        prefix: str = "",
+    ) -> Constraint | None:
+        """The constraint a chat-model call declares (``None``: free text).
+
+        Args:
+            tools: OpenAI tool dicts (``convert_to_openai_tool``).
+            tool_choice: as given to ``bind_tools``.
+            response_format: an OpenAI ``response_format`` dict, a Pydantic model, a
+                TypedDict or a JSON schema dict.
+            prefix: the reply's prefill.
+        """
+        if response_format is not None:
+            return cls("json", _canonical(_response_schema(response_format)), prefix=prefix)
+        if not tools or tool_choice == "none":
+            return None
+        listed = [t.get("function", t) for t in tools]
+        specs = [{"name": f["name"], "parameters": f.get("parameters") or {}} for f in listed]
+        forced = tool_choice in _FORCED or tool_choice is True
+        name = _chosen_name(tool_choice)
+        if name is not None:
+            specs = [s for s in specs if s["name"] == name]
+            if not specs:
+                raise ConstraintError(
+                    f"tool_choice names {name!r}, which is not among the bound tools "
+                    f"{[f['name'] for f in listed]}: bind it or name a bound tool"
+                )
+            forced = True
+        return cls("tools", _canonical(specs), forced=forced, prefix=prefix)
+
+    def grammar(self) -> Any:
+        """The xgrammar ``Grammar`` of this constraint."""
+        xgr = _xgrammar()
+        if self.kind == "json":
+            return xgr.Grammar.from_json_schema(self.spec, any_whitespace=False)
+        specs = json.loads(self.spec)
+        if self.forced:
+            calls = [
+                xgr.Grammar.concat(
+                    _literal(f'{OPEN}{{"name": {json.dumps(s["name"])}, "arguments": '),
+                    xgr.Grammar.from_json_schema(
+                        _canonical(_object_schema(s["parameters"])), any_whitespace=False
+                    ),
+                    _literal("}" + CLOSE),
+                )
+                for s in specs
+            ]
+            return calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls)
+        tags = [
+            xgr.StructuralTagItem(
+                begin=f'{OPEN}{{"name": {json.dumps(s["name"])}, "arguments": ',
+                schema=_canonical(_object_schema(s["parameters"])),
+                end="}" + CLOSE,
+            )
+            for s in specs
+        ]
+        return xgr.Grammar.from_structural_tag(tags, [OPEN])
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=False, separators=(",", ":"))
+
+
+def _chosen_name(tool_choice: Any) -> str | None:
+    if isinstance(tool_choice, str) and tool_choice not in (*_FORCED, "auto", "none"):
+        return tool_choice
+    if isinstance(tool_choice, Mapping):
+        fn = tool_choice.get("function", tool_choice)
+        return str(fn.get("name")) if fn.get("name") else None
+    return None
+
+
+def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    schema = dict(parameters) or {"type": "object", "properties": {}}
+    schema.setdefault("type", "object")
+    return schema
+
+
+def _response_schema(response_format: Any) -> dict[str, Any]:
+    if isinstance(response_format, Mapping):
+        kind = response_format.get("type")
+        if kind == "json_schema":
+            inner = response_format.get("json_schema") or {}
+            return dict(inner.get("schema", inner))
+        if kind == "json_object":
+            return {"type": "object"}
+        return dict(response_format)  # a JSON schema dict
+    from langchain_core.utils.function_calling import convert_to_json_schema
+
+    try:
+        return convert_to_json_schema(response_format)
+    except Exception as exc:
+        raise ConstraintError(
+            f"response_format {response_format!r} is not a JSON schema: give an OpenAI "
+            "response_format dict, a Pydantic model, a TypedDict or a JSON schema dict"
+        ) from exc
+
+
+def _literal(text: str) -> Any:
+    return _xgrammar().Grammar.from_ebnf("root ::= " + json.dumps(text))
+
+
+def _xgrammar() -> Any:
+    try:
+        import xgrammar
+    except ImportError as exc:  # pragma: no cover - the llm extra installs it
+        raise ConstraintError(
+            "constrained decoding needs xgrammar: pip install 'marl-orchestra[llm]' "
+            "(or xgrammar), or set the pool's constrain: off"
+        ) from exc
+    return xgrammar
+
+
+# ----- masks ---------------------------------------------------------------------------------
+def mask_words(vocab_size: int) -> int:
+    """int32 words of one token's bitmask over ``vocab_size`` ids (bit ``i % 32`` of word
+    ``i // 32`` set: token ``i`` allowed; xgrammar's layout)."""
+    return (int(vocab_size) + 31) // 32
+
+
+def unpack_mask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``[..., words]`` int32 bitmasks → ``[..., vocab_size]`` bool (True: allowed)."""
+    bits = torch.arange(32, device=bitmask.device, dtype=torch.int32)
+    allowed = (bitmask.to(torch.int32)[..., None] >> bits) & 1
+    return allowed.reshape(*bitmask.shape[:-1], -1)[..., :vocab_size].bool()
+
+
+def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with the tokens outside ``bitmask`` at ``-inf`` (``None``: unchanged).
+
+    ``bitmask`` is ``[..., words]`` aligned with ``logits`` ``[..., V]``; an all-ones row
+    (``-1`` words: no constraint) changes nothing. Differentiable in ``logits``: the sampler
+    and the learner mask with this one function.
+    """
+    if bitmask is None:
+        return logits
+    allowed = unpack_mask(bitmask, logits.shape[-1])
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+class RowMatchers:
+    """One grammar matcher per constrained row of a batch (``None``: a free row).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        vocab_size: the model's logit width (may exceed ``len(tokenizer)``).
+        constraints: one per row.
+        stop_ids: token ids that end a reply (allowed where the grammar is complete).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        constraints: Sequence[Constraint | None],
+        stop_ids: Sequence[int],
+    ) -> None:
+        self.vocab_size = int(vocab_size)
+        self.words = mask_words(vocab_size)
+        self.matchers: list[Any] = []
+        compiler = _compiler(tokenizer, self.vocab_size, tuple(sorted(stop_ids)))
+        xgr = _xgrammar()
+        for c in constraints:
+            if c is None:
+                self.matchers.append(None)
+                continue
+            m = xgr.GrammarMatcher(compiler.compile(c))
+            if c.prefix and not m.accept_string(c.prefix):
+                raise ConstraintError(
+                    f"the prefill {c.prefix!r} does not start a reply the declared "
+                    f"{c.kind} constraint allows: drop the prefill or set constrain: off"
+                )
+            self.matchers.append(m)
+
+    @property
+    def active(self) -> bool:
+        """Whether any row is constrained."""
+        return any(m is not None for m in self.matchers)
+
+    def next_masks(self, done: Sequence[bool]) -> torch.Tensor:
+        """``[rows, words]`` int32 bitmasks of the next token (``-1`` words: free rows)."""
+        out = torch.full((len(self.matchers), self.words), -1, dtype=torch.int32)
+        for r, m in enumerate(self.matchers):
+            if m is not None and not done[r]:
+                m.fill_next_token_bitmask(out, r)
+        return out
+
+    def accept(self, row: int, token: int) -> None:
+        """Advance row ``row``'s matcher over the sampled ``token``."""
+        m = self.matchers[row]
+        if m is not None and not m.is_terminated() and not m.accept_token(int(token)):
+            raise ConstraintError(f"row {row}: token {token} is outside its grammar's mask")
+
+
+class _Compiler:
+    """A tokenizer's xgrammar compiler with compiled grammars cached by constraint."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stops: tuple[int, ...]) -> None:
+        xgr = _xgrammar()
+        info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=list(stops) or None
+        )
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        self._cache: dict[Constraint, Any] = {}
+        self._lock = threading.Lock()
+
+    def compile(self, c: Constraint) -> Any:
+        key = dataclasses.replace(c, prefix="")
+        with self._lock:
+            if key not in self._cache:
+                try:
+                    self._cache[key] = self._compiler.compile_grammar(key.grammar())
+                except Exception as exc:
+                    raise ConstraintError(
+                        f"xgrammar cannot compile the declared {c.kind} constraint "
+                        f"{c.spec[:200]}: {exc}; simplify the schema or set constrain: off"
+                    ) from exc
+            return self._cache[key]
+
+
+_COMPILERS: dict[tuple[int, int, tuple[int, ...]], _Compiler] = {}
+_COMPILERS_LOCK = threading.Lock()
+
+
+def _compiler(tokenizer: Any, vocab_size: int, stops: tuple[int, ...]) -> _Compiler:
+    key = (id(tokenizer), vocab_size, stops)
+    with _COMPILERS_LOCK:
+        if key not in _COMPILERS:
+            _COMPILERS[key] = _Compiler(tokenizer, vocab_size, stops)
+        return _COMPILERS[key]
+
+
+# ----- which observation declared what ---------------------------------------------------------
+_DECLARED: OrderedDict[bytes, Constraint] = OrderedDict()
+_DECLARED_LOCK = threading.Lock()
+#: most pending declarations kept per process (oldest dropped first)
+MAX_DECLARED = 4096
+
+
+def _key(observation: Any) -> bytes:
+    arr = np.asarray(
+        observation.detach().cpu() if isinstance(observation, torch.Tensor) else observation
+    )
+    return arr.astype(np.int64, copy=False).reshape(-1).tobytes()
+
+
+def declare(observation: Any, constraint: Constraint | None) -> None:
+    """Record that the call observing ``observation`` must follow ``constraint``.
+
+    Raises:
+        ConstraintError: an identical observation is pending with a different constraint.
+    """
+    if constraint is None:
+        return
+    key = _key(observation)
+    with _DECLARED_LOCK:
+        old = _DECLARED.get(key)
+        if old is not None and old != constraint:
+            raise ConstraintError(
+                "two calls with the same prompt ids declare different constraints (their "
+                "schemas are not in the observed prompt, e.g. cut by max_prompt_tokens): "
+                "raise the agent's max_prompt_tokens or set constrain: off"
+            )
+        _DECLARED[key] = constraint
+        _DECLARED.move_to_end(key)
+        while len(_DECLARED) > MAX_DECLARED:
+            _DECLARED.popitem(last=False)
+
+
+def declared(observation: Any) -> Constraint | None:
+    """The constraint declared for ``observation`` (``None``: a free reply)."""
+    with _DECLARED_LOCK:
+        return _DECLARED.get(_key(observation))
