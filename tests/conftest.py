@@ -35,8 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--gpu", action="store_true", default=False, help=OPT_IN["gpu"])
     parser.addoption(
         "--sampler",
-        choices=("auto", "rllib"),
-        default="auto",
+        choices=("batched", "rllib"),
+        default="batched",
         help="rllib: run every in-process training on RLlib's sampler (episodes.sampler: rllib)",
     )
 
