@@ -81,6 +81,7 @@ from typing_extensions import override
 
 from marl_agents.llm.backend import Generation, SamplingParams
 from scenarios.text_space import TextSpaces
+from topologies.errors import MarlError
 
 #: extra model output / train-forward key: per-token logprobs ``[B, max_new_tokens]``.
 TOKEN_LOGP = "token_logp"
@@ -95,7 +96,7 @@ SAMPLING_TEMPERATURE = "sampling_temperature"
 SAMPLING_SEEDS = "sampling_seeds"
 
 
-class SamplingConfigError(ValueError):
+class SamplingConfigError(MarlError, ValueError):
     """Tokens the learner cannot score under the distribution that sampled them.
 
     Raised for greedy rows (temperature 0: no distribution to score) and for a trained module
