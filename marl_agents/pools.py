@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
+from topologies.errors import MarlError
+
 Sharing = Literal["role", "agent", "team", "explicit"]
 
 SHARING: tuple[str, ...] = ("role", "agent", "team", "explicit")
@@ -28,7 +30,7 @@ ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "silu", "elu", "linear")
 LLM_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
-class PoolError(ValueError):
+class PoolError(MarlError, ValueError):
     """A pool specification that cannot be built; the message names the pool/agent and the fix."""
 
 

@@ -34,7 +34,8 @@ class EpisodeTimeout(BaseException):
     """The episode's wall-clock limit was reached; raised inside the running graph.
 
     A ``BaseException`` (like ``KeyboardInterrupt``) so that a node's ``except Exception`` or
-    a LangGraph retry policy does not swallow it.
+    a LangGraph retry policy does not swallow it. Internal control flow, not a ``MarlError``:
+    the engine catches it and records the timeout in the episode's infos.
     """
 
 

@@ -17,12 +17,12 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
-from topologies import Topology
+from topologies import MarlError, Topology
 
 AbsentPolicy = Literal["skip", "placeholder", "default"]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(MarlError, ValueError):
     """Bad scenario arguments or a topology the scenario cannot run on."""
 
 

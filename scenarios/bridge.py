@@ -71,11 +71,15 @@ class SkipNode(Exception):
     """Raised by ``decide()`` for an agent absent under ``absent="skip"``: its node writes nothing.
 
     Passing the class itself as an agent's action makes that agent's ``decide()`` raise it.
+    Internal control flow, not a ``MarlError``: the agent's node catches it.
     """
 
 
 class EpisodeAborted(BaseException):
-    """Thrown into a suspended graph to end it (a reset before the episode finished)."""
+    """Thrown into a suspended graph to end it (a reset before the episode finished).
+
+    Internal control flow, not a ``MarlError``: the run that throws it also catches it.
+    """
 
 
 class BridgeError(ScenarioError):

@@ -62,12 +62,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scenarios.clocks import ENV_CLOCK
+from topologies.errors import MarlError
 
 RESET, STEP = "reset", "step"
 _CLOSE: Any = object()  # a worker's last job
 
 
-class CallTimeout(TimeoutError):
+class CallTimeout(MarlError, TimeoutError):
     """A ``reset``/``step`` call ran longer than the stepper's ``call_timeout_s``."""
 
 

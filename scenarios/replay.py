@@ -53,12 +53,19 @@ TaskResult = tuple[list[tuple[str, Any]], set[str], list[Send]]  # writes, next 
 
 
 class Unsupported(Exception):
-    """This run cannot be replayed fast; replay it through LangGraph."""
+    """This run cannot be replayed fast; replay it through LangGraph.
+
+    Internal control flow, not a ``MarlError``: its callers fall back to LangGraph.
+    """
 
 
 class RecursionLimit(Exception):
     """The run reached LangGraph's recursion limit (LangGraph raises ``GraphRecursionError``
-    after the superstep that reaches it); ``team_reward`` was emitted before."""
+    after the superstep that reaches it); ``team_reward`` was emitted before.
+
+    Internal control flow, not a ``MarlError``: callers turn it into a failed episode or
+    LangGraph's own ``GraphRecursionError``.
+    """
 
     def __init__(self, team_reward: float) -> None:
         super().__init__(f"recursion limit reached (team reward so far {team_reward})")
@@ -67,7 +74,8 @@ class RecursionLimit(Exception):
 
 class DecisionLimit(BaseException):
     """The replay needs more decision steps than the environment allows (a BaseException, so
-    that a node's own ``except Exception`` cannot swallow it)."""
+    that a node's own ``except Exception`` cannot swallow it). Internal control flow, not a
+    ``MarlError``: the caller ends the replay as a failed episode."""
 
 
 def compile_fast(

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scenarios.base import Outcome, ScenarioError
+from topologies.errors import MarlError
 
 KINDS = ("verifier", "checklist", "judge", "shaping")
 WHEN = ("end", "turn")
@@ -49,7 +50,7 @@ NORMALIZE = ("sum", "per_source")
 Predicate = Callable[[Any, Any], Any]
 
 
-class JudgeError(RuntimeError):
+class JudgeError(MarlError, RuntimeError):
     """A judge raised, timed out or returned no finite score; the message names it."""
 
 

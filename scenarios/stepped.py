@@ -93,7 +93,8 @@ class _Failed:
 
 class _Fallback(BaseException):
     """The fast run must fall back (a BaseException: a node's ``except Exception`` around its
-    ``decide()`` cannot swallow it)."""
+    ``decide()`` cannot swallow it). Internal control flow, not a ``MarlError``: the stepped
+    run catches it and hands the episode to ``GraphRun``."""
 
 
 class _Bridge(FastBridge):

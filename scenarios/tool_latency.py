@@ -64,6 +64,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from scenarios.clocks import TOOL_CLOCK
+from topologies.errors import MarlError
 
 #: the run-config ``configurable`` key of the episode's :class:`ToolEpisode` (LangGraph path)
 TOOLS_KEY = "__marl_tools__"
@@ -71,7 +72,7 @@ TOOLS_KEY = "__marl_tools__"
 SALT = 0x7001_5EED
 
 
-class ToolTimeout(Exception):
+class ToolTimeout(MarlError):
     """A tool call ran longer than ``tool_timeout_s`` (see the module doc)."""
 
 

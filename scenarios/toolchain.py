@@ -58,7 +58,7 @@ from scenarios.declared import DeclaredSpaces, accept_topology
 from scenarios.registry import register
 from scenarios.reward_sources import Checklist
 from scenarios.tool_latency import tool_call
-from topologies import Topology
+from topologies import MarlError, Topology
 
 TOOLS = ("lookup", "calc", "answer", "done")
 LOOKUP, CALC, ANSWER, DONE = range(4)
@@ -72,7 +72,7 @@ TASK_ARGS = ("n_keys", "n_ops", "max_calls", "checklist_weights", "final_weight"
 ACCEPTED = "single, chain:N"
 
 
-class ToolError(RuntimeError):
+class ToolError(MarlError, RuntimeError):
     """A tool crashed or timed out (simulated with ``fail_tool``)."""
 
 

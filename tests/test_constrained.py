@@ -260,9 +260,8 @@ def test_constrain_off_samples_free_and_adds_no_column(spaces, tiny):
 
 # ----- LangGraph's supervisor tutorial, as written -------------------------------------------
 def test_supervisor_tutorial_episodes_parse_on_every_decision_and_reach_the_verifier(tiny):
-    from scenarios.graph_env import GraphEnv
-
     from marl_agents.llm.env_chat_model import backend_policy
+    from scenarios.graph_env import GraphEnv
     from tests.apps.supervisor_tutorial import MEMBERS, scenario
 
     tok, model = tiny

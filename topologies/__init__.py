@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from topologies.lazy import export_lazily
 
 if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
+    from topologies.errors import MarlError as MarlError
     from topologies.generators import TeamState as TeamState
     from topologies.generators import chain as chain
     from topologies.generators import from_spec as from_spec

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from topologies.errors import MarlError
 from topologies.imports import ImportRefError, import_attr
 from topologies.paths import critical_path
 from topologies.topology import END, START, Topology, TopologyError
@@ -38,7 +39,7 @@ TARGET_HELP = (
 )
 
 
-class LoadError(Exception):
+class LoadError(MarlError):
     """A target that cannot be loaded; the message names the fix."""
 
 

@@ -10,8 +10,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from topologies.errors import MarlError
 
-class ImportRefError(ValueError):
+
+class ImportRefError(MarlError, ValueError):
     """A reference whose module cannot be imported or lacks the attribute."""
 
 

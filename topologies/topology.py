@@ -9,6 +9,8 @@ from typing import Any
 
 import networkx as nx
 
+from topologies.errors import MarlError
+
 START = "__start__"
 END = "__end__"
 
@@ -24,7 +26,7 @@ MAX_AGENTS = 256
 MAX_CHANNELS = 70_000
 
 
-class TopologyError(ValueError):
+class TopologyError(MarlError, ValueError):
     """A topology that cannot run; the message names the node and the fix."""
 
 

@@ -288,7 +288,7 @@ class FinetuneJob:
                 **dataclasses.asdict(self.grpo),
             )
         except ValueError as exc:
-            raise ConfigError(f"grpo: {exc}") from None
+            raise ConfigError(f"grpo: {exc}") from exc
         return ExperimentConfig(
             scenario=self.scenario,
             scenario_kwargs=self.scenario_args(),
@@ -329,7 +329,7 @@ class FinetuneJob:
         try:
             self.orchestrator_model().check("orchestrator", trained=True)
         except PoolError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(str(exc)) from exc
         for key in ("tokenizer", "subagents"):
             if key in self.scenario_kwargs:
                 raise ConfigError(

@@ -120,7 +120,7 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
             frozen_defaults=_frozen_defaults(type(scenario)),
         )
     except PoolError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc)) from exc
     if topology is None and not is_reference(cfg.scenario):
         topology = topo.spec or topo  # a reference keeps None: its own default, as built here
     env_config = {
@@ -162,7 +162,7 @@ def _build_scenario(cfg: ExperimentConfig) -> tuple[Any, Any, dict[str, Any]]:
         )
         scenario = build(cfg.scenario, topology, **kwargs)
     except (ScenarioError, TopologyError, TypeError) as exc:
-        raise ConfigError(f"scenario={cfg.scenario!r}: {exc}") from None
+        raise ConfigError(f"scenario={cfg.scenario!r}: {exc}") from exc
     return scenario, topology, kwargs
 
 
@@ -193,7 +193,7 @@ def _check_models(
             if isinstance(m, CheckpointModel):
                 checkpoint_module_dir(m.path, m.module or pool.id)
         except PoolError as exc:
-            raise ConfigError(f"pool {pool.id!r}: {exc}") from None
+            raise ConfigError(f"pool {pool.id!r}: {exc}") from exc
         if isinstance(m, (GRUModel, MPNNModel)) and cfg.algorithm.name == "APPO":
             raise ConfigError(
                 f"pool {pool.id!r}: {m.type} modules run with PPO or IMPALA; APPO needs a "
@@ -292,7 +292,7 @@ def _check_text(cfg: ExperimentConfig, scenario: Any, pools: Mapping[str, AgentP
         try:
             spaces = spaces_from(pool.observation_space, pool.action_space)
         except TypeError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from exc
         vocab = _model_vocab(m.path)
         if vocab is not None and vocab > spaces.vocab_size:
             raise ConfigError(
@@ -358,7 +358,7 @@ def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None
             num_env_runners=res.num_env_runners,
         )
     except PoolError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc)) from exc
 
 
 def _lora_need(m: LLMModel) -> tuple[str | None, int]:

@@ -224,7 +224,7 @@ def validate_space(
             if metric is not None:
                 check_metric(plan, metric)
         except ConfigError as exc:
-            raise ConfigError(f"sweep point {changes}: {exc}") from None
+            raise ConfigError(f"sweep point {changes}: {exc}") from exc
         count += 1
     return count
 

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from scenarios.toolcalls import CLOSE, OPEN
+from topologies.errors import MarlError
 
 __all__ = [
     "Constraint",
@@ -66,7 +67,7 @@ __all__ = [
 _FORCED = ("any", "required")
 
 
-class ConstraintError(ValueError):
+class ConstraintError(MarlError, ValueError):
     """A constraint that cannot be compiled or applied; the message names it and the fix."""
 
 

@@ -89,6 +89,7 @@ from typing_extensions import override
 
 from marl_agents.llm.backend import Generation, SamplingParams
 from scenarios.text_space import TextSpaces
+from topologies.errors import MarlError
 
 #: extra model output / train-forward key: per-token logprobs ``[B, max_new_tokens]``.
 TOKEN_LOGP = "token_logp"
@@ -109,7 +110,7 @@ TOKEN_MASK = "token_mask"
 CONSTRAIN_MODES = ("auto", "off")
 
 
-class SamplingConfigError(ValueError):
+class SamplingConfigError(MarlError, ValueError):
     """Tokens the learner cannot score under the distribution that sampled them.
 
     Raised for greedy rows (temperature 0: no distribution to score) and for a trained module

@@ -32,9 +32,10 @@ from typing import Any
 
 from marl_agents.llm.backend import Generation, Params
 from marl_agents.llm.vllm_backend import VLLMBackend, import_vllm
+from topologies.errors import MarlError
 
 
-class StaleWeightsError(RuntimeError):
+class StaleWeightsError(MarlError, RuntimeError):
     """The engine holds other weights than the module asking it to sample."""
 
 

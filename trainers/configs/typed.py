@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
+from topologies.errors import MarlError
+
 __all__ = [
     "ConfigError",
     "checks_itself",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(MarlError, ValueError):
     """An experiment config that cannot run; the message names the field and the fix."""
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from topologies.errors import MarlError
 from trainers.configs.credit import EXACT_MAX_AGENTS
 from trainers.configs.typed import ConfigError
 from trainers.credit.values import ValueFn, min_budget, shapley
@@ -27,7 +28,7 @@ __all__ = ["CreditError", "check_credit_for", "shapley_credit"]
 SHAPLEY_SEED_SALT = 0x5A4E
 
 
-class CreditError(ValueError):
+class CreditError(MarlError, ValueError):
     """A credit method cannot be applied to an episode or scenario; the message names the fix."""
 
 

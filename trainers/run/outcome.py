@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from topologies.errors import MarlError
+
 log = logging.getLogger(__name__)
 
 
@@ -72,7 +74,7 @@ class TrainResult:
         return int(self.final.get("charts/env_steps", 0))
 
 
-class RunFailed(RuntimeError):
+class RunFailed(MarlError, RuntimeError):
     """The run stopped because every episode failed (see ``episodes.fail_after``).
 
     Attributes:
@@ -83,14 +85,11 @@ class RunFailed(RuntimeError):
     result: TrainResult | None = None
 
 
-#: packages whose exceptions name the failing thing and the fix (preferred in run statuses)
-OWN_PACKAGES = ("scenarios", "trainers", "marl_agents", "topologies")
-
-
 def describe_error(exc: BaseException, limit: int = 4000) -> str:
     """``Type: message`` of the most telling exception in ``exc``'s chain of causes: the
-    deepest one raised by this project (which names the thing and the fix), else the root
-    cause; the exceptions it was raised through follow by type (``(through RuntimeError)``).
+    deepest :class:`~topologies.errors.MarlError` (the project's errors name the thing and the
+    fix), else the root cause; the exceptions it was raised through follow by type
+    (``(through RuntimeError)``).
     RLlib re-raises env errors wrapped (``RuntimeError from e``, or a ``ValueError`` of its env
     checker about the gymnasium API), and those messages alone would hide what went wrong."""
     chain: list[BaseException] = []
@@ -98,7 +97,7 @@ def describe_error(exc: BaseException, limit: int = 4000) -> str:
     while e is not None and all(e is not x for x in chain) and len(chain) < 10:
         chain.append(e)
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
-    own = [x for x in chain if type(x).__module__.split(".")[0] in OWN_PACKAGES]
+    own = [x for x in chain if isinstance(x, MarlError)]
     head = own[-1] if own else chain[-1]
     msg = str(head).strip()
     text = f"{type(head).__name__}: {msg}" if msg else type(head).__name__

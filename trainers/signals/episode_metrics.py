@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
+from topologies.errors import MarlError
+
 #: env-runner metrics this package logs per episode (sums and counts, reduced per iteration).
 EPISODE_METRICS = "marl"
 
@@ -77,7 +79,7 @@ def drain_journal(env_runner: Any = None, keep: int = 0) -> dict[str, Any]:
     return JOURNAL.drain(keep)
 
 
-class EpisodeMetricsError(RuntimeError):
+class EpisodeMetricsError(MarlError, RuntimeError):
     """The per-episode metrics callback raised on an env runner (the first error, with the
     line that raised it)."""
 
