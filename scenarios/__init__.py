@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from scenarios.engine import TraceStep as TraceStep
     from scenarios.engine import decide as decide
     from scenarios.engine import emit_reward as emit_reward
+    from scenarios.engine import emit_state as emit_state
     from scenarios.engine import run_inline as run_inline
     from scenarios.registry import build as build
     from scenarios.registry import list_scenarios as list_scenarios

@@ -261,6 +261,7 @@ class GraphRun:
         self.superstep = 0
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
+        self.global_state: Any = None  # the last value a node gave emit_state()
         self._thread = threading.get_ident()
         self._ready: collections.deque[tuple[_Glet, Any]] = collections.deque()
         self._waiting: dict[str, _Glet] = {}  # pending agent → its suspended greenlet
@@ -554,6 +555,9 @@ class GraphRun:
         else:
             for a in agents:
                 self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
+
+    def emit_state(self, value: Any) -> None:
+        self.global_state = value
 
 
 def instance_counts(agent_ids: Mapping[str, int] | Iterable[str]) -> dict[str, int]:

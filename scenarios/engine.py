@@ -46,7 +46,7 @@ from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
 from scenarios.args import executed_action
-from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
+from scenarios.base import AbsentPolicy, Outcome, ReplayUnavailable, Scenario, ScenarioError
 from scenarios.bridge import BRIDGE_KEY, GraphRun, SkipNode, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
 from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
@@ -118,6 +118,14 @@ def emit_reward(value: float, agents: list[str] | None = None) -> None:
     An episode's team return is the sum of emitted team rewards plus ``Outcome.reward``.
     """
     _bridge("emit_reward()").emit_reward(float(value), agents)
+
+
+def emit_state(value: Any) -> None:
+    """Declare the Dec-POMDP's global state as of now (call it in a node, e.g. after a world
+    step): what :meth:`GraphEnv.state` returns until the next call, for centralised critics.
+    Agents never see it through ``decide()``; declare its space as ``Scenario.state_space``.
+    """
+    _bridge("emit_state()").emit_state(value)
 
 
 def zero_action(space: gym.Space) -> Any:
@@ -477,8 +485,38 @@ class GraphEnv(ParallelEnv):
         if self._twin is not None:
             self._twin.close()
 
-    def state(self) -> np.ndarray:
-        raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
+    @property
+    def state_space(self) -> gym.Space:
+        """The scenario's declared global-state space (``Scenario.state_space``)."""
+        space = self.scenario.state_space
+        if space is None:
+            raise AttributeError(
+                f"{self.scenario.id()} declares no global state (Scenario.state_space is None): "
+                "set state_space and call scenarios.engine.emit_state(...) in a node"
+            )
+        return space
+
+    def state(self) -> Any:
+        """The global state the running episode's graph last declared with
+        :func:`emit_state` (for centralised critics; agents see only their own observation).
+
+        Raises:
+            NotImplementedError: the scenario declares no ``state_space``.
+            RuntimeError: before :meth:`reset`, or no node has emitted a state yet.
+        """
+        space = self.scenario.state_space
+        if space is None:
+            raise NotImplementedError(
+                f"{self.scenario.id()} has no global state (Scenario.state_space is None): "
+                "declare state_space and call scenarios.engine.emit_state(...) in a node"
+            )
+        value = None if self._run is None else self._run.global_state
+        if value is None:
+            raise RuntimeError(
+                f"{self.scenario.id()}: no global state yet: call reset() first, and have a node "
+                "call emit_state(...) before the first decision"
+            )
+        return value
 
     # ----- internals -----------------------------------------------------------------------
     def stepped_graph(self) -> FastGraph | None:
@@ -841,8 +879,16 @@ class GraphEnv(ParallelEnv):
         """The outcome of one replay of episode ``seed`` under a coalition's policy (not cached).
 
         Raises:
+            ReplayUnavailable: the scenario cannot replay an episode exactly
+                (``Scenario.exact_replay`` is False).
             ScenarioError: ``absent="skip"`` on an env that identifies agents by id.
         """
+        if not self.scenario.exact_replay:
+            raise ReplayUnavailable(
+                f"{self.scenario.id()} cannot replay an episode exactly (exact_replay=False), so "
+                "counterfactual values (credit 'loo' / 'shapley') are unavailable: use credit "
+                "'team' or 'local'"
+            )
         mode = policy.absent
         if mode == "skip" and self.agent_ids is not None:
             raise ScenarioError(
@@ -1132,6 +1178,7 @@ class InlineBridge:
         self.policy = policy
         self.decisions = 0
         self.team_reward = 0.0
+        self.global_state: Any = None
 
     def decide(self, agent: str, observation: Any) -> Any:
         self.decisions += 1
@@ -1140,6 +1187,9 @@ class InlineBridge:
     def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
         if agents is None:
             self.team_reward += value
+
+    def emit_state(self, value: Any) -> None:
+        self.global_state = value
 
 
 def run_inline(

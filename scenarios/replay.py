@@ -393,6 +393,7 @@ class FastBridge:
         self.steps = 0  # environment steps before the current superstep
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
+        self.global_state: Any = None  # the last value a node gave emit_state()
         self.superstep = 0  # the node superstep running (LangGraph's ``langgraph_step``)
         self.task = 0
         self.task_names: list[str] = []  # the superstep's tasks (their nodes)
@@ -469,6 +470,9 @@ class FastBridge:
         else:
             for a in agents:
                 self.agent_rewards[a] = self.agent_rewards.get(a, 0.0) + value
+
+    def emit_state(self, value: Any) -> None:
+        self.global_state = value
 
 
 def same(a: Any, b: Any) -> bool:
