@@ -154,7 +154,6 @@ def mpe2_ceiling(steps: int = 20_000) -> float:
 def line(name: str, rows: list[dict[str, float]]) -> str:
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
     from experiments.epymarl import team_return
 
     team = [team_return(s) for r in rows for s in r["sum_returns"]]
@@ -205,4 +204,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # this checkout's packages, not another editable install's
     main()
