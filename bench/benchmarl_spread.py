@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-benchmarl"
@@ -103,13 +104,10 @@ def peer(steps: int, seed: int, episodes: int, batch: int) -> dict[str, float]:
 
 
 # ----- ours --------------------------------------------------------------------------------
-def ours(steps: int, seed: int, episodes: int, algo: str) -> dict[str, float]:
-    """``train()`` on the PettingZoo reference (IPPO, shared policy), then greedy episodes."""
-    if algo != "ippo":
-        raise SystemExit(f"--algo {algo}: only ippo exists so far (MAPPO needs the critic input)")
+def our_config(steps: int, seed: int) -> Any:
+    """Our experiment: IPPO with one shared policy on the PettingZoo reference (checked)."""
     from trainers.config import ExperimentConfig
-    from trainers.evaluate import evaluate
-    from trainers.run import train
+    from trainers.plan import resolve
 
     cfg = ExperimentConfig.from_dict(
         {
@@ -118,10 +116,20 @@ def ours(steps: int, seed: int, episodes: int, algo: str) -> dict[str, float]:
             "sharing": "team",
             "seed": seed,
             "budget": {"iterations": None, "env_steps": steps},
-            "output": {"checkpoint_every": 0, "plot": False},
-            "wandb": {"mode": "disabled"},
+            "output": {"dir": "/tmp/benchmarl_spread_runs", "checkpoint_every": 0, "plot": False},
+            "logging": {"wandb": "disabled", "progress": False},
         }
     )
+    resolve(cfg, ray_workers=False)  # config errors now, before the peer's minutes
+    return cfg
+
+
+def ours(steps: int, seed: int, episodes: int, algo: str) -> dict[str, float]:
+    """``train()`` on the PettingZoo reference (IPPO, shared policy), then greedy episodes."""
+    from trainers.evaluate import evaluate
+    from trainers.run import train
+
+    cfg = our_config(steps, seed)
     result = train(cfg)
     if result.status != "completed":
         raise SystemExit(f"our run failed: {result.status}")
@@ -182,6 +190,10 @@ def main() -> None:
     if args.peer:
         print(json.dumps(peer(args.steps, args.seeds[0], args.episodes, args.batch)))
         return
+    if args.algo != "ippo":
+        raise SystemExit(f"--algo {args.algo}: only ippo exists so far (MAPPO: critic input)")
+    if not args.skip_ours:
+        our_config(args.steps, args.seeds[0])
     print(f"mpe2 simple_spread alone, random actions: {mpe2_ceiling():.0f} env steps/s")
     results: dict[str, list[dict[str, float]]] = {}
     if not args.skip_peer:
