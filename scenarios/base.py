@@ -26,6 +26,11 @@ class ScenarioError(MarlError, ValueError):
     """Bad scenario arguments or a topology the scenario cannot run on."""
 
 
+class ReplayUnavailable(ScenarioError):
+    """The scenario cannot replay an episode exactly (``Scenario.exact_replay`` is False), so
+    counterfactual credit (``loo``, ``shapley``) cannot be computed for it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ScriptedPolicy:
     """A scripted policy a scenario declares (``Scenario.scripted_policies``).
@@ -115,6 +120,12 @@ class Scenario(ABC):
     #: named policies (:class:`ScriptedPolicy`), served as ``"<scenario name>.<policy>"`` by
     #: ``scripted`` pools (see :mod:`marl_agents.scripted`).
     scripted_policies: ClassVar[tuple[ScriptedPolicy, ...]] = ()
+    #: an episode replays exactly from its seed and actions (counterfactual credit needs it);
+    #: False for environments the scenario only wraps (:mod:`scenarios.pettingzoo_env`).
+    exact_replay: ClassVar[bool] = True
+    #: the global state's space, when the graph declares one with
+    #: :func:`scenarios.emit_state` (``GraphEnv.state()``; for centralised critics).
+    state_space: gym.Space | None = None
     #: the name of the scenario's difficulty knob, if it has one (:mod:`scenarios.difficulty`:
     #: it then takes ``difficulty=None | "seed" | level index``).
     difficulty_knob: ClassVar[str | None] = None

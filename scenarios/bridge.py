@@ -89,18 +89,23 @@ class BridgeError(ScenarioError):
 
 
 class EmittedRewards:
-    """The rewards a run's nodes emitted (``scenarios.emit_reward``): the one implementation of
-    ``emit_reward`` that every bridge (:class:`GraphRun`, the fast path's, the inline runner's)
-    inherits.
+    """What a run's nodes emitted (``scenarios.emit_reward``, ``scenarios.emit_state``): the
+    one implementation of ``emit_reward`` and ``emit_state`` that every bridge
+    (:class:`GraphRun`, the fast path's, the inline runner's) inherits.
 
     Attributes:
         team_reward: the sum of rewards emitted to the team (``agents=None``).
         agent_rewards: agent → the sum of rewards emitted to it by name.
+        global_state: the last value a node gave ``emit_state()`` (``None``: none yet).
     """
 
     def __init__(self) -> None:
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
+        self.global_state: Any = None
+
+    def emit_state(self, value: Any) -> None:
+        self.global_state = value
 
     def emit_reward(self, value: float, agents: list[str] | None = None) -> None:
         if agents is None:

@@ -9,7 +9,7 @@ import typer
 
 
 def list_command() -> None:
-    """List the registered scenarios with a one-line summary and the topologies each accepts."""
+    """List the registered scenarios (summary, topologies) and the mpe2 tasks by reference."""
     from rich.console import Console
     from rich.table import Table
 
@@ -23,6 +23,24 @@ def list_command() -> None:
     for cls in list_scenarios():
         table.add_row(cls.id(), cls.summary, ", ".join(cls.topologies), cls.default_topology)
     Console().print(table)
+    Console().print(pettingzoo_table())
+
+
+def pettingzoo_table() -> object:
+    """mpe2's tasks by import reference (any PettingZoo env factory is a scenario the same way)."""
+    from rich.table import Table
+
+    from scenarios.pettingzoo_env import MPE2_TASKS
+
+    table = Table(
+        title="PettingZoo envs by import reference (scenario_kwargs go to the factory)",
+        title_justify="left",
+    )
+    table.add_column("reference", style="bold")
+    table.add_column("summary")
+    for ref, summary in MPE2_TASKS.items():
+        table.add_row(ref, summary)
+    return table
 
 
 def register(app: typer.Typer) -> None:

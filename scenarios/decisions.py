@@ -50,6 +50,15 @@ def emit_reward(value: float, agents: list[str] | None = None) -> None:
     _bridge("emit_reward()").emit_reward(float(value), agents)
 
 
+def emit_state(value: Any) -> None:
+    """Declare the Dec-POMDP's global state as of now (call it in a node, e.g. after a world
+    step): what :meth:`GraphEnv.state <scenarios.graph_env.GraphEnv.state>` returns until the
+    next call, for centralised critics. Agents never see it through ``decide()``; declare its
+    space as ``Scenario.state_space``.
+    """
+    _bridge("emit_state()").emit_state(value)
+
+
 class InlineBridge(EmittedRewards):
     """Answers ``decide()`` by calling a policy directly (no environment in between); keeps
     the rewards emitted meanwhile (``team_reward``, ``agent_rewards``) and counts decisions."""

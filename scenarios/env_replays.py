@@ -21,7 +21,7 @@ import greenlet
 import numpy as np
 
 from scenarios.alarm import Alarm, EpisodeTimeout
-from scenarios.base import AbsentPolicy, Outcome, Scenario, ScenarioError
+from scenarios.base import AbsentPolicy, Outcome, ReplayUnavailable, Scenario, ScenarioError
 from scenarios.bridge import GraphRun, SkipNode
 from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
 from scenarios.replay import (
@@ -140,8 +140,16 @@ class ReplayAPI:
         """The outcome of one replay of episode ``seed`` under a coalition's policy (not cached).
 
         Raises:
+            ReplayUnavailable: the scenario cannot replay an episode exactly
+                (``Scenario.exact_replay`` is False).
             ScenarioError: ``absent="skip"`` on an env that identifies agents by id.
         """
+        if not self.scenario.exact_replay:
+            raise ReplayUnavailable(
+                f"{self.scenario.id()} cannot replay an episode exactly (exact_replay=False), so "
+                "counterfactual values (credit 'loo' / 'shapley') are unavailable: use credit "
+                "'team' or 'local'"
+            )
         mode = policy.absent
         if mode == "skip" and self.agent_ids is not None:
             raise ScenarioError(

@@ -361,8 +361,39 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         if self._twin is not None:
             self._twin.close()
 
-    def state(self) -> np.ndarray:
-        raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
+    @property
+    def state_space(self) -> gym.Space:
+        """The scenario's declared global-state space (``Scenario.state_space``)."""
+        space = self.scenario.state_space
+        if space is None:
+            raise AttributeError(
+                f"{self.scenario.id()} declares no global state (Scenario.state_space is None): "
+                "set state_space and call scenarios.emit_state(...) in a node"
+            )
+        return space
+
+    def state(self) -> Any:
+        """The global state the running episode's graph last declared with
+        :func:`scenarios.emit_state` (for centralised critics; agents see only their own
+        observation).
+
+        Raises:
+            NotImplementedError: the scenario declares no ``state_space``.
+            RuntimeError: before :meth:`reset`, or no node has emitted a state yet.
+        """
+        space = self.scenario.state_space
+        if space is None:
+            raise NotImplementedError(
+                f"{self.scenario.id()} has no global state (Scenario.state_space is None): "
+                "declare state_space and call scenarios.emit_state(...) in a node"
+            )
+        value = None if self._run is None else self._run.global_state
+        if value is None:
+            raise RuntimeError(
+                f"{self.scenario.id()}: no global state yet: call reset() first, and have a node "
+                "call emit_state(...) before the first decision"
+            )
+        return value
 
     # ----- internals -----------------------------------------------------------------------
     def stepped_graph(self) -> FastGraph | None:

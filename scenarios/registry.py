@@ -15,7 +15,10 @@ What ``attr`` may name, and how :func:`build` turns it into a :class:`Scenario`:
   function takes neither a topology nor ``scenario_kwargs``;
 * a ``Scenario`` instance: used as it is (shared by the environments of a process, so keep
   per-episode state in the graph's state); giving it a topology or ``scenario_kwargs`` is an
-  error that names the fix (reference a class or a function instead).
+  error that names the fix (reference a class or a function instead);
+* a function or class returning a **PettingZoo** ``ParallelEnv`` or ``AECEnv`` (e.g.
+  ``mpe2.simple_spread_v3:parallel_env``): called with the ``scenario_kwargs`` and wrapped in
+  :class:`scenarios.pettingzoo_env.PettingZooScenario`, which calls it again for every episode.
 
 A class or function that does not accept ``topology`` runs on its own graph: giving it one is
 an error; likewise a ``scenario_kwargs`` key it does not accept. The reference text is the one
@@ -52,7 +55,8 @@ REF_SEP = ":"
 
 REF_HELP = (
     "a registered scenario name (marl scenarios lists them) or an import reference "
-    "'package.module:attr' to a Scenario subclass, a Scenario instance or a function returning one"
+    "'package.module:attr' to a Scenario subclass, a Scenario instance or a function returning one "
+    "(or returning a PettingZoo ParallelEnv / AECEnv)"
 )
 
 
@@ -156,6 +160,8 @@ def load(ref: str) -> type[Scenario] | Scenario | Callable[..., Scenario]:
     except ImportRefError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
     if isinstance(obj, type):
+        if _pettingzoo_class(obj):
+            return obj  # called, and what it returns wrapped, by build()
         if not issubclass(obj, Scenario):
             raise ScenarioError(
                 f"{where} is the class {obj.__name__}, which is not a scenarios.Scenario "
@@ -177,6 +183,12 @@ def load(ref: str) -> type[Scenario] | Scenario | Callable[..., Scenario]:
         f"{where} is of type {type(obj).__name__}, not a scenario: name a Scenario subclass, a "
         "Scenario instance or a function returning one"
     )
+
+
+def _pettingzoo_class(obj: type) -> bool:
+    from pettingzoo import AECEnv, ParallelEnv
+
+    return issubclass(obj, (ParallelEnv, AECEnv))
 
 
 def _hint(module: Any) -> str:
@@ -251,10 +263,14 @@ def _build_reference(ref: str, topology: Any, kwargs: dict[str, Any]) -> Scenari
             "(scenario_kwargs, topology) or the code it runs"
         ) from None
     if not isinstance(made, Scenario):
+        from scenarios.pettingzoo_env import PettingZooScenario, is_pettingzoo_env
+
+        if is_pettingzoo_env(made):
+            return PettingZooScenario(ref, kwargs, made=made)
         raise ScenarioError(
             f"{where} returned an object of type {type(made).__name__}, not a Scenario: return a "
-            "Scenario "
-            "instance (e.g. scenarios.custom.GraphScenario(...))"
+            "Scenario instance (e.g. scenarios.custom.GraphScenario(...)) or a PettingZoo "
+            "ParallelEnv / AECEnv"
         )
     return made
 

@@ -33,7 +33,10 @@ class RLlibGraphEnv(MultiAgentEnv):
             (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
             the env's engine (:data:`scenarios.graph_env.ENGINES`); ``"tool_latency"``
             (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
-            settings (:mod:`scenarios.tool_latency`; absent or None: none).
+            settings (:mod:`scenarios.tool_latency`; absent or None: none);
+            ``"global_state": True`` puts the scenario's global state (:meth:`state`) in every
+            acting agent's infos as ``infos[agent]["global_state"]``, for centralised critics
+            (actors never read infos).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -63,6 +66,20 @@ class RLlibGraphEnv(MultiAgentEnv):
         self._held: dict[str, float] = {}
         self._seed: int | None = None  # the last seed given to reset()
         self._seed_once = bool(config.get("seed_once", False))
+        self._global_state = bool(config.get("global_state", False))
+        if self._global_state:
+            self.state_space = env.state_space  # raises, naming the fix, when there is none
+
+    def state(self) -> Any:
+        """The scenario's global state now (:meth:`scenarios.graph_env.GraphEnv.state`)."""
+        return self.env.state()
+
+    def _with_state(self, infos: dict[str, Any]) -> dict[str, Any]:
+        if self._global_state and infos and not self.env.finished:
+            value = self.env.state()
+            for info in infos.values():
+                info["global_state"] = value
+        return infos
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -78,7 +95,7 @@ class RLlibGraphEnv(MultiAgentEnv):
         self._held = dict.fromkeys(self.possible_agents, 0.0)
         acting = [a for a in obs if infos[a]["acting"]]
         self.agents = list(self.env.agents)
-        return {a: obs[a] for a in acting}, {a: infos[a] for a in acting}
+        return {a: obs[a] for a in acting}, self._with_state({a: infos[a] for a in acting})
 
     def close(self) -> None:
         """Close the graph env (an unfinished episode is aborted, in the calling thread)."""
@@ -109,7 +126,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             out_rew,
             {"__all__": False},
             {"__all__": False},
-            {a: infos[a] for a in acting},
+            self._with_state({a: infos[a] for a in acting}),
         )
 
 

@@ -193,6 +193,10 @@ class SteppedRun:
         return self.bridge.agent_rewards if self._lg is None else self._lg.agent_rewards
 
     @property
+    def global_state(self) -> Any:
+        return self.bridge.global_state if self._lg is None else self._lg.global_state
+
+    @property
     def fell_back(self) -> bool:
         """The episode went on through LangGraph (see the module doc)."""
         return self._lg is not None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scenarios.base import ReplayUnavailable
 from topologies.errors import MarlError
 from trainers.configs.credit import EXACT_MAX_AGENTS
 from trainers.configs.typed import ConfigError
@@ -22,7 +23,7 @@ from trainers.credit.values import ValueFn, min_budget, shapley
 if TYPE_CHECKING:
     from trainers.configs.credit import CreditConfig
 
-__all__ = ["CreditError", "check_credit_for", "shapley_credit"]
+__all__ = ["CounterfactualCreditError", "CreditError", "check_credit_for", "shapley_credit"]
 
 #: mixed into the episode seed: the sampled estimators' draws are a function of the episode
 SHAPLEY_SEED_SALT = 0x5A4E
@@ -32,6 +33,12 @@ class CreditError(MarlError, ValueError):
     """A credit method cannot be applied to an episode or scenario; the message names the fix."""
 
 
+class CounterfactualCreditError(ConfigError, ReplayUnavailable):
+    """Credit ``loo`` / ``shapley`` on a scenario that cannot replay episodes exactly
+    (``exact_replay`` False, e.g. a wrapped PettingZoo env): a config error (exit code 2 on
+    the CLI) that is also the scenario's :class:`~scenarios.base.ReplayUnavailable`."""
+
+
 def check_credit_for(
     credit: CreditConfig, scenario: Any, agents: Sequence[str], algorithm: str
 ) -> None:
@@ -39,10 +46,17 @@ def check_credit_for(
     for ``local``, the agent count against the exact limit and the sampled budget minimum.
 
     Raises:
+        CounterfactualCreditError: ``loo`` / ``shapley`` on a scenario without exact replays.
         ConfigError: naming the field, the value and the fix.
     """
     if credit.method == "team":
         return
+    if credit.method in ("loo", "shapley") and not type(scenario).exact_replay:
+        raise CounterfactualCreditError(
+            f"credit {credit.method!r} replays episodes with agents left out, but scenario "
+            f"{scenario.id()} cannot replay an episode exactly (a wrapped environment: "
+            "exact_replay=False): use credit 'team' or 'local'"
+        )
     if credit.normalize and algorithm != "PPO":
         raise ConfigError(
             "credit.normalize needs the PPO credit learner: use algorithm PPO or normalize=false"

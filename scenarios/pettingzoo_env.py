@@ -1,0 +1,313 @@
+"""Any PettingZoo environment as a scenario: ``scenario: package.module:factory``.
+
+A scenario reference (:mod:`scenarios.registry`) may name a function or class that returns a
+PettingZoo ``ParallelEnv`` (or an ``AECEnv``, converted with PettingZoo's ``aec_to_parallel``);
+the registry wraps what it returns in :class:`PettingZooScenario`, so the env trains through the
+same config, CLI (``marl run mpe2.simple_spread_v3:parallel_env``), sweeps and evaluation as a
+LangGraph scenario. ``scenario_kwargs`` are the factory's keyword arguments (for mpe2:
+``N``, ``max_cycles``, ``local_ratio``, ``continuous_actions``...); the factory is called again
+for every episode, in every process (env runners rebuild the scenario by importing it).
+
+Graph: ``START → env`` (the plain node :data:`ENV_NODE` resets the env with the episode's seed)
+``→`` every live agent in one superstep (each calls ``decide(agent, its own observation)``)
+``→ env`` (steps the env with the joint action, emits the step's rewards) ``→`` the agents still
+live, or ``END`` once the env has no live agent. So all the env's agents act each step.
+
+* **Seeds**: episode seed ``s`` (``GraphEnv.reset(seed=s)``) resets the env with
+  ``reset(seed=env_seed(default_rng(s)))``: the same seed gives the same episode.
+* **Global state**: where the env has ``state()`` (``state_space``, or a ``state()`` that
+  answers after a reset), the env node declares ``env.state()`` with
+  :func:`~scenarios.emit_state` after every reset and step: ``GraphEnv.state()`` (and
+  ``RLlibGraphEnv.state()`` or its ``global_state`` infos) returns it, for centralised critics.
+* **Roles and pools** come from agent names: a trailing ``_<n>`` is stripped (:func:`role_of`:
+  ``adversary_0`` → role and pool ``adversary``, ``speaker_0`` → ``speaker``), so agents of one
+  kind share parameters by default.
+* **Rewards** are the env's, every step: with ``reward="env"`` (default) each agent receives its
+  own reward (the world node emits the agents' mean as the team stream plus each agent's
+  deviation from it, as :mod:`scenarios.spread` does); with ``reward="team"`` every agent
+  receives the mean. The episode's team return (``Outcome.reward``, metric ``return``) is the
+  sum over steps of the mean reward; ``<agent>/return`` and ``sum_return`` (Σ over agents)
+  are reported too. Credit ``team`` keeps these rewards; credit ``local`` gives each agent its
+  own return (``Outcome.local``): with ``reward="env"`` that is already what it receives, with
+  ``reward="team"`` its own return replaces the team's at the episode's end.
+* **No exact replay**: a wrapped env's dynamics are not ours to re-run, so ``exact_replay`` is
+  False and counterfactual credit (``loo``, ``shapley``) is refused with
+  :class:`~scenarios.base.ReplayUnavailable` (by ``GraphEnv.value``) and by the trainer's
+  config check.
+* Episodes end when the env has no live agent; they are truncated (time limit, as mpe2's
+  ``max_cycles``) when every agent's last flag was a truncation, else terminated.
+
+Example:
+    >>> from scenarios.registry import build
+    >>> s = build("mpe2.simple_spread_v3:parallel_env", N=2, max_cycles=5)
+    >>> s.possible_agents, s.topology.roles["agent_1"]
+    (['agent_0', 'agent_1'], 'agent')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, TypedDict
+
+import gymnasium as gym
+import numpy as np
+from langgraph.graph import StateGraph
+
+from scenarios.base import Outcome, Scenario, ScenarioError
+from scenarios.decisions import decide, emit_reward, emit_state
+from scenarios.declared import DeclaredSpaces
+from topologies import END, START, Topology
+from topologies.generators import merge_routes
+
+#: the plain node that resets and steps the env (not an agent; an agent may not take the name)
+ENV_NODE = "pettingzoo_env"
+REWARDS = ("env", "team")
+#: env steps an episode may last when the env does not say (``max_cycles``)
+DEFAULT_MAX_CYCLES = 10_000
+
+#: mpe2's tasks as scenario references (``marl scenarios`` lists them); each takes mpe2's own
+#: keyword arguments as ``scenario_kwargs`` (discrete actions unless ``continuous_actions``).
+MPE2_TASKS: dict[str, str] = {
+    "mpe2.simple_v3:parallel_env": "one agent reaches a landmark",
+    "mpe2.simple_spread_v3:parallel_env": "N agents cover N landmarks, avoid collisions",
+    "mpe2.simple_reference_v3:parallel_env": "two agents tell each other their goal landmark",
+    "mpe2.simple_speaker_listener_v4:parallel_env": "a speaker guides a listener to a landmark",
+    "mpe2.simple_adversary_v3:parallel_env": "agents hide the goal from an adversary",
+    "mpe2.simple_crypto_v3:parallel_env": "encrypted messages against an eavesdropper",
+    "mpe2.simple_push_v3:parallel_env": "an adversary pushes an agent off its landmark",
+    "mpe2.simple_tag_v3:parallel_env": "predators chase a faster prey",
+    "mpe2.simple_world_comm_v3:parallel_env": "tag with a leader, forests and food",
+    "mpe2.simple_line_v1:parallel_env": "agents form a line",
+    "mpe2.simple_formation_v1:parallel_env": "agents form a shape around a landmark",
+    "mpe2.collect_treasure_v1:parallel_env": "collectors and banks share treasure",
+}
+
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def role_of(agent: str) -> str:
+    """The role (and default pool) of a PettingZoo agent name: a trailing ``_<n>`` stripped.
+
+    >>> role_of("adversary_0"), role_of("agent_12"), role_of("speaker")
+    ('adversary', 'agent', 'speaker')
+    """
+    return _SUFFIX.sub("", agent) or agent
+
+
+def is_pettingzoo_env(obj: Any) -> bool:
+    """Whether ``obj`` is a PettingZoo ``ParallelEnv`` or ``AECEnv`` (possibly wrapped)."""
+    from pettingzoo import AECEnv, ParallelEnv
+
+    return isinstance(obj, (ParallelEnv, AECEnv))
+
+
+def as_parallel(env: Any) -> Any:
+    """``env`` as a ``ParallelEnv`` (an ``AECEnv`` through PettingZoo's ``aec_to_parallel``)."""
+    from pettingzoo import AECEnv
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(env) if isinstance(env, AECEnv) else env
+
+
+def env_seed(rng: np.random.Generator) -> int:
+    """The seed given to the env's ``reset`` for an episode whose randomness is ``rng``."""
+    return int(rng.integers(0, 2**31 - 1))
+
+
+def merge_actions(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Reducer of ``actions``: agents add theirs; ``None`` (written by the env node) clears."""
+    return {} if right is None else {**(left or {}), **right}
+
+
+class PZState(TypedDict, total=False):
+    """Graph state of one episode (``env`` is that episode's own env)."""
+
+    env: Any
+    env_seed: int
+    obs: dict[str, Any]
+    actions: Annotated[dict[str, Any], merge_actions]
+    route: Annotated[dict[str, list[str]], merge_routes]
+    t: int
+    team_return: float
+    agent_returns: dict[str, float]
+    truncated: bool
+
+
+class PettingZooScenario(DeclaredSpaces, Scenario):
+    """A PettingZoo env, made by ``factory(**env_kwargs)``, as a scenario (see the module doc).
+
+    Usually built by the registry from ``scenario: package.module:factory``; build it directly
+    to choose the reward split: ``PettingZooScenario("mpe2.simple_spread_v3:parallel_env",
+    {"N": 3}, reward="team")``.
+
+    Args:
+        env: the factory's import reference ``package.module:attr``.
+        env_kwargs: the factory's keyword arguments.
+        reward: ``"env"`` (each agent its own reward) or ``"team"`` (the agents' mean).
+        made: an env the factory already returned for these arguments (used for the spaces).
+
+    Raises:
+        ScenarioError: a factory that does not return a PettingZoo env, an agent named
+            :data:`ENV_NODE`, a bad ``reward``.
+    """
+
+    name = "pettingzoo"
+    version = 0
+    summary = "a PettingZoo ParallelEnv / AECEnv named by its factory's import reference"
+    topologies = ("graph",)
+    default_topology = "graph"
+    exact_replay = False
+    has_local_rewards = True
+
+    def __init__(
+        self,
+        env: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        reward: str = "env",
+        made: Any = None,
+    ) -> None:
+        from scenarios.registry import load
+
+        if reward not in REWARDS:
+            raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")
+        self.env_ref, self.env_kwargs, self.reward = env, dict(env_kwargs or {}), reward
+        self._factory = load(env)
+        ref = as_parallel(made if made is not None else self._make_raw())
+        agents = list(ref.possible_agents)
+        if ENV_NODE in agents:
+            raise ScenarioError(
+                f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
+            )
+        self.agent_spaces = {a: (ref.observation_space(a), ref.action_space(a)) for a in agents}
+        self.state_space = _state_space(ref)
+        cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
+        cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
+        self.max_supersteps = 2 * cycles + 4
+        self.topology = self._topology(agents)
+        ref.close()
+
+    def _make_raw(self) -> Any:
+        made = self._factory(**self.env_kwargs)
+        if not is_pettingzoo_env(made):
+            raise ScenarioError(
+                f"{self.env_ref} returned {type(made).__name__}, not a PettingZoo ParallelEnv "
+                "or AECEnv: name a factory that returns one"
+            )
+        return made
+
+    def _make(self) -> Any:
+        return as_parallel(self._make_raw())
+
+    def _topology(self, agents: list[str]) -> Topology:
+        """Every agent ⇄ the env node; roles (and pools) from agent names."""
+        t = Topology.empty(f"pettingzoo/{self.env_ref}")
+        t.add_agent(ENV_NODE, "tool", kind="node")
+        for a in agents:
+            t.add_agent(a, role_of(a))
+        t.add_channel(START, ENV_NODE)
+        for a in agents:
+            t.add_channel(ENV_NODE, a, "conditional", label=a)
+            t.add_channel(a, ENV_NODE)  # static: the env node runs once per superstep
+        t.add_channel(ENV_NODE, END, "conditional", label="done")
+        return t
+
+    # ----- the Dec-POMDP -------------------------------------------------------------------
+    def default_action(self, agent: str) -> Any:
+        space = self.action_space(agent)
+        return 0 if isinstance(space, gym.spaces.Discrete) else super().default_action(agent)
+
+    def build_graph(self) -> StateGraph:
+        return self.topology.to_langgraph(self._node, PZState)
+
+    def _node(self, node: str) -> Any:
+        if node == ENV_NODE:
+            return self._env_step
+
+        def act(state: dict[str, Any]) -> dict[str, Any]:
+            return {"actions": {node: decide(node, state["obs"][node])}}
+
+        act.__name__ = f"act_{node}"
+        return act
+
+    def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
+        return {
+            "env": self._make(),
+            "env_seed": env_seed(rng),
+            "actions": {},
+            "route": {},
+            "t": -1,  # the env node's first run resets the env
+            "team_return": 0.0,
+            "agent_returns": dict.fromkeys(self.possible_agents, 0.0),
+            "truncated": False,
+        }
+
+    def _env_step(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Reset (first run) or step the env with the joint action; route the live agents."""
+        env, t = state["env"], state["t"]
+        if t < 0:
+            obs, _ = env.reset(seed=state["env_seed"])
+            self._emit_state(env)
+            return {"obs": obs, "t": 0, "route": {ENV_NODE: list(env.agents)}}
+        chosen = state.get("actions") or {}
+        missing = [a for a in env.agents if a not in chosen]
+        if missing:
+            raise RuntimeError(f"agents {missing} gave no action in step {t}")
+        obs, rewards, _, truncs, _ = env.step({a: chosen[a] for a in env.agents})
+        r = {a: float(v) for a, v in rewards.items()}
+        team = sum(r.values()) / len(r) if r else 0.0
+        emit_reward(team)
+        if self.reward == "env":
+            for a, value in r.items():
+                if value != team:
+                    emit_reward(value - team, agents=[a])
+        live = list(env.agents)
+        ended = [a for a in r if a not in live]
+        truncated = bool(ended) and all(truncs.get(a, False) for a in ended)
+        if live:
+            self._emit_state(env)
+        returns = dict(state["agent_returns"])
+        for a, value in r.items():
+            returns[a] = returns.get(a, 0.0) + value
+        return {
+            "obs": {**state["obs"], **obs},
+            "actions": None,
+            "t": t + 1,
+            "team_return": state["team_return"] + team,
+            "agent_returns": returns,
+            "truncated": truncated if not live else state.get("truncated", False),
+            "route": {ENV_NODE: live},
+        }
+
+    def _emit_state(self, env: Any) -> None:
+        if self.state_space is not None:
+            emit_state(env.state())
+
+    def score(self, state: dict[str, Any]) -> Outcome:
+        """Zero terminal reward (every reward was emitted per step) and the episode's metrics."""
+        steps = max(int(state.get("t", 0)), 0)
+        returns = {a: float(v) for a, v in (state.get("agent_returns") or {}).items()}
+        team = float(state.get("team_return", 0.0))
+        metrics = {"return": team, "sum_return": sum(returns.values()), "steps": float(steps)}
+        metrics.update({f"{a}/return": v for a, v in returns.items()})
+        env = state.get("env")
+        if env is not None:
+            env.close()
+        local = returns if self.reward == "team" else dict.fromkeys(returns, team)
+        return Outcome(
+            reward=0.0, metrics=metrics, local=local, truncated=bool(state.get("truncated"))
+        )
+
+
+def _state_space(env: Any) -> gym.Space | None:
+    """The env's global-state space: ``state_space``, else a ``Box`` shaped like ``state()``
+    after a reset, else ``None`` (no global state)."""
+    space = getattr(env, "state_space", None)
+    if isinstance(space, gym.Space):
+        return space
+    try:
+        env.reset(seed=0)
+        value = np.asarray(env.state())
+    except (NotImplementedError, AttributeError):
+        return None
+    return gym.spaces.Box(-np.inf, np.inf, value.shape, value.dtype)
