@@ -60,9 +60,9 @@ def main() -> None:
 
     import torch
 
-    from trainers.sampling import batched_runner
     from trainers.algo import to_algorithm_config
     from trainers.configs.experiment import ExperimentConfig
+    from trainers.sampling import batched_runner
 
     torch.set_num_threads(1)
     cfg = ExperimentConfig.from_dict(

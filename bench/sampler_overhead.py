@@ -109,10 +109,10 @@ def main() -> None:
     import torch
 
     from scenarios.clocks import ENV_CLOCK
-    from trainers.sampling import batched_runner
-    from trainers.signals import episode_metrics
     from trainers.algo import to_algorithm_config
     from trainers.configs.experiment import ExperimentConfig
+    from trainers.sampling import batched_runner
+    from trainers.signals import episode_metrics
     from trainers.signals.phase_timers import FORWARD_CLOCK
 
     torch.set_num_threads(1)

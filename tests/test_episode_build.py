@@ -25,9 +25,9 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.error import MultiAgentEnvError
 
-from trainers.sampling import batched_runner
 from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
+from trainers.sampling import batched_runner
 from trainers.sampling.batched_runner import BatchedEnvRunner
 from trainers.sampling.episode_build import add_env_reset, add_env_step
 
