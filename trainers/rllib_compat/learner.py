@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
-from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.connectors.learner.general_advantage_estimation import GeneralAdvantageEstimation
 from ray.rllib.core.learner.learner import Learner
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
@@ -39,10 +39,10 @@ OVERRIDDEN: tuple[tuple[type, str], ...] = (
     (TorchLearner, "_set_optimizer_state"),  # loads optimiser state from a checkpoint
     (TorchLearner, "_uncompiled_update"),  # one minibatch: forward, loss, grads, step
     (Learner, "_create_iterator_if_necessary"),  # the minibatch iterator of an update
-    (PPOTorchLearner, "_compute_off_policyness"),  # logs the off-policyness metric
+    (TorchLearner, "_compute_off_policyness"),  # logs the off-policyness metric
 )
-#: private members our learners and configs use through ``self`` (instance attributes set by
-#: RLlib's ``build``/``__init__``, methods)
+#: private members our learners, connectors and configs use through ``self`` (instance
+#: attributes set by RLlib's ``build``/``__init__``, methods)
 INHERITED: tuple[tuple[type, str], ...] = (
     (Learner, "_named_optimizers"),  # optimiser name → torch optimiser
     (Learner, "_module_optimizers"),  # module id → optimiser names
@@ -51,9 +51,9 @@ INHERITED: tuple[tuple[type, str], ...] = (
     (Learner, "_learner_connector"),  # the learner connector pipeline (None: none)
     (TorchLearner, "_grad_scalers"),  # None unless mixed precision
     (TorchLearner, "_lr_scheduler_classes"),  # None unless torch LR schedulers
-    (Learner, "_numpy_to_tensor_connector"),  # lazily built NumpyToTensor (None at first)
+    (GeneralAdvantageEstimation, "_numpy_to_tensor_connector"),  # NumpyToTensor, None at first
     (Learner, "_check_component"),  # (name, components, not_components) -> bool
-    (PPOTorchLearner, "_compute_off_policyness"),  # called with the minibatch
+    (TorchLearner, "_compute_off_policyness"),  # called with the minibatch
     (AlgorithmConfig, "_value_error"),  # (errmsg): raise (or warn) as RLlib's validate does
 )
 #: RLModule's private forward hooks a module implements (RLlib's documented extension points:
@@ -100,8 +100,9 @@ class MinibatchFields:
 
 
 def fresh_cyclic_iterator(found: Any) -> MinibatchFields | None:
-    """``found``'s fields when it is exactly RLlib's ``MiniBatchCyclicIterator`` and has not
-    yielded yet, else None. RLlib 2.60: ``_minibatch_count`` counts the minibatches yielded."""
+    """``found``'s fields when it is exactly RLlib's ``MiniBatchCyclicIterator`` and no
+    minibatch of it was consumed, else None. RLlib 2.60: ``_minibatch_count`` counts the
+    minibatches consumed (it grows when the one after is asked for)."""
     if type(found) is not MiniBatchCyclicIterator or found._minibatch_count:
         return None
     return MinibatchFields(
