@@ -137,7 +137,7 @@ def test_direct_forward_is_rllibs_wrapper_and_leaves_the_modes() -> None:
     r = runner(BatchedEnvRunner)
     try:
         r.sample(num_timesteps=20, explore=True)  # puts the modules in eval mode
-        for mid, direct in (("orchestrator", "_actor_forward"), ("worker", "_forward_")):
+        for mid, direct in (("orchestrator", "actor_forward"), ("worker", "_forward_")):
             module = r.module[mid]
             obs = torch.randn(5, 1, module.observation_space.shape[0])
             batch = {Columns.OBS: obs if module.is_stateful() else obs[:, 0]}

@@ -97,7 +97,7 @@ def export_violations(root: Path) -> list[str]:
 #: the floors of ``trainers``, bottom up: a module imports its own floor and the floors below.
 #: Inside a floor, a subpackage imports only itself (no sideways arrows between packages).
 TRAINERS_FLOORS: tuple[tuple[str, ...], ...] = (
-    ("trainers.configs",),  # the typed-config engine and the schemas
+    ("trainers.configs", "trainers.rllib_compat"),  # typed configs; RLlib's internals
     ("trainers.signals", "trainers.credit"),  # what episodes report; credit estimators, replays
     ("trainers.learners",),  # lean learner, PPO batch, credit learner, value norm
     ("trainers.sampling",),  # env runners: no learner code but the shared categorical math

@@ -107,13 +107,18 @@ class ExactLean(LeanPPOLearner):
 
 def test_learner_field_is_typed_and_checked(tmp_path: Path) -> None:
     from trainers.algo import learner_class
+    from trainers.learners.value_norm_learner import ValueNormPPOLearner
 
     assert ExperimentConfig().algorithm.learner == "lean"
     assert learner_class(ExperimentConfig()) is LeanPPOLearner
     cfg = ExperimentConfig.from_dict({"algorithm": {"name": "GRPO"}})
     assert learner_class(cfg) is LeanGRPOLearner
     rllib = ExperimentConfig.from_dict({"algorithm": {"learner": "rllib"}})
-    assert learner_class(rllib) is None
+    assert learner_class(rllib) is ValueNormPPOLearner  # RLlib's step, normalised targets
+    plain = ExperimentConfig.from_dict({"algorithm": {"learner": "rllib", "value_norm": False}})
+    assert learner_class(plain) is None  # the RLlib algorithm's own learner
+    grpo_rllib = ExperimentConfig.from_dict({"algorithm": {"name": "GRPO", "learner": "rllib"}})
+    assert learner_class(grpo_rllib) is None
     with pytest.raises(ConfigError, match=r"algorithm.learner='fast' is not one of 'lean'"):
         ExperimentConfig.from_dict({"algorithm": {"learner": "fast"}})
     bad = ExperimentConfig()

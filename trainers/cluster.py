@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainers.configs.typed import ConfigError
+from trainers.rllib_compat.ray_private import GCS_PROBE, driver_sys_path
 
 #: seconds to wait for a cluster's GCS port to accept a TCP connection.
 CONNECT_TIMEOUT_S = 5.0
@@ -74,17 +75,6 @@ def reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
         return False
 
 
-_GCS_PROBE = """
-import sys
-from ray._raylet import InnerGcsClient
-try:
-    InnerGcsClient.standalone(sys.argv[1], None, int(sys.argv[2]))
-except Exception as exc:
-    print(f"{type(exc).__name__}: {exc}".splitlines()[0])
-    sys.exit(1)
-"""
-
-
 #: addresses whose GCS answered in this process (asked once).
 _ANSWERED: set[str] = set()
 
@@ -101,7 +91,7 @@ def gcs_error(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     import sys
 
     env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": str(int(timeout_s))}
-    cmd = [sys.executable, "-c", _GCS_PROBE, address, str(int(timeout_s * 1000))]
+    cmd = [sys.executable, "-c", GCS_PROBE, address, str(int(timeout_s * 1000))]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3 * timeout_s)
     except subprocess.TimeoutExpired:
@@ -332,13 +322,9 @@ def check_workers_import(ref: str) -> None:
 def _ray_driver_paths(running: bool) -> list[str]:
     """The directories Ray adds to its workers' ``sys.path`` for this driver."""
     if running:
-        import ray
-
-        try:  # a private API that may move: then fall back to what Ray 2.60 adds
-            job = ray._private.worker.global_worker.core_worker.get_job_config()
-            return list(job.py_driver_sys_path)
-        except Exception:  # any failure means "unknown": use the fallback below
-            running = False
+        found = driver_sys_path()  # a private API that may move: then what Ray 2.60 adds
+        if found is not None:
+            return found
     paths = [os.getcwd()]
     script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
     if script and script in sys.path:

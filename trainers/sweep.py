@@ -302,12 +302,12 @@ def _trial_run_dir() -> Path:
     ``get_trial_dir()`` is a staging directory only the driver's node uploads."""
     from ray import tune
 
-    try:
-        from ray.train._internal.session import get_session  # private; Ray 2.60
+    from trainers.rllib_compat.ray_private import trial_working_directory
 
-        return Path(get_session().storage.trial_working_directory) / "run"
-    except (ImportError, AttributeError):
-        return Path(tune.get_context().get_trial_dir()) / "run"
+    found = trial_working_directory()
+    if found is not None:
+        return found / "run"
+    return Path(tune.get_context().get_trial_dir()) / "run"
 
 
 def sweep(

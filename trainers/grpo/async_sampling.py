@@ -22,6 +22,8 @@ import dataclasses
 import logging
 from typing import Any
 
+from trainers.rllib_compat.runner import ongoing_episodes
+
 log = logging.getLogger(__name__)
 
 #: ``episode.custom_data`` key: policy version of the episode's oldest step.
@@ -57,7 +59,7 @@ def sample_on_runner(runner: Any, num_episodes: int, version: int) -> tuple[list
 
 def _ongoing(runner: Any) -> list[Any]:
     """The runner's episodes in progress that have stepped (a fresh one has no old step)."""
-    ongoing = getattr(runner, "_ongoing_episodes", None) or []
+    ongoing = ongoing_episodes(runner)
     return [e for e in ongoing if e is not None and hasattr(e, "custom_data") and len(e) > 0]
 
 

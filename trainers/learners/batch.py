@@ -65,6 +65,7 @@ from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_t
 from trainers.credit.connector import CreditConnector
 from trainers.learners.credit_ppo import PerAgentAdvantageNormalization
 from trainers.learners.value_norm_learner import ValueNormGAE, advantages_and_targets
+from trainers.rllib_compat.learner import rl_modules
 
 __all__ = ["ArrayPPOPipeline", "install"]
 
@@ -200,7 +201,7 @@ def _advantages(
     module's concatenated (extended) episodes."""
     out: dict[str, dict[str, np.ndarray]] = {}
     normed = isinstance(gae, ValueNormGAE)
-    for mid, module in call["rl_module"]._rl_modules.items():
+    for mid, module in rl_modules(call["rl_module"]).items():
         if mid not in batch or not isinstance(module, ValueFunctionAPI):
             continue
         cols = batch[mid]

@@ -12,6 +12,8 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchMultiCategorical,
 )
 
+from trainers.rllib_compat.distributions import categorical_parts
+
 
 def categorical_lens(dist_cls: Any, logits: torch.Tensor) -> tuple[list[int], bool] | None:
     """``(category counts, multi)`` of an RLlib categorical (``multi`` False) or
@@ -24,9 +26,10 @@ def categorical_lens(dist_cls: Any, logits: torch.Tensor) -> tuple[list[int], bo
         getattr(type(dist), m) is getattr(TorchMultiCategorical, m)
         for m in ("logp", "entropy", "kl")
     )
-    if not ok or not all(type(c) is TorchCategorical for c in dist._cats):
+    parts = categorical_parts(dist) if ok else []
+    if not ok or not all(type(c) is TorchCategorical for c in parts):
         return None
-    return [int(c.logits.shape[-1]) for c in dist._cats], True
+    return [int(c.logits.shape[-1]) for c in parts], True
 
 
 class Categoricals:

@@ -44,6 +44,13 @@ from typing_extensions import override
 
 from trainers.learners.categorical import categorical_lens, categoricals
 from trainers.learners.credit_ppo import CreditPPOTorchLearner
+from trainers.rllib_compat.learner import (
+    MinibatchFields,
+    default_multi_forward_train,
+    fresh_cyclic_iterator,
+    rl_modules,
+    slices_sequences,
+)
 
 __all__ = ["LEARNERS", "LeanPPOLearner", "LeanTorchLearner", "make_adam"]
 
@@ -136,13 +143,12 @@ class LeanTorchLearner(TorchLearner):
 
     def _lean_plain_forward(self, batch: dict[str, Any]) -> bool:
         """Whether the modules in ``batch`` train with RLlib's own ``forward_train``."""
-        from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
         from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
         multi = self.module
-        if type(multi)._forward_train is not MultiRLModule._forward_train:
+        if not default_multi_forward_train(multi):
             return False
-        mods = multi._rl_modules
+        mods = rl_modules(multi)
         return all(type(mods[m]).forward_train is TorchRLModule.forward_train
                    for m in batch if m in mods)  # fmt: skip
 
@@ -157,7 +163,7 @@ class LeanTorchLearner(TorchLearner):
         if not self._lean_training:
             self._lean_training = True
             return multi.forward_train(batch)
-        mods = multi._rl_modules
+        mods = rl_modules(multi)
         return {m: RLModule.forward_train(mods[m], batch[m]) for m in batch if m in mods}
 
     @override
@@ -198,32 +204,31 @@ class IndexMinibatches:
     permutes every column at each shuffle (``index_select``: ``v[index]``'s copy with less
     indexing overhead). Same RNG draws, same rows in the same order."""
 
-    def __init__(self, rllib_iter: Any, columns: dict[str, Any]) -> None:
-        self.batch = rllib_iter._batch
-        self.size = rllib_iter._minibatch_size
-        self.epochs = rllib_iter._num_epochs
-        self.shuffle = rllib_iter._shuffle_batch_per_epoch
-        self.total = rllib_iter._num_total_minibatches
+    def __init__(self, fields: MinibatchFields, columns: dict[str, Any]) -> None:
+        self.batch = fields.batch
+        self.size = fields.minibatch_size
+        self.epochs = fields.num_epochs
+        self.shuffle = fields.shuffle
+        self.total = fields.num_total_minibatches
         self.columns = columns
 
     @classmethod
     def replacing(cls, found: Any) -> IndexMinibatches | None:
         """The index iterator for a fresh flat ``MiniBatchCyclicIterator``, else None (a
         recurrent module's ``[B, T]`` batch, a column that is not a tensor, another iterator)."""
-        from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
-
-        if type(found) is not MiniBatchCyclicIterator or found._minibatch_count:
+        fields = fresh_cyclic_iterator(found)
+        if fields is None:
             return None
         columns = {}
-        for mid, module_batch in found._batch.policy_batches.items():
-            seqs = module_batch._slice_seq_lens_in_B or module_batch.get("seq_lens") is not None
+        for mid, module_batch in fields.batch.policy_batches.items():
+            seqs = slices_sequences(module_batch) or module_batch.get("seq_lens") is not None
             cols = dict(module_batch)
             if seqs or not cols or not all(isinstance(v, torch.Tensor) for v in cols.values()):
                 return None
             if len(module_batch) == 0:
                 return None  # RLlib's iterator raises its own error
             columns[mid] = cols
-        return cls(found, columns)
+        return cls(fields, columns)
 
     def __iter__(self) -> Any:
         import numpy as np

@@ -39,15 +39,9 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "marl_state.pkl"
 INFO_FILE = "marl_state.json"
-#: env-runner attributes that carry sampling across ``sample()`` calls (RLlib 2.60)
+#: our env-runner attributes that carry sampling across ``sample()`` calls (saved with RLlib's
+#: own: :data:`trainers.rllib_compat.runner.SAMPLING_STATE`)
 RUNNER_ATTRS = (
-    "_needs_initial_reset",
-    "_ongoing_episodes",
-    "_ongoing_episodes_for_metrics",
-    "_done_episodes_for_metrics",
-    "_cached_to_module",
-    "_shared_data",
-    "_weights_seq_no",
     "_marl_policy_version",  # trainers.grpo.async_sampling.RUNNER_VERSION
     "_batched",  # trainers.sampling.batched_runner.STATE_ATTR
 )
@@ -61,7 +55,9 @@ def save(algo: Any, path: Path) -> None:
     """
     from ray import cloudpickle
 
-    time_total = float(getattr(algo, "_time_total", 0.0))
+    from trainers.rllib_compat.runner import time_total as algo_time
+
+    time_total = algo_time(algo)
     try:
         state = {
             "rng": rng_state(),
@@ -107,6 +103,8 @@ def restore(algo: Any, path: Path) -> bool:
     """Put back what :func:`save` wrote into ``path`` (False: nothing saved there)."""
     from ray import cloudpickle
 
+    from trainers.rllib_compat.runner import set_time_total
+
     file = path / STATE_FILE
     if not file.exists():
         log.warning("%s has no %s: the resumed run is not an exact continuation", path, STATE_FILE)
@@ -132,7 +130,7 @@ def restore(algo: Any, path: Path) -> bool:
     learners = state.get("learners") or []
     if learners:  # data-parallel learners hold the same coefficients
         _foreach_learner(algo, lambda learner: restore_learner(learner, learners[0]))
-    algo._time_total = state["time_total_s"]
+    set_time_total(algo, state["time_total_s"])
     algo.marl_curriculum_state = state.get("curriculum")  # read by Curriculum.start
     set_rng_state(state["rng"])  # last: restoring the runners may draw numbers
     return True
@@ -225,8 +223,11 @@ def capture_runner(runner: Any) -> bytes:
     sub-environments and this process's RNGs."""
     from ray import cloudpickle
 
+    from trainers.rllib_compat.runner import SAMPLING_STATE, autoreset_envs
+
+    attrs = (*SAMPLING_STATE, *RUNNER_ATTRS)
     state = {
-        "attrs": {k: getattr(runner, k) for k in RUNNER_ATTRS if hasattr(runner, k)},
+        "attrs": {k: getattr(runner, k) for k in attrs if hasattr(runner, k)},
         "metrics": runner.metrics.get_state(),
         "rng": rng_state(),
         "envs": None,
@@ -235,13 +236,15 @@ def capture_runner(runner: Any) -> bytes:
     vec = getattr(runner, "env", None)
     if vec is not None and hasattr(vec, "envs"):
         state["envs"] = [_env_state(sub.unwrapped) for sub in vec.envs]
-        state["autoreset"] = np.array(getattr(vec, "_autoreset_envs", []))
+        state["autoreset"] = np.array(autoreset_envs(vec))
     return cloudpickle.dumps((int(runner.worker_index or 0), cloudpickle.dumps(state)))
 
 
 def restore_runner(runner: Any, runners: Mapping[int, bytes]) -> bool:
     """Restore this env runner from its entry in ``runners`` (False: none saved for it)."""
     from ray import cloudpickle
+
+    from trainers.rllib_compat.runner import set_autoreset_envs
 
     blob = runners.get(int(runner.worker_index or 0))
     if blob is None:
@@ -262,7 +265,7 @@ def restore_runner(runner: Any, runners: Mapping[int, bytes]) -> bool:
         for sub, env_state in zip(envs, state["envs"], strict=True):
             _restore_env(sub, env_state)
         if "autoreset" in state:  # which sub-envs reset at their next step (set at reset)
-            vec._autoreset_envs = np.array(state["autoreset"])
+            set_autoreset_envs(vec, np.array(state["autoreset"]))
     for key, value in state["attrs"].items():
         setattr(runner, key, value)
     runner.metrics.set_state(state["metrics"])

@@ -23,6 +23,7 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
 )
 
 from trainers.learners.categorical import StackedCategoricals
+from trainers.rllib_compat.distributions import categorical_parts, torch_dist
 
 
 def draws_per_row(dist: Any) -> int:
@@ -30,9 +31,9 @@ def draws_per_row(dist: Any) -> int:
     if isinstance(dist, TorchCategorical):
         return 1
     if isinstance(dist, TorchMultiCategorical):
-        return len(dist._cats)
+        return len(categorical_parts(dist))
     if isinstance(dist, TorchDiagGaussian):
-        return int(dist._dist.loc.shape[-1])
+        return int(torch_dist(dist).loc.shape[-1])
     return 0
 
 
@@ -46,12 +47,13 @@ def sample_rows(dist: Any, rngs: Sequence[np.random.Generator]) -> torch.Tensor:
     if k == 0:
         return dist.sample()
     if isinstance(dist, TorchDiagGaussian):
+        normal = torch_dist(dist)
         z = torch.from_numpy(np.stack([rng.standard_normal(k) for rng in rngs])).to(
-            dist._dist.loc.dtype
+            normal.loc.dtype
         )
-        return dist._dist.loc + dist._dist.scale * z
-    cats = [dist] if isinstance(dist, TorchCategorical) else dist._cats
-    act = inverse_cdf([c._dist.probs for c in cats], rngs)
+        return normal.loc + normal.scale * z
+    cats = [dist] if isinstance(dist, TorchCategorical) else categorical_parts(dist)
+    act = inverse_cdf([torch_dist(c).probs for c in cats], rngs)
     return act[:, 0] if isinstance(dist, TorchCategorical) else act
 
 

@@ -79,6 +79,7 @@ from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 from marl_agents.llm.rl_module import SAMPLING_SEEDS
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
 from trainers.learners.categorical import categorical_lens
+from trainers.rllib_compat.runner import log_env_steps_sampled, metrics_lock, set_episode_class
 from trainers.sampling.action_rows import categorical_rows, sample_rows
 from trainers.sampling.episode_build import add_env_reset, add_env_step
 from trainers.sampling.forward import forward, seeds_rows, to_numpy
@@ -132,8 +133,7 @@ class OrderedEpisode(MultiAgentEpisode):
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> OrderedEpisode:
         episode = MultiAgentEpisode.from_state(state)  # RLlib's builds a MultiAgentEpisode
-        episode.__class__ = cls
-        return episode
+        return set_episode_class(episode, cls)
 
 
 @dataclasses.dataclass
@@ -316,7 +316,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     def _new_episode(self, env_index: int, episodes: list[Any] | None = None) -> None:
         episodes = episodes if episodes is not None else self._ongoing_episodes
         super()._new_episode(env_index, episodes)
-        episodes[env_index].__class__ = OrderedEpisode
+        set_episode_class(episodes[env_index], OrderedEpisode)
 
     def _reset_env(self, i: int, seed: int | None) -> None:
         """Start env ``i``'s next episode (its reset runs on the stepper)."""
@@ -425,7 +425,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             ("min", {EPISODE_LEN_MIN: length, EPISODE_RETURN_MIN: ret}),
             ("max", {EPISODE_LEN_MAX: length, EPISODE_RETURN_MAX: ret}),
         )
-        with self.metrics._threading_lock:  # as log_dict holds it
+        with metrics_lock(self.metrics):  # as log_dict holds it
             for reduce, values in parts:
                 for key in sorted(values):
                     value = values[key]
@@ -480,7 +480,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             for e in self._ongoing_episodes
         ]
         for e in continuations:
-            e.__class__ = OrderedEpisode
+            set_episode_class(e, OrderedEpisode)
         for episode in self._ongoing_episodes:
             if episode.env_t == 0:
                 continue
@@ -677,4 +677,4 @@ class _Counts:
             m.log_value((NUM_MODULE_STEPS_SAMPLED, mid), n, reduce="sum")
             m.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), n, reduce="lifetime_sum")
         if self.env:
-            runner._log_env_steps(metric=runner._metrics_num_env_steps_sampled, num_steps=self.env)
+            log_env_steps_sampled(runner, self.env)

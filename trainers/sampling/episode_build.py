@@ -9,74 +9,48 @@ and differ only in wall-clock stamps and random episode ids (``tests/test_episod
 compares them field by field). What they skip: building each agent's ``SingleAgentEpisode``
 through its constructor (four ``InfiniteLookbackBuffer``\\ s, each computing its space's
 structure, and a ``validate()``), the list-building ``set`` churn of the multi-agent step and
-the per-item buffer methods. An episode already turned into numpy goes through RLlib's own
-methods (RLlib then checks the spaces as it appends).
+the per-item buffer methods. RLlib's private fields are written through
+:mod:`trainers.rllib_compat.episodes` (pinned by ``tests/test_rllib_compat.py``). An episode
+already turned into numpy goes through RLlib's own methods (RLlib then checks the spaces as
+it appends).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
-from ray.rllib.env.single_agent_episode import _REWARDS_BOX_SPACE, SingleAgentEpisode
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.error import MultiAgentEnvError
-from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
+
+from trainers.rllib_compat.episodes import (
+    blank_agent_episode,
+    del_hanging,
+    hanging_end,
+    hanging_rewards_begin,
+    last_added,
+    lookback_len,
+    new_buffer,
+    set_last_added,
+    stamp_start,
+    stamp_step,
+)
 
 SKIP = MultiAgentEpisode.SKIP_ENV_TS_TAG
-
-#: id(space) → (space, its base struct): the space is kept so that its id is never reused
-_STRUCTS: dict[int, tuple[Any, Any]] = {}
-
-
-def _struct(space: Any) -> Any:
-    hit = _STRUCTS.get(id(space))
-    if hit is None or hit[0] is not space:
-        hit = _STRUCTS[id(space)] = (space, get_base_struct_from_space(space))
-    return hit[1]
-
-
-def _buffer(space: Any = None, data: list | None = None) -> InfiniteLookbackBuffer:
-    """``InfiniteLookbackBuffer(data, lookback=0, space=space)`` for a list ``data``."""
-    b = InfiniteLookbackBuffer.__new__(InfiniteLookbackBuffer)
-    b.data = [] if data is None else data
-    b.lookback = 0
-    b.finalized = False
-    b._space = space
-    b._space_struct = _struct(space)
-    return b
 
 
 def new_agent_episode(episode: MultiAgentEpisode, agent_id: Any) -> SingleAgentEpisode:
     """The empty ``SingleAgentEpisode`` RLlib's step creates for ``agent_id`` (module mapped
     through ``episode.module_for``, as RLlib does)."""
-    sa = SingleAgentEpisode.__new__(SingleAgentEpisode)
-    sa.id_ = uuid.uuid4().hex
-    sa.agent_id = agent_id
-    sa.module_id = episode.module_for(agent_id)
-    sa.multi_agent_episode_id = episode.id_
-    obs_space = episode.observation_space.get(agent_id)
-    act_space = episode.action_space.get(agent_id)
-    sa.observations = _buffer(obs_space)
-    sa._observation_space = obs_space
-    sa.infos = _buffer()
-    sa.actions = _buffer(act_space)
-    sa._action_space = act_space
-    sa.rewards = _buffer(_REWARDS_BOX_SPACE)
-    sa.is_terminated = False
-    sa.is_truncated = False
-    sa.extra_model_outputs = {}
-    sa.t_started = 0
-    sa.t = 0
-    sa._custom_data = {}
-    sa._start_time = None
-    sa._last_step_time = None
-    sa._last_added_observation = None
-    sa._last_added_infos = None
-    return sa
+    return blank_agent_episode(
+        agent_id,
+        episode.module_for(agent_id),
+        episode.id_,
+        episode.observation_space.get(agent_id),
+        episode.action_space.get(agent_id),
+    )
 
 
 def _append(buffer: InfiniteLookbackBuffer, item: Any) -> None:
@@ -98,7 +72,6 @@ def add_env_reset(
     assert not episode.is_done
     assert episode.env_t == episode.env_t_started == 0
     infos = infos or {}
-    now = time.perf_counter
     for agent_id, obs in observations.items():
         episode.env_t_to_agent_t[agent_id].append(0)
         sa = episode.agent_episodes.get(agent_id)
@@ -111,11 +84,10 @@ def add_env_reset(
         info = infos.get(agent_id) or {}
         sa.observations.data.append(obs)
         sa.infos.data.append(info)
-        sa._last_added_observation = obs
-        sa._last_added_infos = info
-        sa._start_time = now()
+        set_last_added(sa, obs, info)
+        stamp_start(sa)
     episode.validate()
-    episode._start_time = now()
+    stamp_start(episode)
 
 
 def add_env_step(
@@ -173,9 +145,7 @@ def add_env_step(
             extra_model_outputs.get(agent_id),
         )
     episode.validate()
-    episode._last_step_time = time.perf_counter()
-    if episode._start_time is None:
-        episode._start_time = episode._last_step_time
+    stamp_step(episode)
 
 
 def _agent_step(
@@ -211,12 +181,13 @@ def _agent_step(
                 f"receive any reward from the env!"
             )
     elif obs is not None:  # case 2: a hanging action completes, or the first observation
-        action = episode._hanging_actions_end.pop(agent_id, None)
+        actions_end, rewards_end, extras_end = hanging_end(episode)
+        action = actions_end.pop(agent_id, None)
         if action is not None:
-            extra = episode._hanging_extra_model_outputs_end.pop(agent_id, None)
-            reward = episode._hanging_rewards_end.pop(agent_id, 0.0) + reward
+            extra = extras_end.pop(agent_id, None)
+            reward = rewards_end.pop(agent_id, 0.0) + reward
         elif terminated or truncated:
-            episode._del_hanging(agent_id)
+            del_hanging(episode, agent_id)
             return
         else:
             _first_observation(episode, sa, agent_id, obs, info, reward)
@@ -233,7 +204,7 @@ def _agent_step(
         agent_t = sa.t - sa.t_started + episode.agent_t_started[agent_id]  # len(sa) + start
         _append(episode.env_t_to_agent_t[agent_id], agent_t)
     if terminated or truncated:
-        episode._del_hanging(agent_id)
+        del_hanging(episode, agent_id)
 
 
 def _no_observation(
@@ -251,30 +222,31 @@ def _no_observation(
     ``done``: its ``(terminated, truncated)``. Returns ``(obs, info, action, reward, extra)``
     of the agent's step (``obs`` None: nothing to add), or None when it drops out here."""
     terminated, truncated = done
+    actions_end, rewards_end, extras_end = hanging_end(episode)
     if acted:  # case 3
         if truncated:
             raise _truncated_without_observation(agent_id)
         if terminated:
-            return sa._last_added_observation, sa._last_added_infos, action, reward, extra
-        assert agent_id not in episode._hanging_actions_end
-        episode._hanging_actions_end[agent_id] = action
-        episode._hanging_rewards_end[agent_id] = reward
-        episode._hanging_extra_model_outputs_end[agent_id] = extra
+            return *last_added(sa), action, reward, extra
+        assert agent_id not in actions_end
+        actions_end[agent_id] = action
+        rewards_end[agent_id] = reward
+        extras_end[agent_id] = extra
         return None, None, action, reward, extra
-    action = episode._hanging_actions_end.get(agent_id)  # case 4
+    action = actions_end.get(agent_id)  # case 4
     if terminated or truncated:
         if action is None:
-            episode._del_hanging(agent_id)
+            del_hanging(episode, agent_id)
             return None
         if truncated:
             raise _truncated_without_observation(agent_id)
-        extra = episode._hanging_extra_model_outputs_end.pop(agent_id, None)
-        reward = episode._hanging_rewards_end.pop(agent_id, 0.0) + reward
-        return sa._last_added_observation, sa._last_added_infos, action, reward, extra
+        extra = extras_end.pop(agent_id, None)
+        reward = rewards_end.pop(agent_id, 0.0) + reward
+        return *last_added(sa), action, reward, extra
     if agent_id not in episode.agent_episodes:
-        episode._hanging_rewards_begin[agent_id] += reward
+        hanging_rewards_begin(episode)[agent_id] += reward
     else:
-        episode._hanging_rewards_end[agent_id] += reward
+        rewards_end[agent_id] += reward
     return None, None, action, reward, extra
 
 
@@ -297,7 +269,7 @@ def _first_observation(
     assert agent_id not in episode.env_t_to_agent_t
     mapping = episode.env_t_to_agent_t[agent_id]
     mapping.extend([SKIP] * episode.env_t + [0])
-    mapping.lookback = episode._len_lookback_buffers
+    mapping.lookback = lookback_len(episode)
     if _is_numpy(sa):
         sa.add_env_reset(observation=obs, infos=info)
     else:
@@ -305,10 +277,9 @@ def _first_observation(
         info = info or {}
         sa.observations.data.append(obs)
         sa.infos.data.append(info)
-        sa._last_added_observation = obs
-        sa._last_added_infos = info
-        sa._start_time = time.perf_counter()
-    episode._hanging_rewards_begin[agent_id] += reward
+        set_last_added(sa, obs, info)
+        stamp_start(sa)
+    hanging_rewards_begin(episode)[agent_id] += reward
     episode.agent_episodes[agent_id] = sa
 
 
@@ -346,13 +317,10 @@ def _sa_step(
         for k, v in extra.items():
             buf = outputs.get(k)
             if buf is None:
-                outputs[k] = _buffer(data=[v])
+                outputs[k] = new_buffer(data=[v])
             else:
                 _append(buf, v)
     sa.is_terminated = terminated
     sa.is_truncated = truncated
-    sa._last_added_observation = obs
-    sa._last_added_infos = info
-    sa._last_step_time = time.perf_counter()
-    if sa._start_time is None:
-        sa._start_time = sa._last_step_time
+    set_last_added(sa, obs, info)
+    stamp_step(sa)

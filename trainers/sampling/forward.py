@@ -18,6 +18,7 @@ from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.models.torch.encoder import TorchActorCriticEncoder
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
+from trainers.rllib_compat.learner import module_hook
 from trainers.signals.phase_timers import FORWARD_CLOCK
 
 
@@ -61,7 +62,7 @@ def forward_fn(module: Any, explore: bool) -> Any:
         return getattr(module, name)
     if actor_only(module, name):
         return functools.partial(actor_forward, module)
-    return getattr(module, f"_{name}")
+    return module_hook(module, name)
 
 
 def actor_only(module: Any, name: str) -> bool:
@@ -70,8 +71,8 @@ def actor_only(module: Any, name: str) -> bool:
     (``_forward_inference``): it runs the critic encoder too and drops its output."""
     encoder = getattr(module, "encoder", None)
     return (
-        type(module)._forward is DefaultPPOTorchRLModule._forward
-        and getattr(type(module), f"_{name}") is getattr(TorchRLModule, f"_{name}")
+        module_hook(type(module), "forward") is module_hook(DefaultPPOTorchRLModule, "forward")
+        and module_hook(type(module), name) is module_hook(TorchRLModule, name)
         and type(encoder) is TorchActorCriticEncoder
         and not encoder.config.shared
     )
