@@ -477,3 +477,14 @@ def test_scripted_policies_come_from_the_scenario_class() -> None:
                 pools={"worker": PoolConfig(model=ScriptedModel(policy="relay.optimal"))},
             )
         )
+
+
+def test_sampler_is_batched_or_rllib_and_auto_reads_as_batched() -> None:
+    from trainers.configs.experiment import SAMPLERS, EpisodesConfig
+
+    assert SAMPLERS == ("batched", "rllib") and EpisodesConfig().sampler == "batched"
+    assert EpisodesConfig(sampler="auto").sampler == "batched"  # the older name of the default
+    cfg = ExperimentConfig.from_dict({"episodes": {"sampler": "auto"}})
+    assert cfg.episodes.sampler == "batched" and "sampler: auto" not in cfg.to_yaml()
+    with pytest.raises(ConfigError, match=r"episodes\.sampler must be one of batched, rllib"):
+        ExperimentConfig.from_dict({"episodes": {"sampler": "fast"}}).check()
