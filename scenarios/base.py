@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
+from scenarios.global_state import concat_state, concat_state_space
 from topologies import Topology
 
 AbsentPolicy = Literal["skip", "placeholder", "default"]
@@ -79,6 +80,9 @@ class Scenario(ABC):
     (:meth:`oracle_value` is implemented), ``has_local_rewards`` (``Outcome.local`` carries
     every agent's reward, for credit ``local``) and ``scripted_policies`` (named policies,
     used by frozen ``scripted`` pools as ``"<name>.<policy>"``).
+
+    Global state (centralised critics, :mod:`scenarios.global_state`): :meth:`global_state`
+    and :attr:`state_space`; by default every agent's latest observation concatenated.
     """
 
     name: ClassVar[str]
@@ -187,6 +191,29 @@ class Scenario(ABC):
         compared with each other. A hashable, picklable value (it travels in the step's infos),
         or ``None`` (the default): turns from identical observations share an anchor."""
         return None
+
+    @property
+    def state_space(self) -> gym.spaces.Box | None:
+        """The space of :meth:`global_state` (a flat ``float32`` ``Box``), or ``None``: the
+        scenario has no global state (centralised critics are refused).
+
+        Default: the concatenation of every agent's observation space when all are ``Box``es
+        and no agent acts with text (:func:`scenarios.global_state.concat_state_space`)."""
+        if self.has_text_agents:
+            return None
+        agents = self.possible_agents
+        return concat_state_space({a: self.observation_space(a) for a in agents})
+
+    def global_state(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The global state a centralised critic reads (never an actor), given every agent's
+        latest observation (agents not asked yet are missing).
+
+        Default: those observations concatenated in ``possible_agents`` order, flattened, zeros
+        for an agent without one yet (:func:`scenarios.global_state.concat_state`). Override it
+        together with :attr:`state_space` to declare another projection; the env reports it
+        under ``infos[agent][STATE_INFO]`` (:mod:`scenarios.global_state`)."""
+        agents = self.possible_agents
+        return concat_state(observations, agents, {a: self.observation_space(a) for a in agents})
 
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
         """Outcome of an episode that failed (a node raised): zero reward by default."""

@@ -193,6 +193,8 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self._graph = scenario.build_graph().compile()
         self._init_replays()
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
+        #: the space of :meth:`state` (``None``: the scenario has no global state)
+        self.state_space = scenario.state_space
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
         self._run: GraphRun | SteppedRun | None = None
@@ -362,7 +364,20 @@ class GraphEnv(ReplayAPI, ParallelEnv):
             self._twin.close()
 
     def state(self) -> np.ndarray:
-        raise NotImplementedError("GraphEnv has no global state array; agents see partial views")
+        """The global state (:meth:`Scenario.global_state <scenarios.base.Scenario.global_state>`
+        of every agent's latest observation; :mod:`scenarios.global_state`): what centralised
+        critics read, never actors.
+
+        Raises:
+            NotImplementedError: the scenario declares no ``state_space`` (text agents, or
+                observations that are not all ``Box``es).
+        """
+        if self.state_space is None:
+            raise NotImplementedError(
+                f"{self.scenario.id()} has no global state (its state_space is None: text agents "
+                "or non-Box observations): declare Scenario.global_state and state_space"
+            )
+        return self.scenario.global_state(getattr(self, "_last_obs", {}))
 
     # ----- internals -----------------------------------------------------------------------
     def stepped_graph(self) -> FastGraph | None:

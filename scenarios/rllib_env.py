@@ -6,6 +6,11 @@ next observation; when the graph ends every agent that acted gets its last obser
 rewards and the terminal team reward, and is terminated (or truncated when a node failed or the
 step limit was hit). Agents that never acted never appear (the PettingZoo view's closing step is
 not shown).
+
+Global state (:mod:`scenarios.global_state`): with every observation it returns (reset and step)
+it reports ``GraphEnv.state()`` under ``infos[agent][STATE_INFO]``, for scenarios that have one
+(``state_space`` not None), unless the env config sets ``"global_state": False`` (what
+``train()`` sets when no critic reads it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from scenarios.global_state import STATE_INFO
 from scenarios.graph_env import GraphEnv
 
 
@@ -33,7 +39,8 @@ class RLlibGraphEnv(MultiAgentEnv):
             (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
             the env's engine (:data:`scenarios.graph_env.ENGINES`); ``"tool_latency"``
             (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
-            settings (:mod:`scenarios.tool_latency`; absent or None: none).
+            settings (:mod:`scenarios.tool_latency`; absent or None: none);
+            ``"global_state"`` (default True): report the global state in the infos.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -63,6 +70,8 @@ class RLlibGraphEnv(MultiAgentEnv):
         self._held: dict[str, float] = {}
         self._seed: int | None = None  # the last seed given to reset()
         self._seed_once = bool(config.get("seed_once", False))
+        #: report the global state under ``infos[agent][STATE_INFO]``
+        self.reports_state = env.state_space is not None and config.get("global_state", True)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -78,7 +87,15 @@ class RLlibGraphEnv(MultiAgentEnv):
         self._held = dict.fromkeys(self.possible_agents, 0.0)
         acting = [a for a in obs if infos[a]["acting"]]
         self.agents = list(self.env.agents)
-        return {a: obs[a] for a in acting}, {a: infos[a] for a in acting}
+        return {a: obs[a] for a in acting}, self._with_state({a: infos[a] for a in acting})
+
+    def _with_state(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """``infos`` with the global state under :data:`STATE_INFO` (one array, shared)."""
+        if self.reports_state and infos:
+            state = self.env.state()
+            for info in infos.values():
+                info[STATE_INFO] = state
+        return infos
 
     def close(self) -> None:
         """Close the graph env (an unfinished episode is aborted, in the calling thread)."""
@@ -94,7 +111,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             terminated = not any(truncs.values())
             out_obs = {a: obs[a] for a in out}
             out_rew = {a: self._held[a] for a in out}
-            out_inf = {a: infos[a] for a in out}
+            out_inf = self._with_state({a: infos[a] for a in out})
             terms_out = {**dict.fromkeys(out, terminated), "__all__": terminated}
             truncs_out = {**dict.fromkeys(out, not terminated), "__all__": not terminated}
             self.agents = out  # the agents receiving their final observation
@@ -109,7 +126,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             out_rew,
             {"__all__": False},
             {"__all__": False},
-            {a: infos[a] for a in acting},
+            self._with_state({a: infos[a] for a in acting}),
         )
 
 
