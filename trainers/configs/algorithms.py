@@ -310,7 +310,7 @@ class GRPOAlgo(AlgoConfig):
 
 #: algorithm ``name`` → its config class (what YAML's ``name:`` selects).
 ALGORITHMS: dict[str, type[AlgoConfig]] = {
-    cls.name: cls for cls in (PPOAlgo, MAPPOAlgo, IPPOAlgo, APPOAlgo, IMPALAAlgo, GRPOAlgo)
+    cls.name: cls for cls in (PPOAlgo, APPOAlgo, IMPALAAlgo, GRPOAlgo, MAPPOAlgo, IPPOAlgo)
 }
 
 
