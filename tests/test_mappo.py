@@ -90,7 +90,7 @@ def test_presets_and_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     state_only = resolve(cfg.replace(**{"algorithm.critic": "state"})).critic_dims
     assert state_only == dict.fromkeys(plan.pools, state)
     assert resolve(cfg.replace(**{"algorithm.critic": "local"})).critic_dims == {}
-    with pytest.raises(ConfigError, match="algorithm.critic='global' is not one of"):
+    with pytest.raises(ConfigError, match=r"algorithm\.critic=.global. is not one of"):
         cfg.replace(**{"algorithm.critic": "global"}).check()
     scripted = {"worker": {"model": {"type": "scripted", "policy": "delegate.scripted_worker"}}}
     ok = resolve(mappo(tmp_path, pools=scripted, train=["orchestrator"]))
@@ -100,7 +100,7 @@ def test_presets_and_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         resolve(mappo(tmp_path, scenario="text-delegate", pools=llm))
     monkeypatch.setattr(Delegate, "state_space", property(lambda self: None))
     with pytest.raises(
-        ConfigError, match="needs the scenario.s global state, but delegate-v0 has none"
+        ConfigError, match=r"needs the scenario's global state, but delegate-v0 has none"
     ):
         resolve(cfg)
 
