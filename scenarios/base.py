@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
-from scenarios.global_state import concat_state, concat_state_space
+from scenarios.global_state import concat_state
 from topologies import Topology
 
 AbsentPolicy = Literal["skip", "placeholder", "default"]
@@ -82,7 +82,8 @@ class Scenario(ABC):
     used by frozen ``scripted`` pools as ``"<name>.<policy>"``).
 
     Global state (centralised critics, :mod:`scenarios.global_state`): :meth:`global_state`
-    and :attr:`state_space`; by default every agent's latest observation concatenated.
+    (and :attr:`state_space` for a declared projection); by default every agent's latest
+    observation concatenated.
     """
 
     name: ClassVar[str]
@@ -119,6 +120,9 @@ class Scenario(ABC):
     #: named policies (:class:`ScriptedPolicy`), served as ``"<scenario name>.<policy>"`` by
     #: ``scripted`` pools (see :mod:`marl_agents.scripted`).
     scripted_policies: ClassVar[tuple[ScriptedPolicy, ...]] = ()
+    #: the space of a declared :meth:`global_state` projection; ``None``: the default
+    #: concatenation's (:func:`scenarios.global_state.state_space_of`).
+    state_space: gym.Space | None = None
     #: the name of the scenario's difficulty knob, if it has one (:mod:`scenarios.difficulty`:
     #: it then takes ``difficulty=None | "seed" | level index``).
     difficulty_knob: ClassVar[str | None] = None
@@ -192,26 +196,15 @@ class Scenario(ABC):
         or ``None`` (the default): turns from identical observations share an anchor."""
         return None
 
-    @property
-    def state_space(self) -> gym.spaces.Box | None:
-        """The space of :meth:`global_state` (a flat ``float32`` ``Box``), or ``None``: the
-        scenario has no global state (centralised critics are refused).
-
-        Default: the concatenation of every agent's observation space when all are ``Box``es
-        and no agent acts with text (:func:`scenarios.global_state.concat_state_space`)."""
-        if self.has_text_agents:
-            return None
-        agents = self.possible_agents
-        return concat_state_space({a: self.observation_space(a) for a in agents})
-
     def global_state(self, observations: Mapping[str, Any]) -> np.ndarray:
         """The global state a centralised critic reads (never an actor), given every agent's
         latest observation (agents not asked yet are missing).
 
         Default: those observations concatenated in ``possible_agents`` order, flattened, zeros
         for an agent without one yet (:func:`scenarios.global_state.concat_state`). Override it
-        together with :attr:`state_space` to declare another projection; the env reports it
-        under ``infos[agent][STATE_INFO]`` (:mod:`scenarios.global_state`)."""
+        (and set :attr:`state_space` when the width changes) to declare another projection;
+        the env reports it under ``infos[agent][STATE_INFO]`` (:mod:`scenarios.global_state`).
+        """
         agents = self.possible_agents
         return concat_state(observations, agents, {a: self.observation_space(a) for a in agents})
 

@@ -9,9 +9,10 @@ learner builds critic inputs from it (``trainers.learners.critic_input``).
   concatenation, in ``possible_agents`` order, of every agent's latest observation (flattened;
   zeros before its first), which the env computes from observations alone
   (:func:`concat_state`, :func:`concat_state_space`). A scenario may declare its own projection
-  by overriding ``global_state`` and ``state_space`` (``spread`` gives mpe2's ``state()``).
-  Scenarios whose agents act with text, or whose observations are not all ``Box``es, have no
-  default state (``state_space`` is ``None``): centralised critics are refused for them.
+  by overriding ``global_state`` (and setting ``state_space`` to its space where the width
+  differs; ``spread`` gives mpe2's ``state()``). :func:`state_space_of` is the space in
+  force: the declared one, else the default's; ``None`` for scenarios whose agents act with
+  text or whose observations are not all ``Box``es: centralised critics are refused there.
 * A PettingZoo env brought in as a scenario reports its own ``env.state()`` under the same key.
 """
 
@@ -48,3 +49,15 @@ def concat_state(
         for a in agents
     ]
     return np.concatenate(parts)
+
+
+def state_space_of(scenario: Any) -> gym.spaces.Box | None:
+    """The space of ``scenario``'s global state: its declared ``state_space``, else the default
+    concatenation's (None for text agents or observations that are not all ``Box``es)."""
+    declared = getattr(scenario, "state_space", None)
+    if declared is not None:
+        return declared  # type: ignore[no-any-return]
+    if getattr(scenario, "has_text_agents", False):
+        return None
+    agents = scenario.possible_agents
+    return concat_state_space({a: scenario.observation_space(a) for a in agents})

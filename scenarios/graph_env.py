@@ -43,6 +43,7 @@ from scenarios.bridge import GraphRun, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
 from scenarios.engines import ENGINE_ENV, ENGINES
 from scenarios.env_replays import ReplayAPI
+from scenarios.global_state import state_space_of
 from scenarios.replay import FastGraph, compile_fast, same
 from scenarios.stepped import SteppedRun
 from scenarios.tool_latency import TOOLS_KEY, ToolEpisode, ToolSettings
@@ -194,7 +195,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self._init_replays()
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
         #: the space of :meth:`state` (``None``: the scenario has no global state)
-        self.state_space = scenario.state_space
+        self.state_space = state_space_of(scenario)
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
         self._run: GraphRun | SteppedRun | None = None

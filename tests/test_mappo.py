@@ -73,7 +73,7 @@ def test_default_state_concatenates_latest_observations_with_zeros_before_the_fi
 
 
 def test_presets_and_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scenarios.delegate import Delegate
+    from scenarios import global_state
     from trainers.plan import resolve
 
     assert ALGORITHMS["MAPPO"] is MAPPOAlgo and ALGORITHMS["IPPO"] is IPPOAlgo
@@ -98,7 +98,8 @@ def test_presets_and_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     llm = {"orchestrator": {"model": {"type": "llm"}}}
     with pytest.raises(ConfigError, match="token-level GRPO"):
         resolve(mappo(tmp_path, scenario="text-delegate", pools=llm))
-    monkeypatch.setattr(Delegate, "state_space", property(lambda self: None))
+    # observations that are not all Boxes: no default state
+    monkeypatch.setattr(global_state, "concat_state_space", lambda spaces: None)
     with pytest.raises(
         ConfigError, match=r"needs the scenario's global state, but delegate-v0 has none"
     ):

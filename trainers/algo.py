@@ -98,6 +98,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         # (trainers.sampling.batched_runner)
         "env_threads": episodes.env_threads,
     }
+    # the env reports the global state only where a centralised critic reads it
+    timeout["global_state"] = bool(plan.critic_dims)
     if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
         timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
     if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
@@ -111,9 +113,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
             disable_env_checking=True,
         )
     else:
-        # the env reports the global state only where a centralised critic reads it
-        state = {"global_state": bool(plan.critic_dims)}
-        config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout, **state})
+        config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
     config.framework("torch")
     dims = plan.critic_dims  # centralised critics (algorithm.critic; marl_agents.critics)
     specs = {

@@ -161,11 +161,12 @@ def _critic_dims(
     trains may be of another kind."""
     from marl_agents.critics import critic_input_dim
     from marl_agents.pools import GRUModel, MLPModel, MPNNModel
+    from scenarios.global_state import state_space_of
 
     kind = getattr(cfg.algorithm, "critic", "local")
     if kind == "local":
         return {}
-    space = scenario.state_space
+    space = state_space_of(scenario)
     if space is None:
         raise ConfigError(
             f"algorithm.critic={kind!r} needs the scenario's global state, but {scenario.id()} "
