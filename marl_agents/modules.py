@@ -3,6 +3,10 @@
 * ``mlp`` pools use the algorithm's own default module (RLlib's ``DefaultPPOTorchRLModule`` for
   PPO/IMPALA, the APPO variant for APPO) with ``fcnet_hiddens`` = the pool's sizes: the fastest
   path and exactly what a hand-written RLlib config would build.
+* with a centralised critic (model config ``critic_dim > 0``; :mod:`marl_agents.critics`),
+  ``mlp`` pools use :class:`CentralCriticMLPModule` (the same actor layers, a separate value
+  network over the learner's critic column), and ``gru``/``mpnn`` modules swap their value
+  head for that network; the actors' forwards are unchanged.
 * ``gru`` pools use :class:`GRUModule` (recurrent actor-critic for partial observability).
 * ``mpnn`` pools use :class:`MessagePassingModule`: one round of message passing over the
   topology's channels, applied to the agent's own observation (see its docstring).
@@ -36,6 +40,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 from typing_extensions import override
 
+from marl_agents.critics import central_critic, central_values
 from marl_agents.pools import (
     AgentPool,
     CheckpointModel,
@@ -90,12 +95,48 @@ def obs_dim(space: gym.Space) -> int:
     return int(gym.spaces.flatdim(space))
 
 
+def critic_net(cfg: Mapping[str, Any]) -> nn.Module | None:
+    """The centralised value network a model config asks for (``critic_dim > 0``: an MLP of
+    its ``hidden`` sizes over the critic column), or None for the module's own critic."""
+    dim = int(cfg.get("critic_dim", 0))
+    if dim <= 0:
+        return None
+    net, width = mlp(dim, list(cfg["hidden"]), cfg["activation"])
+    return central_critic(net, width)
+
+
+class CentralCriticMLPModule(TorchRLModule, ValueFunctionAPI):
+    """An ``mlp`` pool's module with a centralised critic: actor MLP → policy head from the
+    agent's own observation; values from a separate MLP over the learner's critic column
+    (:mod:`marl_agents.critics`). ``model_config``: ``hidden``, ``activation``, ``critic_dim``.
+    """
+
+    @override
+    def setup(self) -> None:
+        cfg = self.model_config
+        self.actor, width = mlp(
+            obs_dim(self.observation_space), list(cfg["hidden"]), cfg["activation"]
+        )
+        logits, self.action_dist_cls = action_head(self.action_space)
+        self.pi = nn.Linear(width, logits)
+        self.critic = critic_net(cfg)
+
+    @override
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {Columns.ACTION_DIST_INPUTS: self.pi(self.actor(batch[Columns.OBS].float()))}
+
+    @override
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        return central_values(self.critic, batch)
+
+
 class GRUModule(TorchRLModule, ValueFunctionAPI):
     """Recurrent actor-critic: MLP encoder → GRU → policy and value heads.
 
     ``model_config``: ``hidden`` (encoder sizes), ``activation``, ``gru_size``,
-    ``max_seq_len`` (read by RLlib's time-dimension connector). RLlib adds the time axis, so
-    ``obs`` is ``[B, T, D]`` and the state ``h`` is ``[B, gru_size]``.
+    ``max_seq_len`` (read by RLlib's time-dimension connector), ``critic_dim`` (> 0: a
+    centralised critic, :func:`critic_net`, in place of the value head). RLlib adds the time
+    axis, so ``obs`` is ``[B, T, D]`` and the state ``h`` is ``[B, gru_size]``.
     """
 
     @override
@@ -107,7 +148,9 @@ class GRUModule(TorchRLModule, ValueFunctionAPI):
         self.gru = nn.GRU(width, int(cfg["gru_size"]), batch_first=True)
         logits, self.action_dist_cls = action_head(self.action_space)
         self.pi = nn.Linear(int(cfg["gru_size"]), logits)
-        self.vf = nn.Linear(int(cfg["gru_size"]), 1)
+        self.critic = critic_net(cfg)
+        if self.critic is None:
+            self.vf = nn.Linear(int(cfg["gru_size"]), 1)
 
     @override
     def get_initial_state(self) -> dict[str, torch.Tensor]:
@@ -134,6 +177,8 @@ class GRUModule(TorchRLModule, ValueFunctionAPI):
 
     @override
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if self.critic is not None:
+            return central_values(self.critic, batch)
         if embeddings is None:
             embeddings, _ = self._core(batch)
         return self.vf(embeddings).squeeze(-1)
@@ -146,8 +191,9 @@ class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
     ``relay``'s inbox slots, after the agent's own features given by ``own``); each segment is
     embedded by a shared message MLP, messages are summed (permutation invariant, any number of
     neighbours), concatenated with the embedded own features and fed to the policy and value
-    heads. ``model_config``: ``hidden``, ``activation``, ``own`` (leading own-feature width)
-    and ``slots`` (number of neighbour segments; 0 = plain MLP).
+    heads. ``model_config``: ``hidden``, ``activation``, ``own`` (leading own-feature width),
+    ``slots`` (number of neighbour segments; 0 = plain MLP) and ``critic_dim`` (> 0: a
+    centralised critic, :func:`critic_net`, in place of the value head).
     """
 
     @override
@@ -168,7 +214,9 @@ class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
             width += msg_width
         logits, self.action_dist_cls = action_head(self.action_space)
         self.pi = nn.Linear(width, logits)
-        self.vf = nn.Linear(width, 1)
+        self.critic = critic_net(cfg)
+        if self.critic is None:
+            self.vf = nn.Linear(width, 1)
 
     def _embed(self, batch: Mapping[str, Any]) -> torch.Tensor:
         obs = batch[Columns.OBS].float()
@@ -189,6 +237,8 @@ class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
 
     @override
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if self.critic is not None:
+            return central_values(self.critic, batch)
         if embeddings is None:
             embeddings = self._embed(batch)
         return self.vf(embeddings).squeeze(-1)
@@ -335,15 +385,39 @@ _SPECS: dict[type[ModelConfig], Callable[[AgentPool, Mapping[str, Any]], RLModul
 }
 
 
-def module_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
+def module_spec(
+    pool: AgentPool, env_config: Mapping[str, Any], critic_dim: int = 0
+) -> RLModuleSpec:
     """The ``RLModuleSpec`` serving ``pool`` (one builder per model config class).
 
     Args:
         pool: the resolved pool (its model and spaces).
         env_config: the environment config (scripted policies and ``mpnn`` layouts build the
             scenario from it).
+        critic_dim: > 0: a centralised critic over a critic column this wide
+            (:mod:`marl_agents.critics`), for ``mlp``, ``gru`` and ``mpnn`` pools.
+
+    Raises:
+        PoolError: ``critic_dim`` for a pool of another model type.
     """
-    return _SPECS[type(pool.model)](pool, env_config)
+    if critic_dim <= 0:
+        return _SPECS[type(pool.model)](pool, env_config)
+    if isinstance(pool.model, MLPModel):
+        m = pool.model
+        config = {"hidden": list(m.hidden), "activation": m.activation}
+        return RLModuleSpec(
+            module_class=CentralCriticMLPModule,
+            model_config={**config, "critic_dim": critic_dim},
+            **_spaces(pool),
+        )
+    if not isinstance(pool.model, (GRUModel, MPNNModel)):
+        raise PoolError(
+            f"pool {pool.id!r} ({pool.model.type}) cannot have a centralised critic: only mlp, "
+            "gru and mpnn pools can; use algorithm.critic: local"
+        )
+    spec = _SPECS[type(pool.model)](pool, env_config)
+    spec.model_config = {**spec.model_config, "critic_dim": critic_dim}
+    return spec
 
 
 def _mpnn_layout(pool: AgentPool, env_config: Mapping[str, Any]) -> dict[str, int]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
+from scenarios.global_state import concat_state
 from topologies import MarlError, Topology
 
 AbsentPolicy = Literal["skip", "placeholder", "default"]
@@ -84,6 +85,10 @@ class Scenario(ABC):
     (:meth:`oracle_value` is implemented), ``has_local_rewards`` (``Outcome.local`` carries
     every agent's reward, for credit ``local``) and ``scripted_policies`` (named policies,
     used by frozen ``scripted`` pools as ``"<name>.<policy>"``).
+
+    Global state (centralised critics, :mod:`scenarios.global_state`): :meth:`global_state`
+    (and :attr:`state_space` for a declared projection); by default every agent's latest
+    observation concatenated.
     """
 
     name: ClassVar[str]
@@ -123,8 +128,9 @@ class Scenario(ABC):
     #: an episode replays exactly from its seed and actions (counterfactual credit needs it);
     #: False for environments the scenario only wraps (:mod:`scenarios.pettingzoo_env`).
     exact_replay: ClassVar[bool] = True
-    #: the global state's space, when the graph declares one with
-    #: :func:`scenarios.emit_state` (``GraphEnv.state()``; for centralised critics).
+    #: the space of the global state where the scenario declares one (a :meth:`global_state`
+    #: projection, or states its graph emits with :func:`scenarios.emit_state`); ``None``: the
+    #: default concatenation's (:func:`scenarios.global_state.state_space_of`).
     state_space: gym.Space | None = None
     #: the name of the scenario's difficulty knob, if it has one (:mod:`scenarios.difficulty`:
     #: it then takes ``difficulty=None | "seed" | level index``).
@@ -198,6 +204,18 @@ class Scenario(ABC):
         compared with each other. A hashable, picklable value (it travels in the step's infos),
         or ``None`` (the default): turns from identical observations share an anchor."""
         return None
+
+    def global_state(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """The global state a centralised critic reads (never an actor), given every agent's
+        latest observation (agents not asked yet are missing).
+
+        Default: those observations concatenated in ``possible_agents`` order, flattened, zeros
+        for an agent without one yet (:func:`scenarios.global_state.concat_state`). Override it
+        (and set :attr:`state_space` when the width changes) to declare another projection;
+        the env reports it under ``infos[agent][STATE_INFO]`` (:mod:`scenarios.global_state`).
+        """
+        agents = self.possible_agents
+        return concat_state(observations, agents, {a: self.observation_space(a) for a in agents})
 
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
         """Outcome of an episode that failed (a node raised): zero reward by default."""

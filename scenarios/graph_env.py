@@ -43,6 +43,7 @@ from scenarios.bridge import GraphRun, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
 from scenarios.engines import ENGINE_ENV, ENGINES
 from scenarios.env_replays import ReplayAPI
+from scenarios.global_state import state_space_of
 from scenarios.replay import FastGraph, compile_fast, same
 from scenarios.stepped import SteppedRun
 from scenarios.tool_latency import TOOLS_KEY, ToolEpisode, ToolSettings
@@ -193,6 +194,8 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self._graph = scenario.build_graph().compile()
         self._init_replays()
         self._obs_spaces = {a: scenario.observation_space(a) for a in self.possible_agents}
+        #: the space of :meth:`state` (``None``: the scenario has no global state)
+        self.state_space = state_space_of(scenario)
         self._act_spaces = {a: scenario.action_space(a) for a in self.possible_agents}
         self._np_random = np.random.default_rng()
         self._run: GraphRun | SteppedRun | None = None
@@ -361,39 +364,26 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         if self._twin is not None:
             self._twin.close()
 
-    @property
-    def state_space(self) -> gym.Space:
-        """The scenario's declared global-state space (``Scenario.state_space``)."""
-        space = self.scenario.state_space
-        if space is None:
-            raise AttributeError(
-                f"{self.scenario.id()} declares no global state (Scenario.state_space is None): "
-                "set state_space and call scenarios.emit_state(...) in a node"
-            )
-        return space
-
-    def state(self) -> Any:
-        """The global state the running episode's graph last declared with
-        :func:`scenarios.emit_state` (for centralised critics; agents see only their own
-        observation).
+    def state(self) -> np.ndarray:
+        """The global state, what centralised critics read and actors never do
+        (:mod:`scenarios.global_state`): the value the graph last declared with
+        :func:`scenarios.emit_state` where it emits one (a wrapped PettingZoo env: its
+        ``state()``), else :meth:`Scenario.global_state <scenarios.base.Scenario.global_state>`
+        of every agent's latest observation.
 
         Raises:
-            NotImplementedError: the scenario declares no ``state_space``.
-            RuntimeError: before :meth:`reset`, or no node has emitted a state yet.
+            NotImplementedError: the scenario has no global state (its ``state_space`` is None:
+                text agents, or observations that are not all ``Box``es).
         """
-        space = self.scenario.state_space
-        if space is None:
+        if self.state_space is None:
             raise NotImplementedError(
-                f"{self.scenario.id()} has no global state (Scenario.state_space is None): "
-                "declare state_space and call scenarios.emit_state(...) in a node"
+                f"{self.scenario.id()} has no global state (its state_space is None: text agents "
+                "or non-Box observations): declare Scenario.global_state and state_space"
             )
-        value = None if self._run is None else self._run.global_state
-        if value is None:
-            raise RuntimeError(
-                f"{self.scenario.id()}: no global state yet: call reset() first, and have a node "
-                "call emit_state(...) before the first decision"
-            )
-        return value
+        emitted = None if self._run is None else self._run.global_state
+        if emitted is not None:
+            return np.asarray(emitted, np.float32).reshape(-1)
+        return self.scenario.global_state(getattr(self, "_last_obs", {}))
 
     # ----- internals -----------------------------------------------------------------------
     def stepped_graph(self) -> FastGraph | None:

@@ -6,6 +6,11 @@ next observation; when the graph ends every agent that acted gets its last obser
 rewards and the terminal team reward, and is terminated (or truncated when a node failed or the
 step limit was hit). Agents that never acted never appear (the PettingZoo view's closing step is
 not shown).
+
+Global state (:mod:`scenarios.global_state`): with every observation it returns (reset and step)
+it reports ``GraphEnv.state()`` under ``infos[agent][STATE_INFO]``, for scenarios that have one
+(``state_space`` not None), unless the env config sets ``"global_state": False`` (what
+``train()`` sets when no critic reads it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from scenarios.global_state import STATE_INFO
 from scenarios.graph_env import GraphEnv
 
 
@@ -34,9 +40,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             the env's engine (:data:`scenarios.graph_env.ENGINES`); ``"tool_latency"``
             (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
             settings (:mod:`scenarios.tool_latency`; absent or None: none);
-            ``"global_state": True`` puts the scenario's global state (:meth:`state`) in every
-            acting agent's infos as ``infos[agent]["global_state"]``, for centralised critics
-            (actors never read infos).
+            ``"global_state"`` (default True): report the global state in the infos.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -66,20 +70,12 @@ class RLlibGraphEnv(MultiAgentEnv):
         self._held: dict[str, float] = {}
         self._seed: int | None = None  # the last seed given to reset()
         self._seed_once = bool(config.get("seed_once", False))
-        self._global_state = bool(config.get("global_state", False))
-        if self._global_state:
-            self.state_space = env.state_space  # raises, naming the fix, when there is none
+        #: report the global state under ``infos[agent][STATE_INFO]``
+        self.reports_state = env.state_space is not None and config.get("global_state", True)
 
     def state(self) -> Any:
         """The scenario's global state now (:meth:`scenarios.graph_env.GraphEnv.state`)."""
         return self.env.state()
-
-    def _with_state(self, infos: dict[str, Any]) -> dict[str, Any]:
-        if self._global_state and infos and not self.env.finished:
-            value = self.env.state()
-            for info in infos.values():
-                info["global_state"] = value
-        return infos
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -97,6 +93,14 @@ class RLlibGraphEnv(MultiAgentEnv):
         self.agents = list(self.env.agents)
         return {a: obs[a] for a in acting}, self._with_state({a: infos[a] for a in acting})
 
+    def _with_state(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """``infos`` with the global state under :data:`STATE_INFO` (one array, shared)."""
+        if self.reports_state and infos:
+            state = self.env.state()
+            for info in infos.values():
+                info[STATE_INFO] = state
+        return infos
+
     def close(self) -> None:
         """Close the graph env (an unfinished episode is aborted, in the calling thread)."""
         self.env.close()
@@ -111,7 +115,7 @@ class RLlibGraphEnv(MultiAgentEnv):
             terminated = not any(truncs.values())
             out_obs = {a: obs[a] for a in out}
             out_rew = {a: self._held[a] for a in out}
-            out_inf = {a: infos[a] for a in out}
+            out_inf = self._with_state({a: infos[a] for a in out})
             terms_out = {**dict.fromkeys(out, terminated), "__all__": terminated}
             truncs_out = {**dict.fromkeys(out, not terminated), "__all__": not terminated}
             self.agents = out  # the agents receiving their final observation

@@ -29,6 +29,9 @@ With ``local_ratio=0`` all ``r_i`` equal ``G``. ``reward="team"`` emits the mean
 reward). ``Outcome.reward`` is 0: everything was emitted per step, so the team return is
 ``Σ_t mean_i r_i``; codebases that sum rewards over agents report N times that.
 
+Global state (centralised critics): mpe2's own ``state()``, the agents' observations of the
+current step concatenated in mpe2's agent order (``Spread.global_state``; 54 dims for N=3).
+
 Metrics: ``return`` (episode sum of the team reward), ``<agent>/return`` (mpe2 per-agent return),
 ``collisions`` (colliding agent pairs summed over steps), ``min_dist`` (per-step Σ over landmarks
 of the nearest agent's distance, i.e. ``-G``, averaged over steps), ``covered`` (landmarks within
@@ -44,6 +47,7 @@ episodes into that convention.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, TypedDict
 
 import numpy as np
@@ -53,6 +57,7 @@ from mpe2 import simple_spread_v3
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.decisions import decide, emit_reward
 from scenarios.declared import DeclaredSpaces, accept_topology
+from scenarios.global_state import concat_state
 from scenarios.registry import register
 from topologies import END, START, Topology
 from topologies.generators import merge_routes
@@ -208,6 +213,17 @@ class Spread(DeclaredSpaces, Scenario):
 
     def build_graph(self) -> StateGraph:
         return self.topology.to_langgraph(self._node, SpreadState)
+
+    def global_state(self, observations: Mapping[str, Any]) -> np.ndarray:
+        """mpe2's ``state()``: every agent's current mpe2 observation in mpe2's agent order
+        (``agent_0``, ``agent_1``, ...), concatenated as float32. All agents observe the same
+        world step (they act in one superstep), so this equals ``env.state()`` of the episode's
+        mpe2 env at that step (tested)."""
+        return concat_state(observations, list(self.mpe_ids), self.observation_spaces())
+
+    def observation_spaces(self) -> dict[str, Any]:
+        """Agent id → observation space, in mpe2's agent order."""
+        return {a: self.agent_spaces[a][0] for a in self.mpe_ids}
 
     def _node(self, node: str) -> Any:
         if node == WORLD:

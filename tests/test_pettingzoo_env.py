@@ -17,6 +17,7 @@ from pettingzoo.test import parallel_api_test
 
 from experiments.epymarl import team_return, team_return_from_world
 from scenarios.base import ReplayUnavailable
+from scenarios.global_state import STATE_INFO
 from scenarios.pettingzoo_env import env_seed, role_of
 from scenarios.registry import build, make
 from scenarios.rllib_env import RLlibGraphEnv
@@ -82,15 +83,15 @@ def test_global_state_is_the_env_state_and_reaches_infos() -> None:
             env.state(), np.concatenate([obs[a] for a in env.possible_agents])
         )
         obs, *_ = env.step(dict.fromkeys(env.agents, 2))
-    view = RLlibGraphEnv({"scenario": SPREAD, "kwargs": KW, "global_state": True})
+    view = RLlibGraphEnv({"scenario": SPREAD, "kwargs": KW})
     obs, infos = view.reset(seed=2)
-    np.testing.assert_array_equal(infos["agent_1"]["global_state"], view.state())
+    np.testing.assert_array_equal(infos["agent_1"][STATE_INFO], view.state())
     obs, _, _, _, infos = view.step(dict.fromkeys(obs, 1))
     joined = np.concatenate([obs[a] for a in view.possible_agents])
-    np.testing.assert_array_equal(infos["agent_0"]["global_state"], joined)
-    plain = RLlibGraphEnv({"scenario": SPREAD, "kwargs": KW})
-    _, infos = plain.reset(seed=2)
-    assert "global_state" not in infos["agent_0"]  # opt-in
+    np.testing.assert_array_equal(infos["agent_0"][STATE_INFO], joined)
+    quiet = RLlibGraphEnv({"scenario": SPREAD, "kwargs": KW, "global_state": False})
+    _, infos = quiet.reset(seed=2)
+    assert STATE_INFO not in infos["agent_0"]
 
 
 @pytest.mark.parametrize("method", ["loo", "shapley"])

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from trainers.configs.algorithms import APPOAlgo as APPOAlgo
     from trainers.configs.algorithms import GRPOAlgo as GRPOAlgo
     from trainers.configs.algorithms import IMPALAAlgo as IMPALAAlgo
+    from trainers.configs.algorithms import IPPOAlgo as IPPOAlgo
+    from trainers.configs.algorithms import MAPPOAlgo as MAPPOAlgo
     from trainers.configs.algorithms import PPOAlgo as PPOAlgo
     from trainers.configs.credit import CreditConfig as CreditConfig
     from trainers.configs.experiment import BudgetConfig as BudgetConfig

@@ -10,7 +10,11 @@ pools give one ``RLModuleSpec`` each (:func:`marl_agents.modules.module_spec`).
 ``algorithm.value_norm`` goes to the learners as ``learner_config_dict["value_norm"]``; with
 ``learner: rllib`` it sets :class:`~trainers.learners.value_norm_learner.ValueNormPPOLearner`
 (RLlib's
-step with normalised value targets; the credit learner is one too).
+step with normalised value targets; the credit learner is one too). PPO's ``algorithm.critic``
+(``state``/``state_obs``: MAPPO) gives ``mlp``/``gru``/``mpnn`` pools a centralised critic
+(``plan.critic_dims``; :mod:`marl_agents.critics`), the learners the critic input piece
+(``learner_config_dict["critic"]``; :mod:`trainers.learners.critic_input`) and the env the
+global state in its infos (``env_config["global_state"]``).
 
 ``GRPO`` builds :class:`~trainers.grpo.algorithm.GRPO` (the GRPO learner, whole episodes, the
 group schedule and loss knobs of ``algorithm.grpo``) over
@@ -77,6 +81,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
 
     from marl_agents.modules import module_spec
     from scenarios.rllib_env import RLlibGraphEnv
+    from trainers.learners.critic_input import AGENTS_KEY, CRITIC_KEY
 
     plan = plan or resolve(cfg)
     algo = cfg.algorithm
@@ -93,6 +98,8 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         # (trainers.sampling.batched_runner)
         "env_threads": episodes.env_threads,
     }
+    # the env reports the global state only where a centralised critic reads it
+    timeout["global_state"] = bool(plan.critic_dims)
     if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
         timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
     if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
@@ -108,7 +115,10 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     else:
         config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
     config.framework("torch")
-    specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
+    dims = plan.critic_dims  # centralised critics (algorithm.critic; marl_agents.critics)
+    specs = {
+        pid: module_spec(p, plan.env_config, dims.get(pid, 0)) for pid, p in plan.pools.items()
+    }
     config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(cfg, plan)))
     if batched_sampler(cfg):
         from trainers.sampling.batched_runner import BatchedEnvRunner
@@ -137,6 +147,9 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         config.learner_config_dict = {
             **config.learner_config_dict,
             VALUE_NORM_KEY: algo.value_norm,
+            # read by trainers.learners.critic_input
+            CRITIC_KEY: algo.critic,
+            AGENTS_KEY: list(plan.agents),
         }
     smoothing = 100
     if isinstance(algo, GRPOAlgo):

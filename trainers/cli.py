@@ -70,7 +70,7 @@ def run_command(
     env_steps: Annotated[int | None, typer.Option(help="Stop after this many env steps.")] = None,
     time_s: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     seed: SeedOption = None,
-    algo: Annotated[str | None, typer.Option(help="PPO, APPO or IMPALA.")] = None,
+    algo: Annotated[str | None, typer.Option(help="PPO, MAPPO, IPPO, APPO or IMPALA.")] = None,
     sharing: Annotated[
         str | None, typer.Option(help="Pooling: role (default), agent, team or explicit.")
     ] = None,

@@ -28,6 +28,7 @@ from marl_agents.pools import (
     resolve_pools,
 )
 from trainers.cluster import check_workers_import, joins_cluster
+from trainers.configs.algorithms import PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.typed import ConfigError
 from trainers.credit.settings import check_credit_for
@@ -46,6 +47,9 @@ class Plan:
         roles: agent id → role.
         pools: pool id → resolved :class:`~marl_agents.pools.AgentPool`.
         has_oracle: whether the scenario reports ``oracle_value``.
+        critic_dims: pool id → width of its centralised critic's input column
+            (``algorithm.critic`` ``state``/``state_obs``; :mod:`marl_agents.critics`); empty
+            for ``local`` critics.
     """
 
     cfg: ExperimentConfig
@@ -55,6 +59,7 @@ class Plan:
     roles: dict[str, str]
     pools: dict[str, AgentPool]
     has_oracle: bool
+    critic_dims: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def agent_to_pool(self) -> dict[str, str]:
@@ -135,7 +140,8 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
     _check_algorithm(cfg, pools)
     if cfg.algorithm.extra:
         check_extra_keys(cfg)
-    check_credit_for(cfg.credit, scenario, agents, cfg.algorithm.name)
+    family = "PPO" if isinstance(cfg.algorithm, PPOAlgo) else cfg.algorithm.name  # presets
+    check_credit_for(cfg.credit, scenario, agents, family)
     _check_credit_rewards(cfg)
     _check_resources(cfg)
     _check_memory(cfg, pools)
@@ -143,7 +149,43 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
     if has_oracle:
         has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
     scenario_id = cfg.scenario if is_reference(cfg.scenario) else scenario.id()
-    return Plan(cfg, scenario_id, env_config, agents, roles, pools, has_oracle)
+    critic_dims = _critic_dims(cfg, scenario, agents, pools)
+    return Plan(cfg, scenario_id, env_config, agents, roles, pools, has_oracle, critic_dims)
+
+
+def _critic_dims(
+    cfg: ExperimentConfig, scenario: Any, agents: list[str], pools: Mapping[str, AgentPool]
+) -> dict[str, int]:
+    """Pool id → critic input width under ``algorithm.critic`` (empty for ``local``): every
+    ``mlp``/``gru``/``mpnn`` pool; the scenario must have a global state and no pool that
+    trains may be of another kind."""
+    from marl_agents.critics import critic_input_dim
+    from marl_agents.pools import GRUModel, MLPModel, MPNNModel
+    from scenarios.global_state import state_space_of
+
+    kind = getattr(cfg.algorithm, "critic", "local")
+    if kind == "local":
+        return {}
+    space = state_space_of(scenario)
+    if space is None:
+        raise ConfigError(
+            f"algorithm.critic={kind!r} needs the scenario's global state, but {scenario.id()} "
+            "has none (text agents or non-Box observations): declare Scenario.state_space and "
+            "global_state (scenarios.global_state), or use algorithm.critic: local"
+        )
+    state_dim = int(np.prod(space.shape))
+    dims = {}
+    for pid, pool in pools.items():
+        if isinstance(pool.model, (MLPModel, GRUModel, MPNNModel)):
+            obs = int(np.prod(pool.observation_space.shape))
+            dims[pid] = critic_input_dim(kind, state_dim, obs, len(agents))
+        elif pool.trainable:
+            raise ConfigError(
+                f"pool {pid!r} trains a {pool.model.type} model, which cannot take a "
+                f"centralised critic (algorithm.critic={kind!r}): use an mlp, gru or mpnn "
+                "model for it, freeze it, or use algorithm.critic: local"
+            )
+    return dims
 
 
 def _build_scenario(cfg: ExperimentConfig) -> tuple[Any, Any, dict[str, Any]]:

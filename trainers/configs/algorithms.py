@@ -20,6 +20,9 @@ from trainers.configs.typed import ConfigError, register_kinds, register_shortha
 #: RLlib's own.
 LearnerKind = Literal["lean", "rllib"]
 LEARNER_KINDS = ("lean", "rllib")
+#: ``algorithm.critic`` (PPO): what the critic reads (:mod:`marl_agents.critics`)
+CriticInput = Literal["local", "state", "state_obs"]
+CRITIC_INPUTS = ("local", "state", "state_obs")
 #: the credit learner (per-agent advantage normalisation) and RLlib's PPO step with normalised
 #: value targets (:func:`trainers.configs.algorithms.load_class` references)
 CREDIT_LEARNER = "trainers.learners.credit_ppo:CreditPPOTorchLearner"
@@ -51,7 +54,8 @@ class AlgoConfig:
     or just ``algorithm: APPO``); each class holds only the fields its algorithm reads.
 
     Attributes:
-        name: ``"PPO"``, ``"APPO"``, ``"IMPALA"`` or ``"GRPO"``, set by the class.
+        name: ``"PPO"`` (or its presets ``"MAPPO"``, ``"IPPO"``), ``"APPO"``, ``"IMPALA"`` or
+            ``"GRPO"``, set by the class.
         lr: learning rate.
         num_epochs: passes over each train batch.
         grad_clip: gradient norm clip (``None``: off).
@@ -204,6 +208,12 @@ class PPOAlgo(ClippedAlgo):
         value_norm: normalise the critic's value targets with a running mean and std per
             module (statistics in the learner state, checkpointed); ``false``: the critic
             learns raw returns, as RLlib does.
+        critic: what the critic reads (centralised training, decentralised execution):
+            ``local`` (the agent's own observation: IPPO), ``state`` (the scenario's global
+            state) or ``state_obs`` (global state + the agent's own observation + a one-hot
+            agent id: MAPPO). A centralised critic is a separate value network over a column
+            only the learner builds (:mod:`trainers.learners.critic_input`); actors read only
+            their own observation.
     """
 
     rllib_algorithm: ClassVar[str] = "ray.rllib.algorithms.ppo:PPO"
@@ -213,10 +223,16 @@ class PPOAlgo(ClippedAlgo):
     minibatch_size: int = 250
     learner: LearnerKind = "lean"
     value_norm: bool = True
+    critic: CriticInput = "local"
 
     def check(self) -> None:
         super().check()
         check_learner(self.learner)
+        if self.critic not in CRITIC_INPUTS:
+            raise ConfigError(
+                f"algorithm.critic={self.critic!r} is unknown: use local (own observation), "
+                "state (global state) or state_obs (global state + own observation + agent id)"
+            )
         if self.minibatch_size < 1:
             raise ConfigError(f"algorithm.minibatch_size must be ≥ 1, got {self.minibatch_size}")
         if self.minibatch_size > self.train_batch_size:
@@ -234,7 +250,27 @@ class PPOAlgo(ClippedAlgo):
         """As :meth:`AlgoConfig.learner_ref`; on RLlib's step with ``value_norm`` and no credit
         learner, RLlib's PPO learner with normalised value targets."""
         ref = super().learner_ref(credit_normalize)
-        return VALUE_NORM_LEARNER if ref is None and self.value_norm else ref
+        ours = self.value_norm or self.critic != "local"
+        return VALUE_NORM_LEARNER if ref is None and ours else ref
+
+
+@dataclasses.dataclass
+class MAPPOAlgo(PPOAlgo):
+    """``MAPPO``: PPO with a centralised critic over the global state, the agent's own
+    observation and its id (``critic: state_obs``) and normalised value targets; every other
+    field is PPO's (and may be set)."""
+
+    name: str = dataclasses.field(default="MAPPO", init=False)
+    critic: CriticInput = "state_obs"
+
+
+@dataclasses.dataclass
+class IPPOAlgo(PPOAlgo):
+    """``IPPO``: PPO with each agent's critic on its own observation (``critic: local``; the
+    same as ``PPO``), named for comparisons with ``MAPPO``."""
+
+    name: str = dataclasses.field(default="IPPO", init=False)
+    critic: CriticInput = "local"
 
 
 @dataclasses.dataclass
@@ -274,7 +310,7 @@ class GRPOAlgo(AlgoConfig):
 
 #: algorithm ``name`` → its config class (what YAML's ``name:`` selects).
 ALGORITHMS: dict[str, type[AlgoConfig]] = {
-    cls.name: cls for cls in (PPOAlgo, APPOAlgo, IMPALAAlgo, GRPOAlgo)
+    cls.name: cls for cls in (PPOAlgo, APPOAlgo, IMPALAAlgo, GRPOAlgo, MAPPOAlgo, IPPOAlgo)
 }
 
 

@@ -439,11 +439,17 @@ class ExperimentConfig:
         data = self.to_dict()
         for key, value in changes.items():
             set_path(data, key, value)
-        drop_default_fields(data.get("algorithm"), self.algorithm, "name", ALGORITHMS)
+
+        def changed(prefix: str) -> set[str]:
+            return {k[len(prefix) :].split(".")[0] for k in changes if k.startswith(prefix)}
+
+        algo = data.get("algorithm")
+        drop_default_fields(algo, self.algorithm, "name", ALGORITHMS, changed("algorithm."))
         for pid, pool in self.pools.items():
             new = data.get("pools", {}).get(pid)
             if isinstance(new, dict):
-                drop_default_fields(new.get("model"), pool.model, "type", MODELS)
+                model = changed(f"pools.{pid}.model.")
+                drop_default_fields(new.get("model"), pool.model, "type", MODELS, model)
         return ExperimentConfig.from_dict(data)
 
     @property

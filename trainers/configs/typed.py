@@ -37,9 +37,14 @@ class ConfigError(MarlError, ValueError):
     """An experiment config that cannot run; the message names the field and the fix."""
 
 
-def drop_default_fields(data: Any, old: Any, key: str, kinds: dict[str, type]) -> None:
+def drop_default_fields(
+    data: Any, old: Any, key: str, kinds: dict[str, type], changed: Any = ()
+) -> None:
     """After a change of ``data[key]`` (a kind), drop the fields the new kind lacks that hold
-    the old kind's default or null (the rest stay, so building the new kind names them)."""
+    the old kind's default or null (the rest stay, so building the new kind names them), and
+    the fields both have that hold the old kind's default where the new kind's differs (a
+    preset's own default wins: ``PPO`` → ``MAPPO`` gives MAPPO's ``critic``), except the
+    fields named in ``changed`` (set by the same change)."""
     if not isinstance(data, dict) or data.get(key) == getattr(old, key):
         return
     new_cls = kinds.get(data.get(key))  # type: ignore[arg-type]
@@ -47,8 +52,15 @@ def drop_default_fields(data: Any, old: Any, key: str, kinds: dict[str, type]) -
         return  # an unknown kind: building names it
     keep = {f.name for f in dataclasses.fields(new_cls)}
     defaults = to_plain(type(old)())
-    for name in [k for k in data if k not in keep]:
-        if data[name] is None or data[name] == defaults.get(name):
+    try:
+        new_defaults = to_plain(new_cls())
+    except (TypeError, ConfigError):  # a kind with required fields
+        new_defaults = {}
+    for name in [k for k in data if k != key and k not in changed]:
+        if name not in keep:
+            if data[name] is None or data[name] == defaults.get(name):
+                del data[name]
+        elif name in new_defaults and data[name] == defaults.get(name) != new_defaults[name]:
             del data[name]
 
 

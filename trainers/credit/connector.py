@@ -275,8 +275,13 @@ def _set_reward(sa: Any, index: int, value: float) -> None:
     """Overwrite one reward, keeping its float64 precision.
 
     A numpy'd episode checks the value against the float32 reward ``Box``, and gymnasium warns
-    about every Python float it casts for that check; the stored value is not cast.
+    about every Python float it casts for that check; the stored value is not cast. Episodes
+    from remote env runners hold read-only arrays (Ray's zero-copy numpy): those are copied
+    first.
     """
+    data = sa.rewards.data
+    if isinstance(data, np.ndarray) and not data.flags.writeable:
+        sa.rewards.data = data.copy()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Casting input x to numpy array")
         sa.set_rewards(new_data=value, at_indices=index)

@@ -6,7 +6,9 @@ Contract:
   the same pieces, which the learner then uses) for a PPO pipeline of RLlib's default shape —
   ``AddOneTsToEpisodesAndTruncate``, credit pieces (:class:`~trainers.credit.connector.
   CreditConnector`), RLlib's default batch pieces (``AddObservationsFromEpisodesToBatch`` …
-  ``NumpyToTensor``), ``GeneralAdvantageEstimation`` (or its value-normalising
+  ``NumpyToTensor``), optionally the centralised critic's input piece
+  (:class:`~trainers.learners.critic_input.CriticInputs`), ``GeneralAdvantageEstimation`` (or
+  its value-normalising
   :class:`~trainers.learners.value_norm_learner.ValueNormGAE`), optionally
   :class:`~trainers.learners.credit_ppo.PerAgentAdvantageNormalization`; None for any other.
 * :class:`ArrayPPOPipeline` gives the batch its pieces give (same modules in the same order,
@@ -64,6 +66,7 @@ from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_t
 
 from trainers.credit.connector import CreditConnector
 from trainers.learners.credit_ppo import PerAgentAdvantageNormalization
+from trainers.learners.critic_input import CriticInputs
 from trainers.learners.value_norm_learner import ValueNormGAE, advantages_and_targets
 from trainers.rllib_compat.learner import rl_modules
 
@@ -100,15 +103,16 @@ def install(pipeline: Any) -> ArrayPPOPipeline | None:
     )
 
 
-def _split(pieces: list[Any]) -> tuple[list[Any], list[Any], Any, Any] | None:
-    """``(credit pieces, pieces after GAE, NumpyToTensor, GAE)`` of a pipeline of RLlib's
-    default PPO shape, else None."""
+def _split(pieces: list[Any]) -> tuple[list[Any], list[Any], Any, Any, list[Any]] | None:
+    """``(credit pieces, pieces after GAE, NumpyToTensor, GAE, critic input piece or none)``
+    of a pipeline of RLlib's default PPO shape, else None."""
     n = len(DEFAULT_PIECES)
     start = next((i for i, p in enumerate(pieces) if type(p) is DEFAULT_PIECES[0]), None)
     if start is None:
         return None
-    before, default = pieces[:start], pieces[start : start + n]
-    gae, after = pieces[start + n : start + n + 1], pieces[start + n + 1 :]
+    before, default, rest = pieces[:start], pieces[start : start + n], pieces[start + n :]
+    critic = rest[:1] if rest and type(rest[0]) is CriticInputs else []
+    gae, after = rest[len(critic) : len(critic) + 1], rest[len(critic) + 1 :]
     shape_ok = (
         before
         and type(before[0]) is AddOneTsToEpisodesAndTruncate
@@ -118,7 +122,7 @@ def _split(pieces: list[Any]) -> tuple[list[Any], list[Any], Any, Any] | None:
         and type(gae[0]) in GAE_PIECES
         and all(type(p) in AFTER for p in after)
     )
-    return (before[1:], after, default[-1], gae[0]) if shape_ok else None
+    return (before[1:], after, default[-1], gae[0], critic) if shape_ok else None
 
 
 class ArrayPPOPipeline(LearnerConnectorPipeline):
@@ -165,13 +169,13 @@ class ArrayPPOPipeline(LearnerConnectorPipeline):
 
     def _arrays(
         self,
-        parts: tuple[list[Any], list[Any], Any, Any],
+        parts: tuple[list[Any], list[Any], Any, Any, list[Any]],
         agent_eps: list[Any],
         episodes: list[Any],
         call: dict[str, Any],
     ) -> dict[str, Any]:
         """The covered call: what the pieces would do, with array ops."""
-        credit, after, to_tensor, gae = parts
+        credit, after, to_tensor, gae, critic = parts
         _rename(episodes, agent_eps)
         ends = [(len(sa), bool(sa.is_terminated), bool(sa.is_truncated or not sa.is_done))
                 for sa in agent_eps]  # fmt: skip
@@ -179,6 +183,12 @@ class ArrayPPOPipeline(LearnerConnectorPipeline):
         batch = _run(credit, {}, episodes, call)  # rewrites rewards in place
         columns, lens = _columns(agent_eps, ends)
         batch = to_tensor(batch=columns, episodes=episodes, **call)
+        for piece in critic:  # the critic column: each episode's n + 1 observations
+            piece.fill(
+                batch,
+                call["rl_module"],
+                [(sa, n + 1) for sa, (n, _, _) in zip(agent_eps, ends, strict=True)],
+            )
         _advantages(gae, to_tensor, batch, lens, episodes, call)
         if after:
             for sa in agent_eps:

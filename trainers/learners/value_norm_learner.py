@@ -51,6 +51,7 @@ from ray.rllib.utils.postprocessing.zero_padding import (
 )
 from typing_extensions import override
 
+from trainers.learners import critic_input
 from trainers.learners.value_norm import VALUE_NORM_KEY, ValueNorm
 
 __all__ = [
@@ -210,8 +211,9 @@ def find_gae(pipeline: Any) -> Any:
 
 class ValueNormPPOLearner(PPOTorchLearner):
     """``PPOTorchLearner`` with value-target normalisation when the config asks for it
-    (``learner_config_dict["value_norm"]``; ``algorithm.value_norm`` sets it). Off, it is a
-    plain ``PPOTorchLearner``."""
+    (``learner_config_dict["value_norm"]``; ``algorithm.value_norm`` sets it) and the
+    centralised critic's input column (``learner_config_dict["critic"]``;
+    :mod:`trainers.learners.critic_input`). Off, it is a plain ``PPOTorchLearner``."""
 
     @override
     def build(self) -> None:
@@ -219,9 +221,10 @@ class ValueNormPPOLearner(PPOTorchLearner):
         super().build()
         pipeline = self._learner_connector
         gae = find_gae(pipeline)
-        if not self.config.learner_config_dict.get(VALUE_NORM_KEY) or gae is None:
+        if gae is None:
             return
-        if type(gae) is GeneralAdvantageEstimation:
+        settings = self.config.learner_config_dict
+        if settings.get(VALUE_NORM_KEY) and type(gae) is GeneralAdvantageEstimation:
             piece = ValueNormGAE(
                 gamma=gae.gamma,
                 lambda_=gae.lambda_,
@@ -230,6 +233,8 @@ class ValueNormPPOLearner(PPOTorchLearner):
             )
             pipeline.insert_after(GeneralAdvantageEstimation, piece)
             pipeline.remove(GeneralAdvantageEstimation)
+        # the centralised critic's input column, right before GAE (algorithm.critic)
+        critic_input.install(pipeline, settings, type(find_gae(pipeline)))
 
     @override
     def get_state(
