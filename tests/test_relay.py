@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scenarios import ScenarioError, engine
+from scenarios import ScenarioError
 from scenarios.decisions import run_inline
+from scenarios.graph_env import GraphEnv
 from scenarios.registry import build, get
 from scenarios.relay import Relay
 
@@ -212,10 +213,6 @@ def test_argument_errors(kwargs: dict[str, Any], match: str) -> None:
         Relay(**kwargs)
 
 
-GraphEnv = getattr(engine, "GraphEnv", None)
-
-
-@pytest.mark.skipif(GraphEnv is None, reason="scenarios.graph_env.GraphEnv has not landed")
 @pytest.mark.parametrize("spec", ["single", "chain:3", "star:3", "tree:2x2"])
 @pytest.mark.parametrize("target", TARGETS)
 def test_pettingzoo_parallel_api(spec: str, target: str) -> None:
@@ -225,7 +222,6 @@ def test_pettingzoo_parallel_api(spec: str, target: str) -> None:
     parallel_seed_test(lambda: GraphEnv(Relay(spec, target=target)), num_cycles=20)
 
 
-@pytest.mark.skipif(GraphEnv is None, reason="scenarios.graph_env.GraphEnv has not landed")
 def test_graph_env_optimal_episode() -> None:
     relay = Relay("star:3")
     env = GraphEnv(relay)

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scenarios import ScenarioError, engine
+from scenarios import ScenarioError
 from scenarios.decisions import run_inline
+from scenarios.graph_env import GraphEnv
 from scenarios.registry import build, get
 from scenarios.toolchain import ANSWER, CALC, CRITERIA, DONE, LOOKUP, Toolchain, ToolError
 
@@ -249,11 +250,6 @@ def test_argument_errors(kwargs: dict[str, Any], match: str) -> None:
         Toolchain(**kwargs)
 
 
-GraphEnv = getattr(engine, "GraphEnv", None)
-needs_env = pytest.mark.skipif(GraphEnv is None, reason="scenarios.graph_env.GraphEnv not landed")
-
-
-@needs_env
 @pytest.mark.parametrize("spec", ["single", "chain:3"])
 def test_pettingzoo_parallel_api(spec: str) -> None:
     from pettingzoo.test import parallel_api_test, parallel_seed_test
@@ -262,7 +258,6 @@ def test_pettingzoo_parallel_api(spec: str) -> None:
     parallel_seed_test(lambda: GraphEnv(Toolchain(spec)), num_cycles=30)
 
 
-@needs_env
 def test_graph_env_truncates_on_tool_failure() -> None:
     env = GraphEnv(Toolchain("single", fail_tool="calc"))
     policy = env.scenario.optimal_policy()
@@ -274,7 +269,6 @@ def test_graph_env_truncates_on_tool_failure() -> None:
     assert "ToolError" in infos["agent"]["error"] and "calc" in infos["agent"]["error"]
 
 
-@needs_env
 def test_graph_env_counterfactual_values() -> None:
     """An absent agent passes: without the answerer only the two lookups' checklist remains."""
     tc = Toolchain("chain:3")
