@@ -77,7 +77,7 @@ def parameter_counts(config: Mapping[str, Any]) -> dict[str, int]:
     default = cfg.algorithm.algorithm_class().get_default_config()
     counts = {}
     for pid, pool in plan.pools.items():
-        spec = module_spec(pool, plan.env_config)
+        spec = module_spec(pool, plan.env)
         if spec.module_class is None:  # mlp pools: the algorithm's default module
             spec.module_class = default.get_default_rl_module_spec().module_class
         module = spec.build()

@@ -53,6 +53,7 @@ from marl_agents.pools import (
     ScriptedModel,
 )
 from marl_agents.scripted import ScriptedModule
+from scenarios.env_spec import EnvSpec
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -366,7 +367,11 @@ def _scripted_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSp
     assert isinstance(m, ScriptedModel)
     return RLModuleSpec(
         module_class=ScriptedModule,
-        model_config={"policy": m.policy, "agent": pool.agents[0], "env_config": dict(env_config)},
+        model_config={
+            "policy": m.policy,
+            "agent": pool.agents[0],
+            "env_config": EnvSpec.of(env_config).plain(),
+        },
         **_spaces(pool),
     )
 
@@ -386,14 +391,14 @@ _SPECS: dict[type[ModelConfig], Callable[[AgentPool, Mapping[str, Any]], RLModul
 
 
 def module_spec(
-    pool: AgentPool, env_config: Mapping[str, Any], critic_dim: int = 0
+    pool: AgentPool, env_config: EnvSpec | Mapping[str, Any], critic_dim: int = 0
 ) -> RLModuleSpec:
     """The ``RLModuleSpec`` serving ``pool`` (one builder per model config class).
 
     Args:
         pool: the resolved pool (its model and spaces).
-        env_config: the environment config (scripted policies and ``mpnn`` layouts build the
-            scenario from it).
+        env_config: the environment (:class:`~scenarios.env_spec.EnvSpec`, or an env config:
+            scripted policies and ``mpnn`` layouts build the scenario from it).
         critic_dim: > 0: a centralised critic over a critic column this wide
             (:mod:`marl_agents.critics`), for ``mlp``, ``gru`` and ``mpnn`` pools.
 
@@ -422,10 +427,7 @@ def module_spec(
 
 def _mpnn_layout(pool: AgentPool, env_config: Mapping[str, Any]) -> dict[str, int]:
     """Own-feature width and neighbour slots, from the scenario when it declares them."""
-    from scenarios.registry import build
-
-    env = env_config
-    scenario = build(env["scenario"], env.get("topology"), **env.get("kwargs", {}))
+    scenario = EnvSpec.of(env_config).build_scenario()
     layout = scenario.message_layout(pool.agents[0])
     if layout is None:
         return {"own": obs_dim(pool.observation_space), "slots": 0}

@@ -198,10 +198,9 @@ class ScriptedModule(TorchRLModule, ValueFunctionAPI):
     def policy(self) -> Policy:
         """The python policy (the scenario is built on first use, in the process using it)."""
         if self._policy is None:
-            from scenarios.registry import build
+            from scenarios.env_spec import EnvSpec
 
-            env = self._env_config
-            scenario = build(env["scenario"], env.get("topology"), **env.get("kwargs", {}))
+            scenario = EnvSpec.of(self._env_config).build_scenario()
             self._policy = scripted_factory(self._policy_name, type(scenario))(scenario)
         return self._policy
 

@@ -1,8 +1,9 @@
 """The episode's wall-clock limit: :class:`Alarm`, raising :class:`EpisodeTimeout` in the graph.
 
-``GraphEnv(episode_timeout_s=...)`` (default :data:`DEFAULT_EPISODE_TIMEOUT_S`) bounds the
-seconds the graph itself runs in an episode (the time inside ``reset()`` and ``step()``; the
-policy's time between decisions does not count). In the process's main thread a ``SIGALRM``
+``GraphEnv(episode_timeout_s=...)`` (default
+:data:`scenarios.engines.DEFAULT_EPISODE_TIMEOUT_S`) bounds the seconds the graph itself runs
+in an episode (the time inside ``reset()`` and ``step()``; the policy's time between decisions
+does not count). In the process's main thread a ``SIGALRM``
 timer interrupts a node that blocks (``time.sleep``, a socket read, a lock) by raising
 :class:`EpisodeTimeout` inside it, and fires again every half second until the graph lets go;
 elsewhere (Ray Tune runs trials in a thread) the limit is checked each time the graph hands
@@ -24,8 +25,6 @@ from langgraph.config import get_config
 from scenarios.stepped import FAST_NODE
 from topologies.stdlib_compat import get_signal_handler, set_signal_handler
 
-#: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
-DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
 #: once the limit is reached, the alarm fires again this often until the graph lets go
 ALARM_REPEAT_S = 0.5
 
@@ -121,4 +120,4 @@ class Alarm:
         raise EpisodeTimeout(self.describe(node))
 
 
-__all__ = ["ALARM_REPEAT_S", "DEFAULT_EPISODE_TIMEOUT_S", "Alarm", "EpisodeTimeout"]
+__all__ = ["ALARM_REPEAT_S", "Alarm", "EpisodeTimeout"]

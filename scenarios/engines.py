@@ -1,6 +1,6 @@
-"""How live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): the values and the
-environment variable that overrides the default. A module of its own so that reading a config
-does not import LangGraph.
+"""How live episodes run (``GraphEnv(engine=...)``, ``episodes.engine``): the values, the
+environment variable that overrides the default, and the default wall-clock limit. A module
+of its own so that reading a config does not import LangGraph.
 """
 
 from __future__ import annotations
@@ -12,4 +12,7 @@ ENGINES = ("auto", "langgraph", "fast", "check")
 #: the environment variable that sets the default engine of every ``GraphEnv``
 ENGINE_ENV = "MARL_ENGINE"
 
-__all__ = ["ENGINES", "ENGINE_ENV"]
+#: default wall-clock seconds the graph may run in one episode (``None`` turns the limit off)
+DEFAULT_EPISODE_TIMEOUT_S: float | None = 300.0
+
+__all__ = ["DEFAULT_EPISODE_TIMEOUT_S", "ENGINES", "ENGINE_ENV"]

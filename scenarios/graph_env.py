@@ -36,12 +36,12 @@ import numpy as np
 from langgraph.errors import GraphRecursionError
 from pettingzoo import ParallelEnv
 
-from scenarios.alarm import DEFAULT_EPISODE_TIMEOUT_S, Alarm, EpisodeTimeout
+from scenarios.alarm import Alarm, EpisodeTimeout
 from scenarios.args import executed_action, zero_action
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.bridge import GraphRun, agent_id_list, instance_counts
 from scenarios.clocks import ENV_CLOCK  # time in reset/step (timers/env_s)
-from scenarios.engines import ENGINE_ENV, ENGINES
+from scenarios.engines import DEFAULT_EPISODE_TIMEOUT_S, ENGINE_ENV, ENGINES
 from scenarios.env_replays import ReplayAPI
 from scenarios.global_state import state_space_of
 from scenarios.replay import FastGraph, compile_fast, same

@@ -20,6 +20,7 @@ from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from scenarios.env_spec import EnvSpec
 from scenarios.global_state import STATE_INFO
 from scenarios.graph_env import GraphEnv
 
@@ -28,19 +29,12 @@ class RLlibGraphEnv(MultiAgentEnv):
     """A :class:`GraphEnv` as an RLlib ``MultiAgentEnv``.
 
     Args:
-        config: either ``{"env": GraphEnv}`` or the arguments of :func:`scenarios.make`:
-            ``{"scenario": "delegate", "topology": "star:3", "kwargs": {...}}``, where the
-            scenario is a registered name or an import reference ``package.module:attr``
-            (re-imported in every process that builds the env, e.g. each env runner); with
-            ``"seed_once": True`` a repeated ``reset(seed=s)`` continues the episode stream
-            instead of replaying task ``s`` (what RLlib's env runners need);
-            ``"episode_timeout_s"`` sets the env's wall-clock limit per episode (seconds, or
-            ``None`` for none; absent: the env's own); ``"rewards"``: a reward-sources spec
-            (:mod:`scenarios.reward_sources`; absent: the verifier's reward); ``"engine"``
-            the env's engine (:data:`scenarios.graph_env.ENGINES`); ``"tool_latency"``
-            (``{"seconds": L, "jitter": J}``) and ``"tool_timeout_s"``: the env's tool
-            settings (:mod:`scenarios.tool_latency`; absent or None: none);
-            ``"global_state"`` (default True): report the global state in the infos.
+        config: ``{"spec": EnvSpec(...)}`` (:class:`~scenarios.env_spec.EnvSpec`: the scenario,
+            its topology and kwargs, the wall-clock limit, engine, reward sources, tool
+            settings, ``seed_once`` and ``global_state``; what ``trainers.plan.resolve``
+            builds), the same fields as plain keys (``{"scenario": "delegate", "topology":
+            "star:3", "kwargs": {...}}``), or ``{"env": GraphEnv(...)}`` (an env already
+            built; the spec's settings given as plain keys are set on it).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -48,20 +42,17 @@ class RLlibGraphEnv(MultiAgentEnv):
         config = dict(config or {})
         if "env" in config:
             env: GraphEnv = config["env"]
-            for name, value in _env_settings(config, env.scenario).items():  # public settings
-                setattr(env, name, value)
+            spec = EnvSpec(scenario=env.scenario.id(), built=env.scenario)
+            given = {k: v for k, v in config.items() if k != "env"}
+            if given:
+                spec = EnvSpec.of({"scenario": spec.scenario, **given})
+                for name, value in spec.env_settings(env.scenario).items():
+                    if name in given or name in ("rewards", "tools"):
+                        setattr(env, name, value)
         else:
-            from scenarios.registry import build
-
-            if "scenario" not in config:
-                raise ValueError(
-                    "RLlibGraphEnv needs env_config={'scenario': NAME or 'package.module:attr', "
-                    "'topology': SPEC, 'kwargs': {...}} or {'env': GraphEnv(...)}"
-                )
-            scenario = build(
-                config["scenario"], topology=config.get("topology"), **config.get("kwargs", {})
-            )
-            env = GraphEnv(scenario, **_env_settings(config, scenario))
+            spec = EnvSpec.of(config)
+            env = spec.make_env()
+        self.spec = spec
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.agents = []
@@ -69,9 +60,9 @@ class RLlibGraphEnv(MultiAgentEnv):
         self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
         self._held: dict[str, float] = {}
         self._seed: int | None = None  # the last seed given to reset()
-        self._seed_once = bool(config.get("seed_once", False))
+        self._seed_once = spec.seed_once
         #: report the global state under ``infos[agent][STATE_INFO]``
-        self.reports_state = env.state_space is not None and config.get("global_state", True)
+        self.reports_state = env.state_space is not None and spec.global_state
 
     def state(self) -> Any:
         """The scenario's global state now (:meth:`scenarios.graph_env.GraphEnv.state`)."""
@@ -132,22 +123,3 @@ class RLlibGraphEnv(MultiAgentEnv):
             {"__all__": False},
             self._with_state({a: infos[a] for a in acting}),
         )
-
-
-def _env_settings(config: Mapping[str, Any], scenario: Any) -> dict[str, Any]:
-    """The :class:`GraphEnv` keyword arguments an env config sets (absent: the env's own)."""
-    settings: dict[str, Any] = {}
-    if "episode_timeout_s" in config:
-        settings["episode_timeout_s"] = config["episode_timeout_s"]
-    if config.get("rewards"):
-        from scenarios.reward_sources import RewardSources
-
-        settings["rewards"] = RewardSources.from_spec(config["rewards"], scenario)
-    if "engine" in config:
-        settings["engine"] = config["engine"]
-    if config.get("tool_latency") is not None or config.get("tool_timeout_s") is not None:
-        from scenarios.tool_latency import ToolSettings
-
-        latency, timeout = config.get("tool_latency"), config.get("tool_timeout_s")
-        settings["tools"] = ToolSettings.of(latency, timeout)
-    return settings

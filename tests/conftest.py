@@ -43,9 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--sampler") == "rllib":  # in this process (not remote runners)
-        import trainers.algo
+        import trainers.plan
 
-        trainers.algo.batched_sampler = lambda cfg: False
+        trainers.plan.batched_sampler = lambda cfg: False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,10 +21,10 @@ from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from test_batched_runner import _actions, _columns, _finished_by_env, _returns
 
 from marl_agents.llm.rl_module import SAMPLING_TEMPERATURE, TOKEN_LOGP
-from trainers.algo import batched_sampler, to_algorithm_config
+from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.typed import ConfigError
-from trainers.plan import resolve
+from trainers.plan import batched_sampler, resolve
 from trainers.sampling.batched_runner import ROWS_PER_GENERATE, BatchedEnvRunner
 
 LLM = {"type": "llm", "path": "tiny"}

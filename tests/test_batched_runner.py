@@ -453,7 +453,7 @@ def test_env_threads_config_errors() -> None:
 
 # ----- the switch ---------------------------------------------------------------------------
 def test_sampler_switch_and_its_errors() -> None:
-    from trainers.algo import batched_sampler
+    from trainers.plan import batched_sampler
 
     cfg = ExperimentConfig.from_dict(TEAM)
     assert batched_sampler(cfg)

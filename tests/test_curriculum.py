@@ -109,8 +109,8 @@ def test_levels_need_the_scenario_to_read_them_from_the_seed() -> None:
     with pytest.raises(ConfigError, match=r"scenario_kwargs\.difficulty: seed"):
         to_algorithm_config(cfg)
     cfg = cfg.replace(**{"scenario_kwargs.difficulty": "seed"})
-    env = to_algorithm_config(cfg).env_config
-    assert env["curriculum"]["tasks"] == [
+    runner = to_algorithm_config(cfg).env_config["runner"]
+    assert runner.curriculum["tasks"] == [
         LEVEL_STRIDE,
         LEVEL_STRIDE + 1,
         3 * LEVEL_STRIDE,

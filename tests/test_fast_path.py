@@ -251,11 +251,10 @@ def test_engine_reaches_the_env_from_the_config() -> None:
 
 def test_evaluation_envs_use_the_runs_engine_and_episode_limit() -> None:
     from trainers.configs.experiment import ExperimentConfig
-    from trainers.evaluate import _make_env
     from trainers.plan import resolve
 
     cfg = ExperimentConfig(scenario="delegate", episodes={"engine": "langgraph", "timeout_s": 7})
-    env = _make_env(resolve(cfg, ray_workers=False).env_config, cfg)
+    env = resolve(cfg, ray_workers=False).env.make_env()  # what evaluate() builds
     assert (env.engine, env.episode_timeout_s) == ("langgraph", 7)
 
 

@@ -134,8 +134,9 @@ def test_llm_pool_maps_to_causal_lm_module_and_grpo():
     assert plan.trainable == ["orchestrator"] and plan.pools["orchestrator"].model.type == "llm"
     config = to_algorithm_config(cfg, plan)
     assert config.algo_class is GRPO and config.env is GroupedEnv
-    assert config.env_config["seed"] == 0 and config.env_config["shared_seeds"]
-    assert "seed_once" not in config.env_config  # GroupedEnv draws its own task seeds
+    runner, spec = config.env_config["runner"], config.env_config["spec"]
+    assert runner.seed == 0 and runner.shared_seeds and runner.grouped
+    assert not spec.seed_once  # GroupedEnv draws its own task seeds
     assert config.num_envs_per_env_runner == 2  # a group side by side, not resources' 16
     assert config.batch_mode == "complete_episodes"
     assert config.train_batch_size_per_learner == 4 and config.minibatch_size == 4
@@ -172,7 +173,7 @@ def test_frozen_and_heterogeneous_llm_pools(saved_tiny):
     # a saved model: the scenario renders prompts with that model's tokenizer
     cfg = llm_cfg()
     cfg.pools["orchestrator"].model.path = str(saved_tiny)
-    assert resolve(cfg).env_config["kwargs"]["tokenizer"] == str(saved_tiny)
+    assert resolve(cfg).env.kwargs["tokenizer"] == str(saved_tiny)
 
 
 def _bad(changes: dict) -> dict:

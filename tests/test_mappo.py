@@ -126,7 +126,7 @@ def test_actor_forward_ignores_the_critic_column_and_never_runs_the_critic(
     cfg = mappo(tmp_path, pools={"orchestrator": {"model": model}})
     plan = resolve(cfg)
     pool = plan.pools["orchestrator"]
-    module = module_spec(pool, plan.env_config, plan.critic_dims["orchestrator"]).build()
+    module = module_spec(pool, plan.env, plan.critic_dims["orchestrator"]).build()
     assert module.critic is not None and not hasattr(module, "vf")
 
     def boom(*args: Any) -> Any:

@@ -319,8 +319,11 @@ def test_rewards_config_round_trips_and_reaches_the_env_config():
         },
     ).check()
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
-    assert cfg.env_config["rewards"]["sources"][1]["judges"][0]["kwargs"] == {"seed": 1}
-    assert "rewards" not in ExperimentConfig(scenario="toolchain").env_config
+    from trainers.plan import resolve
+
+    spec = resolve(cfg, ray_workers=False).env
+    assert spec.rewards["sources"][1]["judges"][0]["kwargs"] == {"seed": 1}
+    assert resolve(ExperimentConfig(scenario="toolchain"), ray_workers=False).env.rewards is None
 
 
 @pytest.mark.parametrize(

@@ -64,13 +64,13 @@ def test_config_takes_a_reference_in_python_and_yaml() -> None:
 
     plan = resolve(ExperimentConfig(scenario=INSTANCE))
     assert plan.agents == ["speaker", "listener"] and plan.scenario_id == INSTANCE
-    assert plan.env_config["scenario"] == INSTANCE and plan.env_config["topology"] is None
+    assert plan.env.scenario == INSTANCE and plan.env.topology is None
     text = f"scenario: {FACTORY}\ntopology: star:3\nscenario_kwargs: {{noise: 0.25}}\n"
     cfg = ExperimentConfig.from_yaml(text)
     assert ExperimentConfig.from_yaml(cfg.to_yaml()) == cfg
     plan = resolve(cfg)
     assert plan.agents == ["orchestrator", "worker_0", "worker_1", "worker_2"]
-    assert plan.env_config["kwargs"] == {"noise": 0.25} and plan.has_oracle
+    assert plan.env.kwargs == {"noise": 0.25} and plan.has_oracle
     assert run_name(cfg).startswith("team.make_echo__PPO__0__")
 
 
@@ -81,7 +81,7 @@ def test_a_finetune_job_and_grpo_take_a_reference() -> None:
     ref = "scenarios.text_delegate:TextDelegate"
     job = FinetuneJob.from_yaml(f"scenario: {ref}\ntopology: star:2\nsubagents: [scripted]\n")
     plan = job.plan()
-    assert plan.scenario_id == ref and plan.env_config["scenario"] == ref
+    assert plan.scenario_id == ref and plan.env.scenario == ref
     assert plan.trainable == ["orchestrator"] and plan.cfg.algorithm.name == "GRPO"
     with pytest.raises(ConfigError, match=r"scenario 'tests\.apps\.team:Echo' has no text agents"):
         FinetuneJob.from_yaml("scenario: tests.apps.team:Echo\ntopology: star:2\n").plan()

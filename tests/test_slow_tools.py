@@ -157,7 +157,7 @@ def test_latency_reaches_the_env_from_the_config() -> None:
         episodes=EpisodesConfig(tool_latency={"seconds": 0.2, "jitter": 0.05}, tool_timeout_s=5),
     )
     env_config = to_algorithm_config(cfg).env_config
-    assert env_config["tool_latency"] == {"seconds": 0.2, "jitter": 0.05}
+    assert env_config["spec"].tool_latency == {"seconds": 0.2, "jitter": 0.05}
     tools = RLlibGraphEnv(env_config).env.tools
     assert tools == ToolSettings(ToolLatency(0.2, 0.05), 5.0)
     assert RLlibGraphEnv({"scenario": "toolchain", "tool_latency": None}).env.tools is None
@@ -458,13 +458,14 @@ class Scripted:
 
 
 def test_evaluation_episodes_get_the_runs_tool_latency_and_timeout() -> None:
-    from trainers.evaluate import _episode, _make_env, _summarise
+    from trainers.evaluate import _episode, _summarise
+    from trainers.plan import resolve
 
     cfg = ExperimentConfig(
         scenario="toolchain",
         episodes={"tool_latency": {"seconds": 0.002}, "tool_timeout_s": 0.2},
     )
-    env = _make_env({"scenario": "toolchain"}, cfg)
+    env = resolve(cfg, ray_workers=False).env.make_env()  # what evaluate() builds
     assert env.tools == ToolSettings(ToolLatency(0.002), 0.2)
     policy = Scripted(env)
     fine = _episode(env, policy, 0, "team", cfg)

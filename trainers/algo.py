@@ -30,11 +30,11 @@ from typing import Any
 
 from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
-from trainers.configs.typed import ConfigError, to_plain
+from trainers.configs.typed import ConfigError
 from trainers.learners.value_norm import VALUE_NORM_KEY
 from trainers.plan import Plan, resolve
 from trainers.signals.episode_metrics import EpisodeMetrics
-from trainers.signals.monitors import GOLD_KEY, KL_TO_START
+from trainers.signals.monitors import KL_TO_START
 
 
 class PoolMapping:
@@ -80,47 +80,28 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
     from marl_agents.modules import module_spec
+    from scenarios.env_spec import SPEC_KEY
     from scenarios.rllib_env import RLlibGraphEnv
+    from trainers.configs.runner import RUNNER_KEY
     from trainers.learners.critic_input import AGENTS_KEY, CRITIC_KEY
 
     plan = plan or resolve(cfg)
     algo = cfg.algorithm
     config = algo.algorithm_class().get_default_config()
-    # the env's wall-clock limit and engine
-    episodes = cfg.episodes
-    timeout = {
-        "episode_timeout_s": episodes.timeout_s,
-        "engine": episodes.engine,
-        # slow tools (scenarios.tool_latency): plain values for the env config
-        "tool_latency": to_plain(episodes.tool_latency),
-        "tool_timeout_s": episodes.tool_timeout_s,
-        # the batched sampler steps each sub-env on its own thread
-        # (trainers.sampling.batched_runner)
-        "env_threads": episodes.env_threads,
-    }
-    # the env reports the global state only where a centralised critic reads it
-    timeout["global_state"] = bool(plan.critic_dims)
-    if cfg.monitors.gold.scorer and cfg.monitors.gold.action != "off":
-        timeout[GOLD_KEY] = cfg.monitors.gold.scorer  # scored by the episode callback
-    if isinstance(algo, GRPOAlgo) or cfg.curriculum.active:  # tasks from a schedule
+    env_config = {SPEC_KEY: plan.env, RUNNER_KEY: plan.runner}
+    if plan.runner.grouped:  # tasks from a schedule (GRPO groups, a curriculum)
         from trainers.sampling.grouped_env import GroupedEnv
 
         # RLlib's env checker steps the first sub-env once; a one-step episode would finish
         # there and shift that env's task-seed schedule, splitting its groups
-        config.environment(
-            GroupedEnv,
-            env_config={**grpo_env_config(cfg, plan), **timeout},
-            disable_env_checking=True,
-        )
+        config.environment(GroupedEnv, env_config=env_config, disable_env_checking=True)
     else:
-        config.environment(RLlibGraphEnv, env_config={**plan.env_config, **timeout})
+        config.environment(RLlibGraphEnv, env_config=env_config)
     config.framework("torch")
     dims = plan.critic_dims  # centralised critics (algorithm.critic; marl_agents.critics)
-    specs = {
-        pid: module_spec(p, plan.env_config, dims.get(pid, 0)) for pid, p in plan.pools.items()
-    }
-    config.env_runners(**_env_runner_kwargs(cfg, specs, grpo_side_by_side(cfg, plan)))
-    if batched_sampler(cfg):
+    specs = {pid: module_spec(p, plan.env, dims.get(pid, 0)) for pid, p in plan.pools.items()}
+    config.env_runners(**_env_runner_kwargs(cfg, specs, plan.runner.whole_groups))
+    if plan.batched:
         from trainers.sampling.batched_runner import BatchedEnvRunner
 
         config.env_runners(env_runner_cls=BatchedEnvRunner)
@@ -202,45 +183,6 @@ def _env_runner_kwargs(
     }
 
 
-def batched_sampler(cfg: ExperimentConfig) -> bool:
-    """Whether env runners sample with :class:`~trainers.sampling.batched_runner.BatchedEnvRunner`:
-    ``episodes.sampler: batched``, the default (small-network and LLM pools alike); RLlib's
-    own sampler with ``rllib``."""
-    return cfg.episodes.sampler != "rllib"
-
-
-def grpo_env_config(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
-    """The :class:`~trainers.sampling.grouped_env.GroupedEnv` config: one task-seed stream from the
-    experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream
-    under GRPO (the ``G`` rollouts of a group run side by side), the tasks drawn from the
-    curriculum's pool when one is set (:mod:`trainers.signals.curriculum`)."""
-    from trainers.signals import curriculum
-
-    env_config = {k: v for k, v in plan.env_config.items() if k != "seed_once"}
-    grpo = isinstance(cfg.algorithm, GRPOAlgo)
-    side_by_side = grpo and grpo_side_by_side(cfg, plan)
-    repeat = cfg.algorithm.grpo.group_size if grpo and not side_by_side else 1
-    out = {**env_config, "seed": cfg.seed, "repeat": repeat, "shared_seeds": grpo}
-    if side_by_side:
-        from trainers.sampling.batched_runner import GROUPS_KEY
-
-        out[GROUPS_KEY] = True
-    return {**out, **curriculum.env_config(cfg)}
-
-
-def grpo_side_by_side(cfg: ExperimentConfig, plan: Plan) -> bool:
-    """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs, one batched
-    generation per step: teams with an LLM pool on the batched sampler, which holds a sub-env
-    whose episode ended until the whole group has ended: ``batched_runner.GROUPS_KEY``) or one
-    after another in one env (``repeat = G``: small-network teams, and any team on RLlib's
-    sampler, whose loop starts a sub-env's next task as soon as its episode ends). Either way
-    every group is whole when episode lengths vary."""
-    from marl_agents.pools import LLMModel
-
-    llm = any(isinstance(p.model, LLMModel) for p in plan.pools.values())
-    return llm and batched_sampler(cfg)
-
-
 def learner_class(cfg: ExperimentConfig) -> type | None:
     """The learner class the algorithm config builds (:meth:`AlgoConfig.learner_class
     <trainers.configs.algorithms.AlgoConfig.learner_class>`: the lean learner, the credit
@@ -259,9 +201,9 @@ def credit_workers(cfg: ExperimentConfig) -> int:
 
 
 def _credit_connector(cfg: ExperimentConfig, plan: Plan) -> Any:
+    from scenarios.env_spec import SPEC_KEY
     from trainers.credit.connector import make_credit_connector
 
     credit = dataclasses.replace(cfg.credit, workers=credit_workers(cfg))
     # replays get the episodes' wall-clock limit: a hung tool must not stall the learner
-    env_config = {**plan.env_config, "episode_timeout_s": cfg.episodes.timeout_s}
-    return make_credit_connector(credit, env_config)
+    return make_credit_connector(credit, {SPEC_KEY: plan.env})

@@ -187,10 +187,10 @@ def evaluate(
     setup_process(hash_seed_matters=False)  # no RLlib sampler here: agents act one by one
     cfg, plan, policy = load_team(checkpoint)
     if make_env is not None:
-        env = make_env(plan.env_config)
-        env.tools = tool_settings(cfg)  # as _make_env gives its env
+        env = make_env(plan.env.plain())
+        env.tools = tool_settings(cfg)  # as the run's spec gives its envs
     else:
-        env = _make_env(plan.env_config, cfg)
+        env = plan.env.replace(rewards=None).make_env()  # rewards: the verifier's
     if k is not None:
         return evaluate_passk(
             cfg, plan, policy, env, range(seed, seed + episodes), k, baseline, show
@@ -260,19 +260,6 @@ def _print_passk(tables: Mapping[str, Mapping[str, float]], plan: Any, baseline:
         if "@" in key:
             table.add_row(key, *(f"{t[key]:.3f}" for t in tables.values()))
     Console().print(table)
-
-
-def _make_env(env_config: Mapping[str, Any], cfg: ExperimentConfig) -> Any:
-    """The run's ``GraphEnv`` with its episode limit and engine (rewards: the verifier's)."""
-    from scenarios.registry import make
-
-    env = make(
-        env_config["scenario"], topology=env_config.get("topology"), **env_config.get("kwargs", {})
-    )
-    env.episode_timeout_s = cfg.episodes.timeout_s
-    env.engine = cfg.episodes.engine
-    env.tools = tool_settings(cfg)
-    return env
 
 
 def tool_settings(cfg: ExperimentConfig) -> Any:

@@ -115,7 +115,7 @@ def initial_modules(cfg: Any, plan: Any) -> Any:
 
     default = cfg.algorithm.algorithm_class().get_default_config().get_default_rl_module_spec()
     torch.manual_seed(cfg.seed)
-    specs = {pid: module_spec(p, plan.env_config) for pid, p in plan.pools.items()}
+    specs = {pid: module_spec(p, plan.env) for pid, p in plan.pools.items()}
     for spec in specs.values():
         if spec.module_class is None:  # the algorithm's default network (RLlib fills it in)
             spec.module_class = default.module_class

@@ -27,10 +27,12 @@ from marl_agents.pools import (
     ScriptedModel,
     resolve_pools,
 )
+from scenarios.env_spec import EnvSpec
 from trainers.cluster import check_workers_import, joins_cluster
-from trainers.configs.algorithms import PPOAlgo
+from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
-from trainers.configs.typed import ConfigError
+from trainers.configs.runner import RunnerSpec
+from trainers.configs.typed import ConfigError, to_plain
 from trainers.credit.settings import check_credit_for
 
 
@@ -42,7 +44,10 @@ class Plan:
         cfg: the experiment config.
         scenario_id: the versioned id of a registered scenario (``delegate-v0``), or the import
             reference of a user's scenario as given (``myapp.team:scenario``).
-        env_config: the ``RLlibGraphEnv`` config.
+        env: the environment (:class:`~scenarios.env_spec.EnvSpec`, with the scenario built
+            here): what every env runner, replay worker and evaluation builds.
+        runner: what env runners are told besides (:class:`~trainers.configs.runner.RunnerSpec`).
+        batched: env runners sample with the batched sampler (``episodes.sampler``).
         agents: agent ids, in the topology's order.
         roles: agent id → role.
         pools: pool id → resolved :class:`~marl_agents.pools.AgentPool`.
@@ -54,7 +59,9 @@ class Plan:
 
     cfg: ExperimentConfig
     scenario_id: str
-    env_config: dict[str, Any]
+    env: EnvSpec
+    runner: RunnerSpec
+    batched: bool
     agents: list[str]
     roles: dict[str, str]
     pools: dict[str, AgentPool]
@@ -77,7 +84,9 @@ class Plan:
         return [p.id for p in self.pools.values() if not p.trainable]
 
 
-def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
+def resolve(
+    cfg: ExperimentConfig, *, ray_workers: bool = True, text_defaults: bool = False
+) -> Plan:
     """Check ``cfg`` against its scenario and resolve pools; nothing of Ray is started.
 
     ``cfg.scenario`` is a registered name or an import reference ``package.module:attr``
@@ -102,11 +111,20 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
 
     For a text scenario (``has_text_agents``) with LLM pools, the scenario's
     ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
+    With ``text_defaults`` the config is first completed by :func:`with_text_defaults` from the
+    same scenario object (built once); the plan's ``cfg`` is the completed config.
     """
     from scenarios.registry import is_reference
 
     cfg.check()
     scenario, topology, kwargs = _build_scenario(cfg)
+    if text_defaults:
+        completed = _complete_text(cfg, scenario)
+        if completed is not cfg:
+            cfg = completed
+            cfg.check()
+            if _text_kwargs(cfg, lambda: type(scenario)) != kwargs:  # its pools' tokenizer
+                scenario, topology, kwargs = _build_scenario(cfg)
     if ray_workers and is_reference(cfg.scenario):
         check_workers_import(cfg.scenario)
     topo = scenario.topology
@@ -128,13 +146,6 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
         raise ConfigError(str(exc)) from exc
     if topology is None and not is_reference(cfg.scenario):
         topology = topo.spec or topo  # a reference keeps None: its own default, as built here
-    env_config = {
-        "scenario": cfg.scenario,
-        "topology": topology,
-        "kwargs": kwargs,
-        "seed_once": True,  # RLlib re-passes its seed at every complete-episode sample
-        **({"rewards": cfg.rewards.to_spec()} if cfg.rewards.sources else {}),
-    }
     _check_models(cfg, pools, type(scenario))
     _check_text(cfg, scenario, pools)
     _check_algorithm(cfg, pools)
@@ -150,7 +161,78 @@ def resolve(cfg: ExperimentConfig, *, ray_workers: bool = True) -> Plan:
         has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
     scenario_id = cfg.scenario if is_reference(cfg.scenario) else scenario.id()
     critic_dims = _critic_dims(cfg, scenario, agents, pools)
-    return Plan(cfg, scenario_id, env_config, agents, roles, pools, has_oracle, critic_dims)
+    runner = _runner_spec(cfg, pools)
+    episodes = cfg.episodes
+    env = EnvSpec(
+        scenario=cfg.scenario,
+        topology=topology,
+        kwargs=kwargs,
+        # RLlib re-passes its seed at every complete-episode sample; a group schedule draws
+        # its own task seeds
+        seed_once=not runner.grouped,
+        episode_timeout_s=episodes.timeout_s,
+        engine=episodes.engine,
+        rewards=cfg.rewards.to_spec() if cfg.rewards.sources else None,
+        tool_latency=to_plain(episodes.tool_latency),
+        tool_timeout_s=episodes.tool_timeout_s,
+        global_state=bool(critic_dims),  # reported only where a centralised critic reads it
+        built=scenario,
+    )
+    return Plan(
+        cfg,
+        scenario_id,
+        env,
+        runner,
+        batched_sampler(cfg),
+        agents,
+        roles,
+        pools,
+        has_oracle,
+        critic_dims,
+    )
+
+
+def _runner_spec(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> RunnerSpec:
+    """The env runners' settings: the group schedule of GRPO (one task-seed stream from the
+    experiment seed, each task once per sub-env, all sub-envs of a runner sharing the stream:
+    the ``G`` rollouts of a group side by side, or ``repeat = G`` one after another), the
+    curriculum's tasks (:mod:`trainers.signals.curriculum`), env threads and the gold
+    scorer."""
+    from trainers.signals import curriculum
+
+    grpo = isinstance(cfg.algorithm, GRPOAlgo)
+    side_by_side = grpo and grpo_side_by_side(cfg, pools)
+    gold = cfg.monitors.gold
+    return RunnerSpec(
+        seed=cfg.seed,
+        repeat=cfg.algorithm.grpo.group_size if grpo and not side_by_side else 1,
+        shared_seeds=grpo,
+        whole_groups=side_by_side,
+        curriculum=curriculum.env_config(cfg).get("curriculum"),
+        env_threads=cfg.episodes.env_threads,
+        gold_scorer=gold.scorer if gold.scorer and gold.action != "off" else None,
+        grouped=grpo or cfg.curriculum.active,
+    )
+
+
+def batched_sampler(cfg: ExperimentConfig) -> bool:
+    """Whether env runners sample with :class:`~trainers.sampling.batched_runner.BatchedEnvRunner`:
+    ``episodes.sampler: batched``, the default (small-network and LLM pools alike); RLlib's
+    own sampler with ``rllib``."""
+    return cfg.episodes.sampler != "rllib"
+
+
+def grpo_side_by_side(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> bool:
+    """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs, one batched
+    generation per step: teams with an LLM pool on the batched sampler, which holds a sub-env
+    whose episode ended until the whole group has ended: ``RunnerSpec.whole_groups``) or one
+    after another in one env (``repeat = G``: small-network teams, and any team on RLlib's
+    sampler, whose loop starts a sub-env's next task as soon as its episode ends). Either way
+    every group is whole when episode lengths vary."""
+    from marl_agents.pools import LLMModel
+
+    llm = any(isinstance(p.model, LLMModel) for p in pools.values())
+    return llm and batched_sampler(cfg)
 
 
 def _critic_dims(
@@ -251,10 +333,8 @@ def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     ``marl run pkg.app:scenario --train supervisor`` trains a chat app as it is. Any other
     config is returned unchanged (and ``resolve`` names what to set).
     """
-    from marl_agents.pools import LoRAConfig, PoolConfig, default_assignment
     from scenarios.base import ScenarioError
     from scenarios.registry import build
-    from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 
     if cfg.algorithm != PPOAlgo():
         return cfg
@@ -262,6 +342,15 @@ def with_text_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
         scenario = build(cfg.scenario, cfg.topology, **cfg.scenario_kwargs)
     except (ScenarioError, TypeError, ValueError):
         return cfg  # resolve() reports it
+    return _complete_text(cfg, scenario)
+
+
+def _complete_text(cfg: ExperimentConfig, scenario: Any) -> ExperimentConfig:
+    """:func:`with_text_defaults` given the scenario already built."""
+    from marl_agents.pools import LoRAConfig, PoolConfig, default_assignment
+
+    if cfg.algorithm != PPOAlgo():
+        return cfg
     agents = list(scenario.possible_agents)
     if not agents or set(scenario.text_agents) != set(agents):
         return cfg

@@ -138,13 +138,14 @@ def _restore(run: Path, ckpt: Path) -> Any:
     from trainers.algo import to_algorithm_config
     from trainers.cluster import ensure_ray
     from trainers.configs.experiment import ExperimentConfig
-    from trainers.plan import resolve, with_text_defaults
+    from trainers.plan import resolve
     from trainers.run.process import quiet_ray_logs, setup_process
     from trainers.run.rundir import restore_algorithm
 
-    cfg = with_text_defaults(ExperimentConfig.from_yaml(run / "config.yaml"))
+    plan = resolve(ExperimentConfig.from_yaml(run / "config.yaml"), text_defaults=True)
+    cfg = plan.cfg
     quiet_ray_logs()
-    to_algorithm_config(cfg, resolve(cfg))  # registers the run's env as train() does
+    to_algorithm_config(cfg, plan)  # registers the run's env as train() does
     setup_process()
     ensure_ray(cfg)
     return restore_algorithm(ckpt)

@@ -267,13 +267,10 @@ def check_metric(plan: Any, metric: str) -> None:
 
 def _outcome_metrics(plan: Any) -> list[str]:
     """The scenario's outcome metric names (one episode of random actions)."""
-    from scenarios.graph_env import GraphEnv
-    from scenarios.registry import build
     from scenarios.testing import random_episode
 
-    env = plan.env_config
     try:
-        graph_env = GraphEnv(build(env["scenario"], env["topology"], **env["kwargs"]))
+        graph_env = plan.env.replace(rewards=None, tool_latency=None).make_env()
         random_episode(graph_env, seed=0)
         outcome = graph_env.outcome
     except Exception as exc:  # the user's scenario: say what went wrong, do not guess

@@ -452,16 +452,6 @@ class ExperimentConfig:
                 drop_default_fields(new.get("model"), pool.model, "type", MODELS, model)
         return ExperimentConfig.from_dict(data)
 
-    @property
-    def env_config(self) -> dict[str, Any]:
-        """The :class:`scenarios.rllib_env.RLlibGraphEnv` config of this experiment."""
-        return {
-            "scenario": self.scenario,
-            "topology": self.topology,
-            "kwargs": dict(self.scenario_kwargs),
-            **({"rewards": self.rewards.to_spec()} if self.rewards.sources else {}),
-        }
-
 
 def _check_scenario_name(value: Any) -> None:
     """``scenario`` is a non-empty name or a well-formed ``package.module:attr`` reference."""

@@ -94,10 +94,7 @@ class EpisodeLog:
         from trainers.run.transcripts import episode_credit
 
         if self._env is None:
-            from scenarios.rllib_env import RLlibGraphEnv
-
-            timeout = {"episode_timeout_s": self.cfg.episodes.timeout_s}
-            self._env = RLlibGraphEnv({**self.plan.env_config, **timeout}).env
+            self._env = self.plan.env.make_env()
         local = (t.get("outcome") or {}).get("local")
         t["credit"] = episode_credit(self._env, int(t["seed"]), actions, local, credit)
         t["credit_method"] = credit.method

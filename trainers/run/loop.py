@@ -138,16 +138,16 @@ def train(
     Raises:
         ConfigError: a bad config, before Ray starts.
     """
-    from trainers.algo import batched_sampler, to_algorithm_config
-    from trainers.plan import resolve, with_text_defaults
+    from trainers.algo import to_algorithm_config
+    from trainers.plan import resolve
 
     cfg, ckpt, run_dir = _resume_target(cfg, resume, run_dir)
     quiet_ray_logs()
-    cfg = with_text_defaults(cfg)  # a chat app trains as it is: LLM pools, GRPO
-    plan = resolve(cfg)
+    plan = resolve(cfg, text_defaults=True)  # a chat app trains as it is: LLM pools, GRPO
+    cfg = plan.cfg
     algo_config = to_algorithm_config(cfg, plan)
     exports = export_pools(cfg, plan)  # every config error is raised by now
-    setup_process(hash_seed_matters=not batched_sampler(cfg))
+    setup_process(hash_seed_matters=not plan.batched)
     run = open_run_dir(cfg, run_dir)  # ConfigError for an unwritable output, before Ray
     started_ray = ensure_ray(cfg)
     console = progress_console(cfg)

@@ -77,7 +77,9 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from marl_agents.llm.rl_module import SAMPLING_SEEDS
+from scenarios.env_spec import EnvSpec
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
+from trainers.configs.runner import RunnerSpec
 from trainers.learners.categorical import categorical_lens
 from trainers.rllib_compat.runner import log_env_steps_sampled, metrics_lock, set_episode_class
 from trainers.sampling.action_rows import categorical_rows, sample_rows
@@ -88,17 +90,6 @@ from trainers.sampling.runner_metrics import episode_totals
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
 #: :mod:`trainers.run.resume` with RLlib's own)
 STATE_ATTR = "_batched"
-#: env-config key: step each sub-env on its own thread (``episodes.env_threads``)
-THREADS_KEY = "env_threads"
-#: env-config key: the runner's sub-envs run **one GRPO group** side by side (GRPO on an LLM
-#: pool: ``G`` sub-envs of a :class:`~trainers.sampling.grouped_env.GroupedEnv` sharing one
-#: task-seed
-#: stream). A sub-env whose episode ended waits until every sub-env's episode has ended, and
-#: then all start the next task together, so every ``sample()`` of a multiple of ``G``
-#: episodes returns whole groups, whatever the episode lengths (without it, a sub-env whose
-#: episode ends early starts the next task, and a group is split over two iterations by
-#: finishing time, i.e. by episode length, which often means by outcome)
-GROUPS_KEY = "whole_groups"
 #: LLM rows' sampling seeds are drawn uniformly below this (a vLLM / torch seed fits it)
 SEED_BOUND = 2**31 - 1
 #: module outputs that are not stored as extra model outputs
@@ -146,7 +137,7 @@ class SamplerState:
     #: env index → (actions, extra model outputs) of the step in flight
     acted: dict[int, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
     #: sub-envs whose episode ended and that wait for the rest of their group
-    #: (:data:`GROUPS_KEY`), in the order they ended
+    #: (``RunnerSpec.whole_groups``), in the order they ended
     waiting: list[int] = dataclasses.field(default_factory=list)
 
 
@@ -183,7 +174,12 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._lens: dict[Any, Any] = {}  # dist class → categorical_lens, probed once
         self._lost = 0  # episodes lost to hung calls in the current sample()
         self._wanted: int | None = None  # the current sample()'s num_episodes
-        self._whole_groups = bool(self.config.env_config.get(GROUPS_KEY))
+        # whole GRPO groups (RunnerSpec.whole_groups): the runner's sub-envs run one group side by
+        # side; a sub-env whose episode ended waits until every sub-env's episode has ended,
+        # then all start the next task together, so every sample() of a multiple of G
+        # episodes returns whole groups, whatever the episode lengths (otherwise a group would
+        # be split over two iterations by finishing time, i.e. by length, often by outcome)
+        self._whole_groups = RunnerSpec.of(self.config.env_config).whole_groups
         self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
             "on_episode_step" in type(c).__dict__ for c in self._callbacks
         )
@@ -225,14 +221,14 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         stepper = self._get_stepper()
         if self._whole_groups and num_episodes is None:
             raise ValueError(
-                f"env runner {self.worker_index}: whole GRPO groups ({GROUPS_KEY}) are sampled "
+                f"env runner {self.worker_index}: whole GRPO groups (whole_groups) are sampled "
                 "by episodes: call sample(num_episodes=...) with a multiple of "
                 f"num_envs_per_env_runner={self.num_envs}, not num_timesteps"
             )
         if self._whole_groups and num_episodes % self.num_envs:
             raise ValueError(
                 f"env runner {self.worker_index}: sample(num_episodes={num_episodes}) with whole "
-                f"GRPO groups of {self.num_envs} ({GROUPS_KEY}): ask for a multiple of "
+                f"GRPO groups of {self.num_envs} (whole_groups): ask for a multiple of "
                 f"{self.num_envs} episodes (whole groups), or an episode would be cut from its "
                 "group"
             )
@@ -255,7 +251,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 raise RuntimeError(
                     f"env runner {self.worker_index}: {self._lost} episodes in a row hung "
                     f"in a reset/step call past episodes.timeout_s="
-                    f"{self.config.env_config.get('episode_timeout_s')} s and none stepped: fix "
+                    f"{EnvSpec.of(self.config.env_config).episode_timeout_s} s and none "
+                    "stepped: fix "
                     "the tool or node that hangs (episodes.tool_timeout_s bounds each tool "
                     "call), or raise the limit if it is only slow"
                 )
@@ -292,8 +289,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         ``env_threads`` each env moves to its own thread, which starts it afresh)."""
         stepper = self._stepper
         if stepper is None:
-            threads = bool(self.config.env_config.get(THREADS_KEY))
-            timeout = self.config.env_config.get("episode_timeout_s") if threads else None
+            threads = RunnerSpec.of(self.config.env_config).env_threads
+            timeout = EnvSpec.of(self.config.env_config).episode_timeout_s if threads else None
             stepper = self._stepper = Stepper(
                 list(self.env.envs), threads=threads, call_timeout_s=timeout
             )

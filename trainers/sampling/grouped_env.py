@@ -21,6 +21,7 @@ from typing_extensions import override
 import marl_agents.llm.subagents  # noqa: F401  (registers the hf and vllm subagent backends)
 import scenarios.text_delegate  # noqa: F401  (registers text-delegate in env-runner processes)
 from scenarios.rllib_env import RLlibGraphEnv
+from trainers.configs.runner import RunnerSpec
 from trainers.signals.curriculum import SCHEDULE, passed
 
 #: the infos key where ``GroupedEnv`` records a scenario's own anchor key for an observation.
@@ -31,10 +32,12 @@ class GroupedEnv(RLlibGraphEnv):
     """An RLlib view of a scenario whose task seeds follow a group schedule (module doc).
 
     Args:
-        config: the :class:`~scenarios.rllib_env.RLlibGraphEnv` config plus ``seed`` (base of
-            the seed stream, default 0), ``repeat`` (finished episodes per task seed and env,
-            default 1), ``shared_seeds`` (all sub-envs of a runner share the stream,
-            default True) and ``curriculum`` (``{"tasks": [seeds], "pass_threshold": x}``:
+        config: the :class:`~scenarios.rllib_env.RLlibGraphEnv` config plus a
+            :class:`~trainers.configs.runner.RunnerSpec` under ``"runner"`` (or its fields as
+            plain keys): ``seed`` (base of the seed stream, default 0), ``repeat`` (finished
+            episodes per task seed and env, default 1), ``shared_seeds`` (all sub-envs of a
+            runner share the stream, default True) and ``curriculum``
+            (``{"tasks": [seeds], "pass_threshold": x}``:
             tasks come from this process's :data:`trainers.signals.curriculum.SCHEDULE`, which also
             gets every finished episode's pass/fail). An RLlib ``EnvContext`` supplies
             ``worker_index`` (and ``vector_index``, used when ``shared_seeds`` is False).
@@ -43,14 +46,15 @@ class GroupedEnv(RLlibGraphEnv):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__(config)
         cfg = config or {}
-        self.repeat = int(cfg.get("repeat", 1))
+        runner = RunnerSpec.of(cfg)
+        self.repeat = int(runner.repeat)
         if self.repeat < 1:
             raise ValueError(f"repeat must be >= 1, got {self.repeat}")
-        stream = [int(cfg.get("seed", 0)), int(getattr(cfg, "worker_index", 0))]
-        if not cfg.get("shared_seeds", True):
+        stream = [int(runner.seed), int(getattr(cfg, "worker_index", 0))]
+        if not runner.shared_seeds:
             stream.append(int(getattr(cfg, "vector_index", 0)))
         self._stream = tuple(stream)
-        self._curriculum: Mapping[str, Any] | None = cfg.get("curriculum")
+        self._curriculum: Mapping[str, Any] | None = runner.curriculum
         if self._curriculum is not None:
             SCHEDULE.ensure(self._curriculum["tasks"])
         self._seeds = np.random.default_rng(stream)

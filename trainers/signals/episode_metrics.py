@@ -168,15 +168,17 @@ class EpisodeMetrics(RLlibCallback):
             metrics_logger.log_value((EPISODE_METRICS, key), value, reduce="sum")
 
     def _oracle(self, env_config: Mapping[str, Any], seed: int | None) -> float | None:
-        if seed is None or not env_config or "scenario" not in env_config:
+        if seed is None or not env_config:
             return None
-        key = repr(sorted((k, repr(v)) for k, v in env_config.items()))
-        if key not in self._scenarios:
-            from scenarios.registry import build
+        from scenarios.env_spec import EnvSpec
 
-            self._scenarios[key] = build(
-                env_config["scenario"], env_config.get("topology"), **env_config.get("kwargs", {})
-            )
+        try:
+            spec = EnvSpec.of(env_config)
+        except ValueError:  # no scenario in the config: nothing to score
+            return None
+        key = repr(spec.replace(built=None))
+        if key not in self._scenarios:
+            self._scenarios[key] = spec.replace(built=None).build_scenario()
         value = self._scenarios[key].oracle_value(np.random.default_rng(seed))
         return None if value is None else float(value)
 
@@ -210,16 +212,11 @@ def monitor_values(
     """The per-episode terms :mod:`trainers.signals.monitors` sums: length moments, and the gold
     score (with ``gold_episodes``) when a scorer is configured and the episode's final state is
     still on its env (a failed episode scores its own reward: no gap)."""
-    from trainers.signals.monitors import (
-        GOLD_KEY,
-        GOLD_SUM,
-        episode_length,
-        gold_scorer,
-        length_values,
-    )
+    from trainers.configs.runner import RunnerSpec
+    from trainers.signals.monitors import GOLD_SUM, episode_length, gold_scorer, length_values
 
     out = length_values(float(episode_length(episode)), outcome)
-    ref = (env_config or {}).get(GOLD_KEY)
+    ref = RunnerSpec.of(env_config).gold_scorer
     if not ref:
         return out
     env = _graph_env(kwargs.get("env"), kwargs.get("env_index"))

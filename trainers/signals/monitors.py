@@ -63,8 +63,8 @@ OUTCOMES = ("succeeded", "failed", "succeeded_malformed", "failed_malformed")
 #: per-outcome moments the episode callback sums (under ``marl/``) for the length monitor:
 #: ``len_<outcome>_<moment>`` (``n``, Σx, Σy, Σx², Σy², Σxy with x = length, y = team return)
 MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
-#: env-runner sum of the gold scores (under ``marl/``) and the env-config key of the scorer
-GOLD_SUM, GOLD_KEY = "gold", "monitor_gold"
+#: env-runner sum of the gold scores (under ``marl/``)
+GOLD_SUM = "gold"
 #: ``learner_config_dict`` key: whether GRPO learners log ``grpo/kl_to_start``
 KL_TO_START = "kl_to_start"
 
