@@ -17,8 +17,9 @@ the library reports it). mpe2 stepped alone with random actions is printed as th
   batch (``--batch``, default 6,000 as BenchMARL's) and CPU devices; evaluation is ours:
   deterministic actions, summed over agents and steps per episode.
 * **Ours**: ``train()`` on the scenario reference ``mpe2.simple_spread_v3:parallel_env``
-  (:mod:`scenarios.pettingzoo_env`), IPPO with one shared policy (``--algo ippo``; ``mappo`` is
-  reserved for the centralised critic), then :func:`trainers.evaluate.evaluate` (greedy).
+  (:mod:`scenarios.pettingzoo_env`), IPPO (``--algo ippo``) or MAPPO (``--algo mappo``: the
+  centralised critic reads mpe2's ``state()``) with one shared policy, then
+  :func:`trainers.evaluate.evaluate` (greedy).
 
 Run: ``python bench/benchmarl_spread.py --steps 20000 --seeds 0`` (from the repo root, with the
 project's venv). ``--skip-peer`` / ``--skip-ours`` run one side.
@@ -104,8 +105,9 @@ def peer(steps: int, seed: int, episodes: int, batch: int) -> dict[str, float]:
 
 
 # ----- ours --------------------------------------------------------------------------------
-def our_config(steps: int, seed: int) -> Any:
-    """Our experiment: IPPO with one shared policy on the PettingZoo reference (checked)."""
+def our_config(steps: int, seed: int, algo: str = "ippo") -> Any:
+    """Our experiment: IPPO or MAPPO with one shared policy on the PettingZoo reference
+    (checked)."""
     from trainers.configs.experiment import ExperimentConfig
     from trainers.plan import resolve
 
@@ -114,6 +116,7 @@ def our_config(steps: int, seed: int) -> Any:
             "scenario": SPREAD,
             "scenario_kwargs": KW,
             "sharing": "team",
+            "algorithm": {"name": algo.upper()},
             "seed": seed,
             "budget": {"iterations": None, "env_steps": steps},
             "output": {"dir": "/tmp/benchmarl_spread_runs", "checkpoint_every": 0, "plot": False},
@@ -125,11 +128,12 @@ def our_config(steps: int, seed: int) -> Any:
 
 
 def ours(steps: int, seed: int, episodes: int, algo: str) -> dict[str, float]:
-    """``train()`` on the PettingZoo reference (IPPO, shared policy), then greedy episodes."""
+    """``train()`` on the PettingZoo reference (IPPO or MAPPO, shared policy), then greedy
+    episodes."""
     from trainers.evaluate import evaluate
     from trainers.run.loop import train
 
-    cfg = our_config(steps, seed)
+    cfg = our_config(steps, seed, algo)
     result = train(cfg)
     if result.status != "completed":
         raise SystemExit(f"our run failed: {result.status}")
@@ -190,10 +194,8 @@ def main() -> None:
     if args.peer:
         print(json.dumps(peer(args.steps, args.seeds[0], args.episodes, args.batch)))
         return
-    if args.algo != "ippo":
-        raise SystemExit(f"--algo {args.algo}: only ippo exists so far (MAPPO: critic input)")
     if not args.skip_ours:
-        our_config(args.steps, args.seeds[0])
+        our_config(args.steps, args.seeds[0], args.algo)
     print(f"mpe2 simple_spread alone, random actions: {mpe2_ceiling():.0f} env steps/s")
     results: dict[str, list[dict[str, float]]] = {}
     if not args.skip_peer:
