@@ -1,6 +1,6 @@
 """Wall time of one PPO iteration with ``credit=shapley`` against ``credit=team`` (part 2).
 
-Part 1 (``bench/credit_cost.py``) counts coalition evaluations per episode on synthetic games.
+Part 1 (``experiments/credit_cost.py``) counts coalition evaluations per episode on synthetic games.
 This part measures what they cost inside training: for ``delegate`` on ``star:1 … star:5``
 (``n = 2 … 6`` agents), it builds the experiment exactly as ``marl run`` does
 (:func:`trainers.algo.to_algorithm_config`; credit ``shapley`` with the ``exact`` estimator, so

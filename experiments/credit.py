@@ -24,7 +24,7 @@ wall time each method costs (Shapley and leave-one-out replay every episode).
 
 Part 2, estimator error against coalition budget, no training: the sampled Shapley estimators
 of ``trainers/credit/values.py`` against exact Shapley values, measured with the functions of
-``bench/credit_cost.py`` (imported, not copied) on (a) its random interaction games and (b)
+``experiments/credit_cost.py`` (imported, not copied) on (a) its random interaction games and (b)
 real ``relay`` episodes on ``star:7`` (8 agents, 256 coalitions; coalition values are
 counterfactual replays with the optimal relay protocol, absent agents sending symbol 0).
 
@@ -124,7 +124,7 @@ def supported(ctx: harness.Context, conds: Sequence[Condition]) -> list[Conditio
 
 # ----- part 2: estimator error vs budget ----------------------------------------------------
 def relay_games(topology: str, games: int) -> tuple[list, list[dict[str, float]]]:
-    """``(episodes, exact)`` for :func:`bench.credit_cost.measure`: one game per relay episode
+    """``(episodes, exact)`` for :func:`experiments.credit_cost.measure`: one game per relay episode
     (seed), its coalition values tabulated by counterfactual replay with the optimal protocol."""
     from itertools import combinations
 
@@ -161,7 +161,7 @@ def estimator_rows(
     (measured against Shapley), on the given games."""
     import numpy as np
 
-    from bench.credit_cost import ESTIMATORS, measure
+    from experiments.credit_cost import ESTIMATORS, measure
     from trainers.credit.values import leave_one_out, min_budget
 
     n = len(episodes[0][0])
@@ -206,7 +206,7 @@ def estimators(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Part 2: estimator error on bench's interaction games and on relay episodes."""
     import time
 
-    from bench.credit_cost import estimator_table
+    from experiments.credit_cost import estimator_table
 
     started = time.time()
     synthetic = [
@@ -334,7 +334,7 @@ def _estimator_section(est: Mapping[str, Any], fig: an.Figures) -> str:
     ]
     plt = an.pyplot()
     sources = [
-        ("bench/credit_cost.py interaction games", est["synthetic"]),
+        ("experiments/credit_cost.py interaction games", est["synthetic"]),
         (f"relay {s['relay_topology']} episodes (optimal protocol)", est["relay"]),
     ]
     f, axes = plt.subplots(1, 2, figsize=(11, 4))

@@ -18,7 +18,7 @@ Methods and what they cost in coalition evaluations (``n`` agents):
 * :func:`shapley_antithetic` — at most ``budget`` (min ``2n``); unbiased, exact for games with
   at most pairwise interactions.
 * :func:`shapley_kernel` — at most ``budget`` (min ``2n + 2``); KernelSHAP, the lowest
-  per-episode error measured (``bench/credit_cost.py``), but biased at small budgets.
+  per-episode error measured (``experiments/credit_cost.py``), but biased at small budgets.
 * :func:`shapley` — dispatches: exact up to ``exact_max`` agents, sampled above (KernelSHAP
   from ``6n`` evaluations, antithetic below).
 
@@ -570,7 +570,7 @@ def shapley_kernel(
     values) and exact for games with at most pairwise interactions, but biased: at ``n = 10``
     the systematic error measured 37% of mean ``|φ|`` at the minimum budget ``2n + 2`` (the
     design is then deterministic: all of the error is bias), ~20% at ``3n``, 6–10% at ``4n`` and
-    1–2% at ``8n`` (``bench/credit_cost.py``), against a per-episode RMSE of 37%, 40%, 37% and
+    1–2% at ``8n`` (``experiments/credit_cost.py``), against a per-episode RMSE of 37%, 40%, 37% and
     20%. If credit is averaged over many episodes at a small budget, the unbiased
     :func:`shapley_antithetic` is the better choice (``shapley(method="auto")`` makes it below
     ``6n``).
@@ -685,7 +685,7 @@ def _constrained_wls(
 #: budget ``8n`` and from :data:`AUTO_KERNEL_BUDGET_PER_AGENT` ``· n`` up.
 DEFAULT_SAMPLED_METHOD = "kernel"
 #: ``shapley(method="auto")`` samples with KernelSHAP from ``6n`` evaluations up and with
-#: antithetic permutations below. Measured by ``bench/credit_cost.py`` on random interaction
+#: antithetic permutations below. Measured by ``experiments/credit_cost.py`` on random interaction
 #: games (n = 5–12): KernelSHAP's per-episode RMSE was below antithetic sampling's at every
 #: budget (by 3–60%; 15–50% from 6n up), but part of its error is a bias that does not
 #: average out over episodes, as the antithetic estimator's does: at n = 10 it was 37% of

@@ -11,24 +11,20 @@ estimator's own overhead with a table-lookup value function (no replay), for ori
 Part 2 (wall time of ``credit=shapley`` against ``credit=team`` inside training) is to be added
 by extending :func:`main`.
 
-Run: ``python bench/credit_cost.py`` (about 6 s on one core). ``--help`` lists the knobs.
+Run: ``python -m experiments.credit_cost`` (about 6 s on one core). ``--help`` lists the knobs.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 # this checkout's packages first, also when another one is installed in the environment
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from trainers.credit.values import (
     CachedValue,
     leave_one_out,
