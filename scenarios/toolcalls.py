@@ -108,7 +108,9 @@ def parse_tool_calls(text: str, tool_names: Collection[str] | None = None) -> Pa
 
 def _parse_one(body: str, tool_names: Collection[str] | None) -> tuple[ToolCall | None, str]:
     try:
-        obj = json.loads(body)
+        # control characters inside strings are allowed (``strict=False``): the constrained
+        # decoder's JSON grammar (xgrammar) admits them, and a reply it allows must parse
+        obj = json.loads(body, strict=False)
     except (ValueError, RecursionError) as exc:
         return None, f"tool call is not valid JSON ({exc.__class__.__name__}): {body[:80]!r}"
     if not isinstance(obj, dict):

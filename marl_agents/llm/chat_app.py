@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -228,6 +229,41 @@ class ChatModels(Mapping[str, Any]):
             record=False,
         )
         return self._models[agent]
+
+    def init_chat_model(
+        self,
+        model: str | None = None,
+        *,
+        agent: str | None = None,
+        model_provider: str | None = None,
+        configurable_fields: Any = None,
+        config_prefix: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``langchain.chat_models.init_chat_model`` for an app under training: ``self[agent]``.
+
+        An app that makes its models with ``init_chat_model("provider:name", ...)`` keeps its
+        calls and takes the function from the mapping instead of from LangChain
+        (``init_chat_model = models.init_chat_model`` in ``build_app``). The agent id is
+        ``agent`` if given, else the model's name without its provider
+        (``"openai:gpt-4o"`` → ``"gpt-4o"``; characters other than letters, digits, ``_``,
+        ``.`` and ``-`` become ``_``): calls naming the same model are one agent, so give
+        ``agent=`` where two agents share a model. The other arguments (provider,
+        configurable fields, sampling settings such as ``temperature``) are accepted and
+        not used: the agent's policy answers every call, whatever model a call configures.
+
+        Raises:
+            KeyError: neither ``model`` nor ``agent`` (a fully configurable model has no id).
+        """
+        del model_provider, configurable_fields, config_prefix, kwargs
+        if agent is None:
+            if not model:
+                raise KeyError(
+                    "init_chat_model() without a model name has no agent id: pass agent='<id>' "
+                    "(e.g. models.init_chat_model(agent='writer'))"
+                )
+            agent = re.sub(r"[^A-Za-z0-9_.-]", "_", model.split(":", 1)[-1])
+        return self[agent]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._allowed if self._allowed is not None else self._models)

@@ -18,6 +18,13 @@ and the step is recorded with ``format_ok=False``.
 parse (:mod:`marl_agents.llm.constraints`). ``constrain="off"`` (the model field) leaves
 every reply free. A JSON reply's text is the message content.
 
+**Streaming.** ``stream``/``astream`` (and a graph streamed with ``stream_mode="messages"``,
+which streams every model call in it) yield ``AIMessageChunk``s cut from ONE decision
+(:func:`message_chunks`): the text in word pieces, each tool call as ``tool_call_chunks``
+that LangChain assembles into the same ``tool_calls``, the metadata on the last chunk. Their
+sum equals what ``invoke`` returns for the same reply; a structured-output or tool reply
+streams the same way (it is generated, constrained, before the first chunk).
+
 Example:
     >>> from marl_agents.llm.tiny import make_tiny_model
     >>> from marl_agents.llm.hf_backend import HFBackend
@@ -34,21 +41,29 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
@@ -225,6 +240,46 @@ class PolicyChatModel(BaseChatModel):
         agent = self._agent_key(run_manager, kwargs)
         return self._reply(agent, to_chat_dicts(messages, tools), tools, kwargs)
 
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        result = self._generate(messages, stop, run_manager, **kwargs)  # one decision
+        yield from message_chunks(result.generations[0].message)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        result = await self._agenerate(messages, stop, run_manager, **kwargs)
+        for chunk in message_chunks(result.generations[0].message):
+            yield chunk
+
+    # LangChain calls ``_stream`` without the run's callback manager, so the agent id a call
+    # names in its config metadata travels as the ``agent`` call argument instead
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return super().invoke(input, config, **_lift_agent(config, kwargs))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await super().ainvoke(input, config, **_lift_agent(config, kwargs))
+
+    def stream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[AIMessageChunk]:
+        yield from super().stream(input, config, **_lift_agent(config, kwargs))
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[AIMessageChunk]:
+        async for chunk in super().astream(input, config, **_lift_agent(config, kwargs)):
+            yield chunk
+
     def constraint_of(
         self, tools: list[Any] | None, kwargs: dict[str, Any], prefix: str = ""
     ) -> Constraint | None:
@@ -259,7 +314,10 @@ class PolicyChatModel(BaseChatModel):
     ) -> str:
         if "agent" in kwargs:
             return str(kwargs["agent"])
-        meta = getattr(run_manager, "metadata", None) or {}
+        if run_manager is not None:
+            meta = run_manager.metadata or {}
+        else:  # a streamed call: the metadata of the run it is called in (a LangGraph node's)
+            meta = (var_child_runnable_config.get() or {}).get("metadata") or {}
         # LangGraph merges node metadata into the run's: ``{"agent": True}`` marks an agent node
         # and is no agent id, so only a string counts
         if isinstance(meta.get("agent"), str):
@@ -267,6 +325,40 @@ class PolicyChatModel(BaseChatModel):
         if self.agent is not None:
             return self.agent
         return str(meta.get("langgraph_node", "agent"))
+
+
+def _lift_agent(config: RunnableConfig | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``agent`` set from a string ``"agent"`` in ``config``'s metadata (an
+    ``agent`` call argument, e.g. from ``bind``, takes precedence)."""
+    agent = ((config or {}).get("metadata") or {}).get("agent")
+    if isinstance(agent, str) and "agent" not in kwargs:
+        return {**kwargs, "agent": agent}
+    return kwargs
+
+
+def message_chunks(message: AIMessage) -> Iterator[ChatGenerationChunk]:
+    """The chunks that stream ``message`` (one decision's reply), in order.
+
+    The content in word pieces (each with its leading whitespace), then per tool call two
+    ``tool_call_chunks`` with the call's index (name and id, then the rest of its JSON
+    arguments), then an empty last chunk (``chunk_position="last"``) with the response
+    metadata. Their sum has the message's content, ``tool_calls`` and response metadata.
+    """
+    text = message.content if isinstance(message.content, str) else message.text
+    for piece in re.findall(r"\s*\S+|\s+", text):
+        yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+    for i, call in enumerate(message.tool_calls):
+        args = json.dumps(call["args"])
+        half = len(args) // 2
+        for part in (
+            tool_call_chunk(name=call["name"], args=args[:half], id=call["id"], index=i),
+            tool_call_chunk(name=None, args=args[half:], id=None, index=i),
+        ):
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[part]))
+    last = AIMessageChunk(
+        content="", response_metadata=dict(message.response_metadata), chunk_position="last"
+    )
+    yield ChatGenerationChunk(message=last)
 
 
 def tool_names(tools: Sequence[dict[str, Any]] | None) -> list[str] | None:
