@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
+from marl_agents.llm.constraints import Constraint, ConstraintError
 from scenarios.text_space import Prompt
 
 INSTALL_HINT = (
@@ -103,6 +104,8 @@ class VLLMBackend:
         self.behaviour_logprobs = behaviour_logprobs
         if behaviour_logprobs:
             engine_kwargs["logprobs_mode"] = "processed_logprobs"
+        # constrained replies: vLLM's xgrammar backend, compiling our grammars' EBNF
+        engine_kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar"})
         self.llm = vllm.LLM(
             model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, **engine_kwargs
         )
@@ -139,6 +142,7 @@ class VLLMBackend:
                 seed=p.seed,
                 logprobs=0,
                 stop_token_ids=sorted(stop_ids(self.tokenizer, p)),
+                structured_outputs=self._structured(p.constraint),
             )
             for p in plist
         ]
@@ -164,9 +168,54 @@ class VLLMBackend:
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
                     sampling_logprobs=behaviour,
+                    token_masks=self._masks(p, tokens),
                 )
             )
         return gens
+
+    @property
+    def vocab_size(self) -> int:
+        """The engine's logit width (the model's ``vocab_size``)."""
+        return int(self.llm.llm_engine.model_config.get_vocab_size())
+
+    def _structured(self, constraint: Any) -> Any:
+        """vLLM's structured-output request for ``constraint`` (``None``: free)."""
+        if constraint is None:
+            return None
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return StructuredOutputsParams(grammar=engine_grammar(constraint))
+
+    def _masks(self, p: SamplingParams, tokens: list[int]) -> Any:
+        """The bitmasks ``tokens`` were drawn under (replayed; ``None``: a free reply)."""
+        if p.constraint is None:
+            return None
+        from marl_agents.llm.constraints import replay_masks
+
+        stops = sorted(stop_ids(self.tokenizer, p))
+        return replay_masks(self.tokenizer, self.vocab_size, p.constraint, tokens, stops)
+
+
+class EngineConstraintError(ConstraintError):
+    """A constraint a vLLM engine cannot apply as the transformers sampler does."""
+
+
+def engine_grammar(constraint: Constraint) -> str:
+    """The EBNF text vLLM's xgrammar backend compiles for ``constraint``: the very grammar
+    the transformers sampler compiles (:meth:`Constraint.ebnf`), so both samplers constrain
+    to the same language.
+
+    Raises:
+        EngineConstraintError: the constraint has a ``prefix`` (a prefill): vLLM starts the
+            grammar at the first generated token and cannot advance it over prompt text.
+    """
+    if constraint.prefix:
+        raise EngineConstraintError(
+            f"a prefill ({constraint.prefix[:40]!r}) with a constrained reply: vLLM cannot "
+            "start the grammar inside the reply; drop the prefill (the constraint alone makes "
+            "replies parse), or set the pool's sampler: transformers"
+        )
+    return constraint.ebnf()
 
 
 def _load_weights(worker: Any, named_tensors: list[tuple[str, Any]]) -> int:
