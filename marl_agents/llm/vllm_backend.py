@@ -10,6 +10,18 @@ the raw model logits, temperature 1, no top-p — the same quantity as
 :attr:`Generation.logprobs <marl_agents.llm.backend.Generation.logprobs>` (``sampling_logprobs``
 is ``None``).
 
+**Constrained replies** (``SamplingParams.constraint``, :mod:`marl_agents.llm.constraints`):
+both backends hand vLLM's structured outputs (its xgrammar backend) the EBNF text of the very
+grammar the transformers sampler compiles (:func:`engine_grammar`), so both constrain to the
+same language. vLLM applies the grammar's bitmask to the logits before it computes any
+logprob, so the logprobs it returns are already those of the masked, renormalised
+distribution (measured: 3e-6 from the learner's masked recompute; unmasked, up to 10 nats
+off) — ``Generation.logprobs`` too, which the transformers sampler leaves unmasked; the
+``sampling_logprobs`` of both are the masked ones. vLLM does not return the masks, so each
+constrained reply's masks are replayed over its tokens here (:func:`replayed_masks`) into
+``Generation.token_masks``, the masks the learner scores with. A prefill under a constraint
+raises :class:`EngineConstraintError`.
+
 On CPU: the tiny model needs ``head_dim`` 64; set ``VLLM_CPU_KVCACHE_SPACE`` (GiB, e.g. 1)
 — :class:`VLLMServer` does; ``VLLMBackend`` spawns worker processes, so create it under
 ``if __name__ == "__main__":`` in scripts. An engine starts in ~35 s on 2 cores.
@@ -38,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
-from marl_agents.llm.constraints import Constraint, ConstraintError
+from marl_agents.llm.constraints import Constraint, ConstraintError, replay_masks
 from scenarios.text_space import Prompt
 
 INSTALL_HINT = (
@@ -168,7 +180,7 @@ class VLLMBackend:
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
                     sampling_logprobs=behaviour,
-                    token_masks=self._masks(p, tokens),
+                    token_masks=replayed_masks(self.tokenizer, self.vocab_size, p, tokens),
                 )
             )
         return gens
@@ -185,15 +197,6 @@ class VLLMBackend:
         from vllm.sampling_params import StructuredOutputsParams
 
         return StructuredOutputsParams(grammar=engine_grammar(constraint))
-
-    def _masks(self, p: SamplingParams, tokens: list[int]) -> Any:
-        """The bitmasks ``tokens`` were drawn under (replayed; ``None``: a free reply)."""
-        if p.constraint is None:
-            return None
-        from marl_agents.llm.constraints import replay_masks
-
-        stops = sorted(stop_ids(self.tokenizer, p))
-        return replay_masks(self.tokenizer, self.vocab_size, p.constraint, tokens, stops)
 
 
 class EngineConstraintError(ConstraintError):
@@ -218,6 +221,18 @@ def engine_grammar(constraint: Constraint) -> str:
     return constraint.ebnf()
 
 
+def replayed_masks(
+    tokenizer: Any, vocab_size: int, params: SamplingParams, tokens: list[int]
+) -> Any:
+    """The bitmasks an engine drew ``tokens`` under (``None``: a free reply): the grammar of
+    ``params.constraint`` replayed over them (:func:`~marl_agents.llm.constraints.replay_masks`),
+    the same masks the transformers sampler records while it samples."""
+    if params.constraint is None:
+        return None
+    stops = sorted(stop_ids(tokenizer, params))
+    return replay_masks(tokenizer, vocab_size, params.constraint, tokens, stops)
+
+
 def _load_weights(worker: Any, named_tensors: list[tuple[str, Any]]) -> int:
     """Runs on a vLLM worker (``collective_rpc``): reload its model from HF-named tensors."""
     worker.reload_weights(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
@@ -237,6 +252,13 @@ class OpenAIServerBackend:
         tokenizer: the model's HF tokenizer (renders chat prompts and decodes).
         timeout: seconds per request.
         max_concurrency: most requests in flight.
+        vocab_size: the served model's logit width, the width of a constrained reply's
+            replayed masks (default: ``len(tokenizer)``).
+
+    A constrained call (``SamplingParams.constraint``) is sent with vLLM's
+    ``structured_outputs`` (the grammar's EBNF, :func:`engine_grammar`), and its masks are
+    replayed over the returned tokens; the returned logprobs are then those of the masked
+    distribution at temperature 1 (vLLM applies the grammar before it computes them).
     """
 
     def __init__(
@@ -247,11 +269,13 @@ class OpenAIServerBackend:
         *,
         timeout: float = 120.0,
         max_concurrency: int = 16,
+        vocab_size: int | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/completions"
         self.model = model
         self.tokenizer = tokenizer
+        self.vocab_size = int(vocab_size if vocab_size is not None else len(tokenizer))
         self.timeout = timeout
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency)
 
@@ -273,6 +297,8 @@ class OpenAIServerBackend:
         }
         if p.seed is not None:
             body["seed"] = p.seed
+        if p.constraint is not None:
+            body["structured_outputs"] = {"grammar": engine_grammar(p.constraint)}
         req = urllib.request.Request(
             self.url,
             data=json.dumps(body).encode(),
@@ -298,6 +324,7 @@ class OpenAIServerBackend:
             logprobs=lps,
             text=self.tokenizer.decode(tokens, skip_special_tokens=True),
             finish_reason="stop" if choice.get("finish_reason") == "stop" else "length",
+            token_masks=replayed_masks(self.tokenizer, self.vocab_size, p, list(tokens)),
         )
 
     def close(self) -> None:
