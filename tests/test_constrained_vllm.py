@@ -8,7 +8,8 @@ arguments; the module's :data:`TOKEN_MASK` column holds the grammar's masks repl
 vLLM's tokens (each token allowed by its mask, the first mask computed by hand); vLLM's
 behaviour logprobs are those of the masked distribution (the learner's masked recompute
 agrees within the kernel tolerance, the unmasked one does not); and the GRPO learner's
-first-epoch ratio is 1 within that tolerance. A prefill under a constraint raises the named
+first-epoch ratio is 1 within that tolerance; the supervisor tutorial trains two iterations
+with its router sampled by vLLM. A prefill under a constraint raises the named
 :class:`~marl_agents.llm.vllm_backend.EngineConstraintError`.
 """
 
@@ -164,3 +165,39 @@ def test_a_prefill_under_a_constraint_raises_the_named_error(vllm_module: Any) -
     params = SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, constraint=c)
     with pytest.raises(EngineConstraintError, match=r"prefill.*sampler: transformers"):
         vllm_module.vllm_sampler().backend.generate([[5, 6, 7]], params)
+
+
+def test_supervisor_tutorial_trains_with_a_vllm_sampled_router(ray_session, tmp_path) -> None:
+    """LangGraph's supervisor tutorial as written, its router pool sampled by vLLM under the
+    Router schema: two GRPO iterations, no failed episode, and no sampler–learner gap."""
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.run.loop import train
+
+    llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": "tests.apps.supervisor_tutorial:scenario",
+            "sharing": "explicit",
+            "pools": {
+                "router": {"agents": ["supervisor"], "model": {**llm, "sampler": "vllm"}},
+                "workers": {"agents": ["researcher", "coder"], "model": {**llm, "tiny_seed": 1}},
+            },
+            "train": ["router"],
+            "algorithm": {
+                "name": "GRPO",
+                "lr": 1e-3,
+                "num_epochs": 1,
+                "grpo": {"group_size": 2, "groups_per_iteration": 2},
+            },
+            "budget": {"iterations": 2},
+            "seed": 0,
+            "logging": {"wandb": "disabled", "progress": False},
+            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
+        }
+    )
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    assert all(h["charts/episodes"] > 0 and h["charts/error_rate"] == 0 for h in result.history)
+    gaps = [v for h in result.history for k, v in h.items() if k.endswith("logprob_gap_fresh")]
+    print("supervisor tutorial, vLLM router: logprob_gap_fresh per iteration", gaps)
+    assert gaps and max(gaps) < VLLM_LOGPROB_ATOL, gaps
