@@ -181,6 +181,47 @@ def test_constrained_logprobs_are_the_masked_distributions(tiny):
     np.testing.assert_allclose(again, gen.sampling_logprobs, atol=1e-5)
 
 
+def engine_constraints() -> list[Constraint]:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    tools = [convert_to_openai_tool(t) for t in (Router, Add)]
+    return [
+        Constraint.for_call(tools[:1], "any"),  # a Literal router (forced call)
+        Constraint.for_call(tools, "any"),  # one of two calls
+        Constraint.for_call(tools[1:], None),  # optional call in free text
+        Constraint.for_call(response_format=Plan),  # nested object, array
+    ]
+
+
+def test_the_vllm_grammar_is_the_transformers_language(tiny):
+    """What the vLLM sampler hands its engine (EBNF text) compiles to the grammar the
+    transformers sampler applies: equal masks along random walks through each grammar."""
+    import xgrammar as xgr
+
+    from marl_agents.llm.vllm_backend import engine_grammar
+
+    tok, model = tiny
+    info = xgr.TokenizerInfo.from_huggingface(
+        tok, vocab_size=int(model.config.vocab_size), stop_token_ids=[tok.eos_token_id]
+    )
+    compiler = xgr.GrammarCompiler(info, max_threads=1)
+    rng = np.random.default_rng(0)
+    for c in engine_constraints():
+        for _ in range(4):
+            ours = xgr.GrammarMatcher(compiler.compile_grammar(c.grammar()))
+            engine = xgr.GrammarMatcher(compiler.compile_grammar(engine_grammar(c)))
+            masks = xgr.allocate_token_bitmask(2, info.vocab_size)
+            for _ in range(60):
+                if ours.is_terminated():
+                    break
+                ours.fill_next_token_bitmask(masks, 0)
+                engine.fill_next_token_bitmask(masks, 1)
+                assert torch.equal(masks[0], masks[1]), c
+                token = int(rng.choice(np.flatnonzero(unpack_mask(masks[0], info.vocab_size))))
+                assert ours.accept_token(token) and engine.accept_token(token)
+            assert engine.is_terminated() == ours.is_terminated()
+
+
 # ----- the module and the learner ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def spaces(tiny):

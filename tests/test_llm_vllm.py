@@ -92,6 +92,41 @@ def test_openai_server_tokens_and_logprobs_match_hf(
         backend.close()
 
 
+def test_openai_server_constrained_replies_parse_with_masked_logprobs(
+    server: object, model_dir: tuple[str, HFBackend]
+) -> None:
+    """A constrained request goes out with vLLM's structured outputs: the reply is the forced
+    tool call, its replayed masks allow each token, and the server's (temperature-1)
+    logprobs are the masked distribution's."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from test_constrained import Add
+
+    from marl_agents.llm.constraints import Constraint, unpack_mask
+    from marl_agents.llm.vllm_backend import OpenAIServerBackend
+    from scenarios.toolcalls import parse_tool_calls
+
+    hf = model_dir[1]
+    backend = OpenAIServerBackend(server.url, server.model, hf.tokenizer)
+    c = Constraint.for_call([convert_to_openai_tool(Add)], "any")
+    try:
+        gens = backend.generate(
+            ["add 1 and 2"] * 4,
+            [SamplingParams(max_new_tokens=64, seed=s, constraint=c) for s in range(4)],
+        )
+    finally:
+        backend.close()
+    masks = [g.token_masks for g in gens]
+    recomputed = hf.logprobs(
+        [g.prompt_ids for g in gens], [g.token_ids for g in gens], token_masks=masks
+    )
+    for g, m, r in zip(gens, masks, recomputed, strict=True):
+        [call] = parse_tool_calls(g.text, ["Add"]).tool_calls
+        assert call.name == "Add" and set(call.arguments) == {"a", "b"}
+        allowed = unpack_mask(torch.as_tensor(m), len(hf.tokenizer))
+        assert allowed[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)].all()
+        assert g.logprobs == pytest.approx(r, abs=VLLM_LOGPROB_ATOL)
+
+
 def test_in_process_engine_tokens_and_logprobs_match_hf(model_dir: tuple[str, HFBackend]) -> None:
     from marl_agents.llm.vllm_backend import VLLMBackend
 

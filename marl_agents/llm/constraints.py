@@ -40,6 +40,7 @@ parse: give the agent a budget its schema fits in).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -60,6 +61,7 @@ __all__ = [
     "declared",
     "mask_logits",
     "mask_words",
+    "replay_masks",
     "unpack_mask",
 ]
 
@@ -149,6 +151,16 @@ class Constraint:
             for s in specs
         ]
         return xgr.Grammar.from_structural_tag(tags, [OPEN])
+
+    def ebnf(self) -> str:
+        """:meth:`grammar` as xgrammar EBNF text (cached): what an engine compiles itself
+        (vLLM's ``StructuredOutputsParams(grammar=...)``) to constrain to the same language."""
+        return _ebnf(dataclasses.replace(self, prefix=""))
+
+
+@functools.lru_cache(maxsize=256)
+def _ebnf(c: Constraint) -> str:
+    return str(c.grammar())
 
 
 def _canonical(obj: Any) -> str:
@@ -284,6 +296,31 @@ class RowMatchers:
         m = self.matchers[row]
         if m is not None and not m.is_terminated() and not m.accept_token(int(token)):
             raise ConstraintError(f"row {row}: token {token} is outside its grammar's mask")
+
+
+def replay_masks(
+    tokenizer: Any,
+    vocab_size: int,
+    constraint: Constraint,
+    token_ids: Sequence[int],
+    stop_ids: Sequence[int],
+) -> np.ndarray:
+    """The bitmask each of ``token_ids`` was drawn under, by replaying the grammar over them.
+
+    What a sampler that applies the grammar itself (vLLM's structured outputs) does not
+    return: ``[len(token_ids), words]`` int32, the same masks :class:`RowMatchers` records
+    while sampling with transformers.
+
+    Raises:
+        ConstraintError: a token lies outside its mask (the engine constrained to another
+            language than ``constraint``'s grammar).
+    """
+    rows = RowMatchers(tokenizer, vocab_size, [constraint], stop_ids)
+    out = np.empty((len(token_ids), rows.words), dtype=np.int32)
+    for k, token in enumerate(token_ids):
+        out[k] = rows.next_masks([False])[0].numpy()
+        rows.accept(0, token)
+    return out
 
 
 class _Compiler:

@@ -27,7 +27,10 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   under its grammar's mask, and the module returns every token's bitmask as the extra model
   output :data:`TOKEN_MASK` (``-1`` words: a free token), so the masks travel with the
   episode to the learner, which scores each token under the same mask (the temperature
-  rule's twin). ``"off"``: every reply free, no :data:`TOKEN_MASK` column.
+  rule's twin). On either sampler: the vLLM engine applies the same grammar itself
+  (vLLM's xgrammar structured outputs) and the masks are replayed over its tokens
+  (:mod:`marl_agents.llm.vllm_backend`). ``"off"``: every reply free, no :data:`TOKEN_MASK`
+  column.
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
   ``model_config["inference_temperature"]`` says otherwise.
 * **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
@@ -311,14 +314,6 @@ class CausalLMModule(TorchRLModule):
                 for r in range(len(prompts))
             ]
         if self.sampler == "vllm":
-            if constraints is not None and any(c is not None for c in constraints):
-                from marl_agents.llm.constraints import ConstraintError
-
-                raise ConstraintError(
-                    "a vLLM-sampled pool got a reply constrained to the app's tools / schema, "
-                    "which the vLLM sampler does not apply yet: set the pool's sampler: "
-                    "transformers, or constrain: off (replies then may not parse)"
-                )
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
             raise ValueError(

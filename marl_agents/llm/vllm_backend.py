@@ -10,6 +10,18 @@ the raw model logits, temperature 1, no top-p — the same quantity as
 :attr:`Generation.logprobs <marl_agents.llm.backend.Generation.logprobs>` (``sampling_logprobs``
 is ``None``).
 
+**Constrained replies** (``SamplingParams.constraint``, :mod:`marl_agents.llm.constraints`):
+both backends hand vLLM's structured outputs (its xgrammar backend) the EBNF text of the very
+grammar the transformers sampler compiles (:func:`engine_grammar`), so both constrain to the
+same language. vLLM applies the grammar's bitmask to the logits before it computes any
+logprob, so the logprobs it returns are already those of the masked, renormalised
+distribution (measured: 3e-6 from the learner's masked recompute; unmasked, up to 10 nats
+off) — ``Generation.logprobs`` too, which the transformers sampler leaves unmasked; the
+``sampling_logprobs`` of both are the masked ones. vLLM does not return the masks, so each
+constrained reply's masks are replayed over its tokens here (:func:`replayed_masks`) into
+``Generation.token_masks``, the masks the learner scores with. A prefill under a constraint
+raises :class:`EngineConstraintError`.
+
 On CPU: the tiny model needs ``head_dim`` 64; set ``VLLM_CPU_KVCACHE_SPACE`` (GiB, e.g. 1)
 — :class:`VLLMServer` does; ``VLLMBackend`` spawns worker processes, so create it under
 ``if __name__ == "__main__":`` in scripts. An engine starts in ~35 s on 2 cores.
@@ -38,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
+from marl_agents.llm.constraints import Constraint, ConstraintError, replay_masks
 from scenarios.text_space import Prompt
 
 INSTALL_HINT = (
@@ -103,6 +116,8 @@ class VLLMBackend:
         self.behaviour_logprobs = behaviour_logprobs
         if behaviour_logprobs:
             engine_kwargs["logprobs_mode"] = "processed_logprobs"
+        # constrained replies: vLLM's xgrammar backend, compiling our grammars' EBNF
+        engine_kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar"})
         self.llm = vllm.LLM(
             model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, **engine_kwargs
         )
@@ -139,6 +154,7 @@ class VLLMBackend:
                 seed=p.seed,
                 logprobs=0,
                 stop_token_ids=sorted(stop_ids(self.tokenizer, p)),
+                structured_outputs=self._structured(p.constraint),
             )
             for p in plist
         ]
@@ -164,9 +180,57 @@ class VLLMBackend:
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
                     sampling_logprobs=behaviour,
+                    token_masks=replayed_masks(self.tokenizer, self.vocab_size, p, tokens),
                 )
             )
         return gens
+
+    @property
+    def vocab_size(self) -> int:
+        """The engine's logit width (the model's ``vocab_size``)."""
+        return int(self.llm.llm_engine.model_config.get_vocab_size())
+
+    def _structured(self, constraint: Any) -> Any:
+        """vLLM's structured-output request for ``constraint`` (``None``: free)."""
+        if constraint is None:
+            return None
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return StructuredOutputsParams(grammar=engine_grammar(constraint))
+
+
+class EngineConstraintError(ConstraintError):
+    """A constraint a vLLM engine cannot apply as the transformers sampler does."""
+
+
+def engine_grammar(constraint: Constraint) -> str:
+    """The EBNF text vLLM's xgrammar backend compiles for ``constraint``: the very grammar
+    the transformers sampler compiles (:meth:`Constraint.ebnf`), so both samplers constrain
+    to the same language.
+
+    Raises:
+        EngineConstraintError: the constraint has a ``prefix`` (a prefill): vLLM starts the
+            grammar at the first generated token and cannot advance it over prompt text.
+    """
+    if constraint.prefix:
+        raise EngineConstraintError(
+            f"a prefill ({constraint.prefix[:40]!r}) with a constrained reply: vLLM cannot "
+            "start the grammar inside the reply; drop the prefill (the constraint alone makes "
+            "replies parse), or set the pool's sampler: transformers"
+        )
+    return constraint.ebnf()
+
+
+def replayed_masks(
+    tokenizer: Any, vocab_size: int, params: SamplingParams, tokens: list[int]
+) -> Any:
+    """The bitmasks an engine drew ``tokens`` under (``None``: a free reply): the grammar of
+    ``params.constraint`` replayed over them (:func:`~marl_agents.llm.constraints.replay_masks`),
+    the same masks the transformers sampler records while it samples."""
+    if params.constraint is None:
+        return None
+    stops = sorted(stop_ids(tokenizer, params))
+    return replay_masks(tokenizer, vocab_size, params.constraint, tokens, stops)
 
 
 def _load_weights(worker: Any, named_tensors: list[tuple[str, Any]]) -> int:
@@ -188,6 +252,13 @@ class OpenAIServerBackend:
         tokenizer: the model's HF tokenizer (renders chat prompts and decodes).
         timeout: seconds per request.
         max_concurrency: most requests in flight.
+        vocab_size: the served model's logit width, the width of a constrained reply's
+            replayed masks (default: ``len(tokenizer)``).
+
+    A constrained call (``SamplingParams.constraint``) is sent with vLLM's
+    ``structured_outputs`` (the grammar's EBNF, :func:`engine_grammar`), and its masks are
+    replayed over the returned tokens; the returned logprobs are then those of the masked
+    distribution at temperature 1 (vLLM applies the grammar before it computes them).
     """
 
     def __init__(
@@ -198,11 +269,13 @@ class OpenAIServerBackend:
         *,
         timeout: float = 120.0,
         max_concurrency: int = 16,
+        vocab_size: int | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/completions"
         self.model = model
         self.tokenizer = tokenizer
+        self.vocab_size = int(vocab_size if vocab_size is not None else len(tokenizer))
         self.timeout = timeout
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency)
 
@@ -224,6 +297,8 @@ class OpenAIServerBackend:
         }
         if p.seed is not None:
             body["seed"] = p.seed
+        if p.constraint is not None:
+            body["structured_outputs"] = {"grammar": engine_grammar(p.constraint)}
         req = urllib.request.Request(
             self.url,
             data=json.dumps(body).encode(),
@@ -249,6 +324,7 @@ class OpenAIServerBackend:
             logprobs=lps,
             text=self.tokenizer.decode(tokens, skip_special_tokens=True),
             finish_reason="stop" if choice.get("finish_reason") == "stop" else "length",
+            token_masks=replayed_masks(self.tokenizer, self.vocab_size, p, list(tokens)),
         )
 
     def close(self) -> None:
