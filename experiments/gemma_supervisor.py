@@ -96,16 +96,20 @@ def run(arm: str, seed: int, iterations: int, workers: str, out: Path) -> dict[s
     from trainers.run.loop import train
 
     start = time.perf_counter()
-    result = train(config(arm, seed, iterations, workers, out))
+    try:
+        result = train(config(arm, seed, iterations, workers, out))
+        status, rows = str(result.status), list(result.history)
+    except Exception as exc:  # e.g. every free reply unparsable: the run fails, record why
+        status, rows = f"failed: {type(exc).__name__}: {exc}"[:500], []
     wall = time.perf_counter() - start
     keys = ("charts/iteration", "charts/success", "charts/error_rate", "charts/episodes")
-    history = [{k: h[k] for k in keys if k in h} | _times(h) for h in result.history]
+    history = [{k: h[k] for k in keys if k in h} | _times(h) for h in rows]
     record = {
         "arm": arm,
         "seed": seed,
         "workers": workers,
         "iterations": iterations,
-        "status": result.status,
+        "status": status,
         "wall_s": wall,
         "history": history,
         "cpu_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -122,12 +126,13 @@ def _times(row: dict[str, Any]) -> dict[str, Any]:
 
 def summary(record: dict[str, Any]) -> str:
     """One line: success before (iteration 1) and after (last iteration), wall time."""
-    succ = [h.get("charts/success", float("nan")) for h in record["history"]]
-    err = [h.get("charts/error_rate", float("nan")) for h in record["history"]]
+    succ = [h.get("charts/success", float("nan")) for h in record["history"]] or [float("nan")]
+    err = [h.get("charts/error_rate", float("nan")) for h in record["history"]] or [float("nan")]
     return (
         f"{record['arm']} seed {record['seed']} ({record['workers']} workers): success "
         f"{succ[0]:.2f} -> {succ[-1]:.2f} over {len(succ)} iterations (errors {err[0]:.2f} -> "
-        f"{err[-1]:.2f}), {record['wall_s']:.0f} s ({record['wall_s'] / len(succ):.0f} s/iter)"
+        f"{err[-1]:.2f}), {record['wall_s']:.0f} s ({record['wall_s'] / len(succ):.0f} s/iter), "
+        f"{record['status']}"
     )
 
 
