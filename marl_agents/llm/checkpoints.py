@@ -3,7 +3,9 @@
 * :func:`inspect_checkpoint` reads ``config.json`` and the safetensors headers only (no
   weights, no torch): a directory is a pool model when its ``model_type`` is one of
   :data:`FAMILIES` and a tokenizer is saved next to it; anything else is a one-line
-  :class:`CheckpointError` naming the path, what was found and the fix.
+  :class:`CheckpointError` naming the path, what was found and the fix. A named pretrained
+  model (``gemma3-270m``) or a ``.gguf`` file is first resolved to its converted directory
+  (:mod:`scenarios.pretrained`: converted once, on first use).
 * :func:`memory_estimate`: parameters × bytes of the dtype; a trained pool adds gradients (in
   the dtype) and Adam's two moments (2 × fp32). A LoRA pool counts its adapter so, and its
   shared base once per base (:mod:`marl_agents.llm.lora`).
@@ -26,7 +28,7 @@ from typing import Any
 from marl_agents.pools import PoolError
 
 #: ``config.json`` ``model_type`` values that load as pool models (decoder-only causal LMs).
-FAMILIES: tuple[str, ...] = ("qwen2", "qwen3", "llama", "mistral")
+FAMILIES: tuple[str, ...] = ("qwen2", "qwen3", "llama", "mistral", "gemma3_text")
 #: bytes per parameter of each ``LLMModel.dtype``.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the in-code tiny model's ``Qwen2Config`` fields (besides the tokenizer's ids).
@@ -79,7 +81,12 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
     """
     if path == "tiny":
         return CheckpointInfo("tiny", "qwen2", config_parameters(TINY_FIELDS), 384)
-    root = Path(path).expanduser()
+    from scenarios.pretrained import PretrainedError, resolve
+
+    try:
+        root = Path(resolve(path)).expanduser()  # a named model / .gguf: its converted directory
+    except PretrainedError as exc:
+        raise CheckpointError(str(exc)) from None
     fix = (
         "save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir), or use 'tiny'"
     )
@@ -263,7 +270,9 @@ def config_parameters(config: Mapping[str, Any]) -> int:
     vocab, layers = int(config["vocab_size"]), int(config["num_hidden_layers"])
     bias = heads * hd + 2 * kv * hd if config.get("model_type") == "qwen2" else 0
     attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + bias
-    attn += 2 * hd if config.get("model_type") == "qwen3" else 0  # q_norm, k_norm
+    family = config.get("model_type")
+    attn += 2 * hd if family in ("qwen3", "gemma3_text") else 0  # q_norm, k_norm
     mlp = 3 * h * int(config["intermediate_size"])
     head = 0 if config.get("tie_word_embeddings", False) else vocab * h
-    return vocab * h + head + layers * (attn + mlp + 2 * h) + h
+    norms = (4 if family == "gemma3_text" else 2) * h  # Gemma-3: pre/post attention and MLP
+    return vocab * h + head + layers * (attn + mlp + norms) + h

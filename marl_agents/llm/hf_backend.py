@@ -117,8 +117,12 @@ class HFBackend:
         reason = ["length"] * n
         done = [False] * n
 
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+        out = self.model(  # logits of the last position only (262k-token vocabularies)
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
         )
         cache_key = "cache" if "cache" in out else "past_key_values"  # transformers ≥ 5.24: cache
         cache = out[cache_key]
@@ -254,14 +258,23 @@ def teacher_forced_logprobs(
         input_ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
         mask[r, : len(s)] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
+    # logits from the first position that predicts a completion token on (the prompt's other
+    # positions would cost [batch, width, vocab] floats: GBs with a 262k-token vocabulary)
+    start = max(0, min((len(p) for p, t in zip(prompt_ids, token_ids, strict=True) if t),
+                       default=1) - 1)  # fmt: skip
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        logits_to_keep=width - start,
+    ).logits
     out = torch.zeros((n, tlen), dtype=torch.float32, device=dev)
     ent = torch.zeros((n, tlen), dtype=torch.float32, device=dev) if with_entropy else None
     for r, (p, t) in enumerate(zip(prompt_ids, token_ids, strict=True)):
         if not t:
             continue
         # logits at position j predict token j + 1: completion token k sits at len(p) + k.
-        step_logits = logits[r, len(p) - 1 : len(p) + len(t) - 1].float()
+        step_logits = logits[r, len(p) - 1 - start : len(p) + len(t) - 1 - start].float()
         row_mask = token_masks[r] if token_masks is not None else None
         if row_mask is not None:
             row_mask = torch.as_tensor(row_mask, device=dev)[: len(t)]

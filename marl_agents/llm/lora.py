@@ -48,10 +48,31 @@ _NAMES = itertools.count()
 _ADAPTER_CONFIG = "adapter_config.json"
 
 
+#: ``model_type`` → the modules an adapter targets when ``lora.target_modules`` is not given.
+DEFAULT_TARGETS: dict[str, list[str]] = {
+    "gemma3_text": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+#: the default targets of the other families.
+FALLBACK_TARGETS: list[str] = ["q_proj", "v_proj"]
+
+
+def target_modules(lora: LoRAConfig, path: str) -> list[str]:
+    """``lora``'s target modules, or base ``path``'s family default (:data:`DEFAULT_TARGETS`)."""
+    if lora.target_modules is not None:
+        return list(lora.target_modules)
+    from marl_agents.llm.checkpoints import inspect_checkpoint
+
+    return list(DEFAULT_TARGETS.get(inspect_checkpoint(path).family, FALLBACK_TARGETS))
+
+
 def base_key(path: str, dtype: str, tiny_seed: int = 0) -> tuple[str, str, int]:
     """The registry key of a base: pools with equal keys share one copy of its weights."""
+    from scenarios.pretrained import is_pretrained
+
     if path == "tiny":
         return ("tiny", str(dtype), int(tiny_seed))
+    if is_pretrained(path) and not Path(path).suffix:  # a named model: its name
+        return (path, str(dtype), 0)
     return (str(Path(path).expanduser().resolve()), str(dtype), 0)
 
 
@@ -64,7 +85,7 @@ def peft_config(lora: LoRAConfig | None, adapter: str | None, base_path: str) ->
         cfg.inference_mode = False
         return cfg
     assert lora is not None
-    targets = lora.target_modules
+    targets = target_modules(lora, base_path)
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -311,7 +332,7 @@ def check_lora(model: LLMModel, where: str) -> None:
     agree with ``lora`` (when given); every target module exists in the base (read from a
     weightless copy on torch's ``meta`` device).
     """
-    targets = model.lora.target_modules if model.lora is not None else None
+    targets = target_modules(model.lora, model.path) if model.lora is not None else None
     if model.adapter is not None:
         targets = _check_adapter_dir(model, where)
     if targets is None or targets == ["all-linear"] or targets == "all-linear":
@@ -373,9 +394,10 @@ def _check_adapter_dir(model: LLMModel, where: str) -> list[str]:
     raw = config.get("target_modules") or []
     targets = sorted(raw) if isinstance(raw, list) else [str(raw)]
     lora = model.lora
-    if lora is not None and (lora.r != config.get("r") or sorted(lora.target_modules) != targets):
+    listed = sorted(target_modules(lora, model.path)) if lora is not None else targets
+    if lora is not None and (lora.r != config.get("r") or listed != targets):
         raise PoolError(
-            f"{where}: lora (r={lora.r}, target_modules={lora.target_modules}) disagrees with "
+            f"{where}: lora (r={lora.r}, target_modules={listed}) disagrees with "
             f"adapter {model.adapter!r} (r={config.get('r')}, target_modules={targets}): "
             "remove lora (the adapter's own settings are used) or match them"
         )
@@ -414,7 +436,9 @@ def _meta_model(path: str) -> torch.nn.Module:
     if path == "tiny":
         config = Qwen2Config(**{k: v for k, v in TINY_FIELDS.items() if k != "model_type"})
     else:
-        config = AutoConfig.from_pretrained(str(Path(path).expanduser()))
+        from scenarios.pretrained import resolve
+
+        config = AutoConfig.from_pretrained(str(Path(resolve(path)).expanduser()))
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
 
@@ -430,7 +454,7 @@ def _adapter_settings(model: LLMModel) -> tuple[int, list[str] | str]:
         raw = config.get("target_modules") or []
         return int(config.get("r", 8)), raw if isinstance(raw, list) else str(raw)
     assert model.lora is not None
-    return model.lora.r, model.lora.target_modules
+    return model.lora.r, target_modules(model.lora, model.path)
 
 
 def adapter_parameters(model: LLMModel) -> int:

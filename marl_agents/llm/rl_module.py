@@ -125,8 +125,8 @@ class SamplingConfigError(MarlError, ValueError):
 def load_causal_lm(
     model: str, *, tiny_seed: int = 0, dtype: str | torch.dtype = "float32"
 ) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` for ``"tiny"`` or a saved HF directory, loaded in ``dtype``; eval
-    mode, CPU.
+    """``(tokenizer, model)`` for ``"tiny"``, a saved HF directory or a named pretrained model /
+    ``.gguf`` file (:mod:`scenarios.pretrained`), loaded in ``dtype``; eval mode, CPU.
 
     Raises:
         CheckpointError: ``model`` is neither ``"tiny"`` nor a directory holding a model of a
@@ -142,9 +142,12 @@ def load_causal_lm(
     inspect_checkpoint(model)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = str(Path(model).expanduser())
-    tok = AutoTokenizer.from_pretrained(path)
+    from scenarios.pretrained import complete_tokenizer, resolve
+
+    path = str(Path(resolve(model)).expanduser())  # a named model / .gguf: its converted dir
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    # the family's chat template where the tokenizer has none (Gemma from GGUF)
+    tok = complete_tokenizer(AutoTokenizer.from_pretrained(path), lm.config.model_type)
     return tok, lm.eval()
 
 
