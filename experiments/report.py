@@ -157,6 +157,20 @@ def overview(rows: Sequence[Sequence[Any]]) -> str:
     return an.table(["#", "claim", "command", "budget", "runs", "seeds", "wall time"], rows)
 
 
+#: sections below this line in docs/results.md are written by their own (opt-in) experiments,
+#: not built from ``experiments/results/``: the report keeps them verbatim
+OPT_IN_MARKER = "<!-- opt-in sections below: written by their experiments, kept by the report -->"
+
+
+def kept_opt_in(path: Path) -> str:
+    """The opt-in sections of an existing report (from :data:`OPT_IN_MARKER` on), or ''."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    i = text.find(OPT_IN_MARKER)
+    return "" if i < 0 else text[i:].rstrip() + "\n"
+
+
 def build(
     results: Path = RESULTS,
     out: Path = DOC,
@@ -167,6 +181,7 @@ def build(
     """Write the report to ``out`` (and PNGs to ``img``); returns ``out``."""
     out = Path(out)
     kept = interpretations(out)
+    opt_in = kept_opt_in(out)
     sections, rows, machine = [], [], None
     for i, claim in enumerate(claims, start=1):
         chosen = pick_budget(Path(results), claim, budget)
@@ -214,7 +229,8 @@ def build(
         ]
     text += ["Conventions: " + _conventions(), "", *sections]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(text).rstrip() + "\n")
+    body = "\n".join(text).rstrip() + "\n"
+    out.write_text(body + ("\n" + opt_in if opt_in else ""))
     return out
 
 

@@ -145,6 +145,39 @@ def report(out: Path) -> None:
     print("published:", ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
 
 
+def plot(out: Path, png: Path) -> Path:
+    """Greedy team return against env steps, one line per algorithm (mean over seeds), with the
+    published points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for algo in sorted({r["algo"] for r in rows}):
+        by: dict[int, list[float]] = {}
+        for r in rows:
+            if r["algo"] == algo:
+                by.setdefault(int(round(r["env_steps"] / 25_000) * 25_000), []).append(
+                    r["team_return"]
+                )
+        xs = sorted(by)
+        seeds = len({r["seed"] for r in rows if r["algo"] == algo})
+        label = f"ours {algo} ({seeds} seed{'s' if seeds > 1 else ''})"
+        ax.plot(xs, [np.mean(by[x]) for x in xs], marker=".", label=label)
+    points = [(250_000, -160.0), (500_000, -145.0)]
+    ax.scatter(*zip(*points, strict=True), color="k", zorder=3, label="MAPPO-MLP (figure)")
+    ax.axhline(-230.0, color="grey", ls=":", label="random")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("greedy team return (EPyMARL)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    return png
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--algos", nargs="+", default=["IPPO", "MAPPO"])
@@ -154,9 +187,12 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=32)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--report", action="store_true", help="print the table of --out and exit")
+    p.add_argument("--plot", type=Path, help="with --report: also write the curve PNG here")
     args = p.parse_args()
     if args.report:
         report(args.out)
+        if args.plot:
+            print("wrote", plot(args.out, args.plot))
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import ray
