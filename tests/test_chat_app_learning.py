@@ -2,9 +2,10 @@
 worker — ``examples/supervisor_app.yaml`` as written (GRPO, tiny in-code LLMs, frozen workers,
 Shapley credit), run with ``--slow``.
 
-A random supervisor never completes a handoff (success ≈ 0); the prefilled, completed handoff
-makes one generated letter pick the worker, so chance level for a supervisor that always hands
-off is 0.5; the trained one routes by the task. Measured (seed 0, 2 cores): see the YAML.
+The app binds its handoff tools, so the supervisor decodes under their grammar (``constrain:
+auto``): every reply is a well-formed handoff and a random supervisor routes by coin flip
+(success about 0.5 on its first iteration); the trained one routes by the task. Measured (seed
+0, 2 cores): see the YAML.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def test_supervisor_learns_to_route_tasks_to_the_right_worker(ray_session, tmp_p
     assert result.status == "completed", result.status
     success = np.array([h["charts/success"] for h in result.history])
     print("success per iteration:", np.round(success, 2).tolist())
-    assert success[:5].mean() <= 0.1  # a random supervisor: no completed handoff
+    assert success[0] <= 0.65  # a random supervisor: well-formed handoffs, routed by coin flip
     assert success[-10:].mean() >= 0.8  # well above the 0.5 of routing by coin flip
 
 
