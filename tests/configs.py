@@ -34,3 +34,33 @@ def learning_rows(run_dir: Path) -> list[dict[str, Any]]:
         {k: v for k, v in json.loads(x).items() if k.startswith(("losses/", "charts/team"))}
         for x in lines
     ]
+
+
+def supervisor_tutorial_config(
+    tmp_path: Path, router: dict[str, Any], workers: dict[str, Any], **sections: Any
+) -> ExperimentConfig:
+    """GRPO on LangGraph's supervisor tutorial as written (``tests/apps/supervisor_tutorial.py``):
+    the ``router`` pool (the supervisor) learns, the ``workers`` pool (researcher, coder) is
+    frozen; 2 iterations of 2 groups of 2 unless ``sections`` say otherwise."""
+    return ExperimentConfig.from_dict(
+        {
+            "scenario": "tests.apps.supervisor_tutorial:scenario",
+            "sharing": "explicit",
+            "pools": {
+                "router": {"agents": ["supervisor"], "model": router},
+                "workers": {"agents": ["researcher", "coder"], "model": workers},
+            },
+            "train": ["router"],
+            "algorithm": {
+                "name": "GRPO",
+                "lr": 1e-3,
+                "num_epochs": 1,
+                "grpo": {"group_size": 2, "groups_per_iteration": 2},
+            },
+            "budget": {"iterations": 2},
+            "seed": 0,
+            "logging": {"wandb": "disabled", "progress": False},
+            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
+            **sections,
+        }
+    )

@@ -18,6 +18,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("langgraph_supervisor")
 
+from configs import supervisor_tutorial_config
+
 from trainers.configs.experiment import ExperimentConfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "supervisor_app.yaml"
@@ -46,6 +48,8 @@ def test_supervisor_learns_to_route_tasks_to_the_right_worker(ray_session, tmp_p
 
 
 TUTORIAL_FINISH = '<tool>{"name": "Router", "arguments": {"next": "FINISH"}}</tool>'
+#: the scripted answers: the router's default is FINISH, the workers say they are done
+REPLIES = {"supervisor": TUTORIAL_FINISH, "researcher": "Done.", "coder": "Done."}
 
 
 @pytest.mark.slow
@@ -67,36 +71,24 @@ def test_supervisor_tutorial_router_learns_to_route_with_constrained_decoding(
     from trainers.run.loop import train
 
     llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.supervisor_tutorial:scenario",
-            "scenario_kwargs": {
-                "default_reply": {
-                    "supervisor": TUTORIAL_FINISH,
-                    "researcher": "Done.",
-                    "coder": "Done.",
-                }
-            },
-            "sharing": "explicit",
-            "pools": {
-                "router": {"agents": ["supervisor"], "model": llm},
-                "workers": {
-                    "agents": ["researcher", "coder"],
-                    "model": {"type": "scripted", "policy": "default"},
-                },
-            },
-            "train": ["router"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 3e-4,
-                "num_epochs": 1,
-                "grpo": {"group_size": 8, "groups_per_iteration": 8},
-            },
-            "budget": {"iterations": 15},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
+    cfg = supervisor_tutorial_config(
+        tmp_path,
+        llm,
+        {"type": "scripted", "policy": "default"},
+        scenario_kwargs={
+            "default_reply": {
+                "supervisor": TUTORIAL_FINISH,
+                "researcher": "Done.",
+                "coder": "Done.",
+            }
+        },
+        algorithm={
+            "name": "GRPO",
+            "lr": 3e-4,
+            "num_epochs": 1,
+            "grpo": {"group_size": 8, "groups_per_iteration": 8},
+        },
+        budget={"iterations": 15},
     )
     result = train(cfg)
     assert result.status == "completed", result.status

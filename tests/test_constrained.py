@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("xgrammar")
 pytest.importorskip("transformers")
 
+from configs import supervisor_tutorial_config
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
@@ -326,31 +327,10 @@ def test_supervisor_tutorial_episodes_parse_on_every_decision_and_reach_the_veri
 
 
 def test_supervisor_tutorial_trains_two_iterations(ray_session, tmp_path: Path):
-    from trainers.configs.experiment import ExperimentConfig
     from trainers.run.loop import train
 
     llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.supervisor_tutorial:scenario",
-            "sharing": "explicit",
-            "pools": {
-                "router": {"agents": ["supervisor"], "model": llm},
-                "workers": {"agents": ["researcher", "coder"], "model": {**llm, "tiny_seed": 1}},
-            },
-            "train": ["router"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-3,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
-    )
+    cfg = supervisor_tutorial_config(tmp_path, llm, {**llm, "tiny_seed": 1})
     result = train(cfg)
     assert result.status == "completed", result.status
     assert [h["charts/iteration"] for h in result.history] == [1, 2]

@@ -23,6 +23,7 @@ import torch
 pytest.importorskip("xgrammar")
 pytest.importorskip("transformers")
 
+from configs import supervisor_tutorial_config
 from test_constrained import (
     ROUTER_PREFIX,
     TEMPERATURE,
@@ -170,31 +171,10 @@ def test_a_prefill_under_a_constraint_raises_the_named_error(vllm_module: Any) -
 def test_supervisor_tutorial_trains_with_a_vllm_sampled_router(ray_session, tmp_path) -> None:
     """LangGraph's supervisor tutorial as written, its router pool sampled by vLLM under the
     Router schema: two GRPO iterations, no failed episode, and no sampler–learner gap."""
-    from trainers.configs.experiment import ExperimentConfig
     from trainers.run.loop import train
 
     llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.supervisor_tutorial:scenario",
-            "sharing": "explicit",
-            "pools": {
-                "router": {"agents": ["supervisor"], "model": {**llm, "sampler": "vllm"}},
-                "workers": {"agents": ["researcher", "coder"], "model": {**llm, "tiny_seed": 1}},
-            },
-            "train": ["router"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-3,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
-    )
+    cfg = supervisor_tutorial_config(tmp_path, {**llm, "sampler": "vllm"}, {**llm, "tiny_seed": 1})
     result = train(cfg)
     assert result.status == "completed", result.status
     assert all(h["charts/episodes"] > 0 and h["charts/error_rate"] == 0 for h in result.history)
