@@ -261,3 +261,32 @@ def test_the_openai_sdk_app_trains_with_the_router_learning_and_the_worker_froze
         assert result["env_runners"]["num_episodes_lifetime"] >= 8
     finally:
         algo.stop()
+
+
+def test_the_example_yaml_plans_the_triage_agent_learning_and_the_experts_frozen():
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.plan import resolve
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = ExperimentConfig.from_yaml((root / "examples" / "openai_app.yaml").read_text())
+    plan = resolve(cfg)
+    assert plan.agents == ["triage", "math", "research"]
+    assert plan.trainable == ["triage"] and plan.frozen == ["experts"]
+    assert cfg.credit.method == "shapley"
+
+
+def test_truncate_prompts_keeps_the_last_tokens_as_in_process_apps_do():
+    def run(task: str, llm: Any) -> Any:
+        r = client(llm).chat.completions.create(
+            model="a", messages=[{"role": "user", "content": "word " * 200 + task}]
+        )
+        return r.usage.prompt_tokens
+
+    sc = AppScenario(
+        run, tasks=["go"], verifier=bool, agents=["a"], max_prompt_tokens=32, truncate_prompts=True
+    )
+    env = GraphEnv(sc)
+    obs, _ = env.reset(seed=0)
+    assert len(sc.spaces.decode_prompt(obs["a"])) == 32
+    env.step({"a": tokens_action(sc.spaces, sc.tokenizer, "ok")})
+    assert env.failure is None and env.final_state["result"] == 32

@@ -118,6 +118,9 @@ class AppScenario(ChatAppScenario):
         agents: the agent ids (required: the app's calls are not visible before it runs).
         model_names: agent id → the model name the app sends for it (default: the id).
         timeout_s: seconds an episode's app may run (its own time); ``None``: no limit.
+        truncate_prompts: keep the last ``max_prompt_tokens`` tokens of a longer prompt (as
+            ``ChatAppScenario`` does; handy for tiny models); default: such a request is
+            refused (400 ``context_length_exceeded``), as OpenAI refuses it.
         host: the address of the process's gateway (default: loopback only; another address
             is exposed beyond this machine: see :mod:`marl_agents.gateway.server`).
         **settings: :class:`~marl_agents.llm.chat_app.ChatAppScenario`'s other settings
@@ -137,6 +140,7 @@ class AppScenario(ChatAppScenario):
         agents: Sequence[str],
         model_names: Mapping[str, str] | None = None,
         timeout_s: float | None = DEFAULT_APP_TIMEOUT_S,
+        truncate_prompts: bool = False,
         host: str | None = None,
         **settings: Any,
     ) -> None:
@@ -159,6 +163,7 @@ class AppScenario(ChatAppScenario):
         self.runner = runner
         self.model_names = names
         self.timeout_s = timeout_s
+        self.truncate_prompts = bool(truncate_prompts)
         self.host = host
 
         def build(models: Mapping[str, Any]) -> Any:
@@ -211,7 +216,8 @@ class AppScenario(ChatAppScenario):
         # fall back before the app starts
         needs_langgraph("an app episode answers its requests through LangGraph's run config")
         server = gateway(self.host)
-        episode = Episode({name: agent for agent, name in self.model_names.items()})
+        names = {name: agent for agent, name in self.model_names.items()}
+        episode = Episode(names, truncate_prompts=self.truncate_prompts)
         server.registry.add(episode)
         llm = AppLLM(server.base_url, episode.key, dict(self.model_names))
         running = self.runner.start(task, llm, episode)

@@ -64,11 +64,15 @@ class Episode:
 
     Args:
         models: model name → agent id (the names the app may put in ``model``).
+        truncate_prompts: a prompt longer than the agent's ``max_prompt_tokens`` keeps its last
+            tokens (as in-process chat apps do); default: refused with a 400
+            ``context_length_exceeded``, as OpenAI does.
     """
 
-    def __init__(self, models: Mapping[str, str]) -> None:
+    def __init__(self, models: Mapping[str, str], truncate_prompts: bool = False) -> None:
         self.key = secrets.token_urlsafe(24)
         self.models = dict(models)
+        self.truncate_prompts = bool(truncate_prompts)
         self.requests = 0
         self._queue: queue.Queue[_Call | _Done] = queue.Queue()
         self._lock = threading.Lock()
@@ -152,7 +156,7 @@ class Episode:
             self._check_sampling(call.agent, request)
             prompt = encode_prompt(model.tokenizer, to_chat_dicts(request.messages, request.tools))
             limit = model.spaces.max_prompt_tokens
-            if len(prompt) > limit:
+            if len(prompt) > limit and not self.truncate_prompts:
                 raise GatewayError(
                     f"this model's context is {limit} tokens; the messages take {len(prompt)}: "
                     "shorten them (or raise the scenario's max_prompt_tokens)",
@@ -178,7 +182,7 @@ class Episode:
         except BaseException:  # the episode ends (a timeout, an abort, a bridge error)
             call.future.set_exception(_ended())
             raise
-        call.future.set_result((message, len(prompt)))
+        call.future.set_result((message, min(len(prompt), limit)))
 
     def _check_sampling(self, agent: str, request: ChatRequest) -> None:
         for key, value in request.sampling.items():
