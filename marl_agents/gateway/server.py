@@ -119,6 +119,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small responses: no 40 ms Nagle / delayed-ACK stalls
     server: _Server
     server_version = "marl-gateway"
 
