@@ -206,7 +206,9 @@ def test_shapley_values_equal_the_in_process_chat_app_on_the_same_seeds(tiny):
     from tests.apps.router import app
 
     absent = {"default_reply": "x"}  # an absent router routes lowercase
-    through = episodes_and_shapley(openai_router.scenario(**absent), tiny, range(6))
+    # in-process apps re-tokenise the router's reply the worker sees: so does the gateway here
+    gateway = openai_router.scenario(token_fidelity=False, **absent)
+    through = episodes_and_shapley(gateway, tiny, range(6))
     in_process = episodes_and_shapley(app(max_prompt_tokens=64, **absent), tiny, range(6))
     assert [r for r, _, _ in through] == [r for r, _, _ in in_process]
     assert [t for _, t, _ in through] == [t for _, t, _ in in_process]  # same prompts, replies
@@ -290,3 +292,56 @@ def test_truncate_prompts_keeps_the_last_tokens_as_in_process_apps_do():
     assert len(sc.spaces.decode_prompt(obs["a"])) == 32
     env.step({"a": tokens_action(sc.spaces, sc.tokenizer, "ok")})
     assert env.failure is None and env.final_state["result"] == 32
+
+
+# ----- token fidelity ---------------------------------------------------------------------------
+def two_turns(task: str, llm: Any) -> str:
+    c = client(llm)
+    first = c.chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
+    reply = first.choices[0].message.content
+    c.chat.completions.create(
+        model="a",
+        messages=[
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "more"},
+        ],
+    )
+    return reply
+
+
+@pytest.mark.parametrize("fidelity", [True, False])
+@pytest.mark.parametrize("canonical", [True, False])
+def test_a_reply_sent_back_is_its_sampled_ids_and_drift_is_counted(fidelity, canonical):
+    sc = AppScenario(
+        two_turns,
+        tasks=["hi"],
+        verifier=bool,
+        agents=["a"],
+        max_prompt_tokens=96,
+        max_new_tokens=8,
+        token_fidelity=fidelity,
+    )
+    tok = sc.tokenizer
+    text = "hello"
+    retokenized = tok(text, add_special_tokens=False)["input_ids"]
+    sampled = retokenized if canonical else [tok.convert_tokens_to_ids(ch) for ch in text]
+    assert canonical or sampled != retokenized  # one letter a token: not how it tokenises
+    env = GraphEnv(sc)
+    obs, _ = env.reset(seed=0)
+    action = sc.spaces.encode_action([*sampled, tok.eos_token_id])
+    obs, _, _, _, _ = env.step({"a": action})
+    second = sc.spaces.decode_prompt(obs["a"])
+    env.step({"a": tokens_action(sc.spaces, tok, "ok")})
+    assert env.failure is None and env.final_state["result"] == text
+
+    def holds(ids: list[int]) -> bool:
+        return any(second[i : i + len(ids)] == ids for i in range(len(second)))
+
+    assert holds(sampled) == (fidelity or canonical)
+    assert holds(retokenized) == (canonical or not fidelity)
+    metrics = env.outcome.metrics
+    if fidelity:
+        assert metrics["gateway/retokenized_turns"] == (0 if canonical else 1)
+    else:
+        assert "gateway/retokenized_turns" not in metrics

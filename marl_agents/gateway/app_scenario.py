@@ -104,6 +104,7 @@ def model_variable(agent: str) -> str:
 class AppState(TypedDict, total=False):
     task: Any
     result: Any
+    retokenized_turns: int
 
 
 class AppScenario(ChatAppScenario):
@@ -121,6 +122,10 @@ class AppScenario(ChatAppScenario):
         truncate_prompts: keep the last ``max_prompt_tokens`` tokens of a longer prompt (as
             ``ChatAppScenario`` does; handy for tiny models); default: such a request is
             refused (400 ``context_length_exceeded``), as OpenAI refuses it.
+        token_fidelity: give the policy an earlier reply the app sends back as the ids it was
+            sampled as, not re-tokenised (:mod:`marl_agents.gateway.fidelity`); the turns
+            where that differs are counted (episode metric ``gateway/retokenized_turns``).
+            ``False``: re-tokenise, as an in-process ``ChatAppScenario`` does.
         host: the address of the process's gateway (default: loopback only; another address
             is exposed beyond this machine: see :mod:`marl_agents.gateway.server`).
         **settings: :class:`~marl_agents.llm.chat_app.ChatAppScenario`'s other settings
@@ -141,6 +146,7 @@ class AppScenario(ChatAppScenario):
         model_names: Mapping[str, str] | None = None,
         timeout_s: float | None = DEFAULT_APP_TIMEOUT_S,
         truncate_prompts: bool = False,
+        token_fidelity: bool = True,
         host: str | None = None,
         **settings: Any,
     ) -> None:
@@ -164,6 +170,7 @@ class AppScenario(ChatAppScenario):
         self.model_names = names
         self.timeout_s = timeout_s
         self.truncate_prompts = bool(truncate_prompts)
+        self.token_fidelity = bool(token_fidelity)
         self.host = host
 
         def build(models: Mapping[str, Any]) -> Any:
@@ -172,7 +179,8 @@ class AppScenario(ChatAppScenario):
             chat = {a: models[a] for a in agents}
 
             def app(state: AppState) -> dict[str, Any]:
-                return {"result": self.run_episode(state["task"], chat)}
+                result, retokenized = self.run_episode(state["task"], chat)
+                return {"result": result, "retokenized_turns": retokenized}
 
             graph = StateGraph(AppState)
             graph.add_node("app", app)
@@ -206,8 +214,16 @@ class AppScenario(ChatAppScenario):
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return {"task": self._tasks(rng)}
 
-    def run_episode(self, task: Any, chat: Mapping[str, Any]) -> Any:
-        """Run the app on ``task`` and answer its requests here until it ends (in the node)."""
+    def score(self, state: dict[str, Any]) -> Outcome:
+        outcome = super().score(state)
+        if self.token_fidelity:
+            turns = float(state.get("retokenized_turns") or 0)
+            outcome.metrics = {**outcome.metrics, "gateway/retokenized_turns": turns}
+        return outcome
+
+    def run_episode(self, task: Any, chat: Mapping[str, Any]) -> tuple[Any, int]:
+        """Run the app on ``task`` and answer its requests here until it ends (in the node);
+        returns its result and the turns whose sampled ids replaced re-tokenised ones."""
         from marl_agents.gateway.server import gateway
         from scenarios.alarm import EpisodeTimeout
         from scenarios.stepped import needs_langgraph
@@ -217,12 +233,15 @@ class AppScenario(ChatAppScenario):
         needs_langgraph("an app episode answers its requests through LangGraph's run config")
         server = gateway(self.host)
         names = {name: agent for agent, name in self.model_names.items()}
-        episode = Episode(names, truncate_prompts=self.truncate_prompts)
+        episode = Episode(
+            names, truncate_prompts=self.truncate_prompts, fidelity=self.token_fidelity
+        )
         server.registry.add(episode)
         llm = AppLLM(server.base_url, episode.key, dict(self.model_names))
         running = self.runner.start(task, llm, episode)
         try:
-            return episode.serve(chat, self.timeout_s)
+            result = episode.serve(chat, self.timeout_s)
+            return result, episode.turns.retokenized_turns if episode.turns is not None else 0
         except AppTimedOut as exc:
             running.stop()
             raise EpisodeTimeout(f"{running.describe()}: {exc}{running.tail()}") from None

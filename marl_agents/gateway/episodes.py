@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from marl_agents.gateway.fidelity import TurnIds
 from marl_agents.gateway.protocol import ChatRequest, GatewayError
 
 log = logging.getLogger("marl.gateway")
@@ -67,12 +68,20 @@ class Episode:
         truncate_prompts: a prompt longer than the agent's ``max_prompt_tokens`` keeps its last
             tokens (as in-process chat apps do); default: refused with a 400
             ``context_length_exceeded``, as OpenAI does.
+        fidelity: an assistant turn sent back that is one of this episode's replies is given
+            to the policy as the ids it was sampled as (:mod:`marl_agents.gateway.fidelity`);
+            ``False``: re-tokenised from its text, as in-process chat apps do.
     """
 
-    def __init__(self, models: Mapping[str, str], truncate_prompts: bool = False) -> None:
+    def __init__(
+        self, models: Mapping[str, str], truncate_prompts: bool = False, fidelity: bool = True
+    ) -> None:
         self.key = secrets.token_urlsafe(24)
         self.models = dict(models)
         self.truncate_prompts = bool(truncate_prompts)
+        #: the sampled ids of this episode's replies (``None``: assistant turns re-tokenised)
+        self.turns = TurnIds() if fidelity else None
+        self._recorded: dict[str, Any] = {}  # agent → its model, recording this episode's replies
         self.requests = 0
         self._queue: queue.Queue[_Call | _Done] = queue.Queue()
         self._lock = threading.Lock()
@@ -151,10 +160,14 @@ class Episode:
         from scenarios.text_space import encode_prompt
 
         self.requests += 1
-        request, model = call.request, chat_models[call.agent]
+        request, model = call.request, self._model(call.agent, chat_models)
         try:
             self._check_sampling(call.agent, request)
-            prompt = encode_prompt(model.tokenizer, to_chat_dicts(request.messages, request.tools))
+            chat = to_chat_dicts(request.messages, request.tools)
+            if self.turns is not None:
+                prompt = self.turns.prompt(model.tokenizer, chat)
+            else:
+                prompt = encode_prompt(model.tokenizer, chat)
             limit = model.spaces.max_prompt_tokens
             if len(prompt) > limit and not self.truncate_prompts:
                 raise GatewayError(
@@ -172,6 +185,8 @@ class Episode:
                     kwargs["tool_choice"] = request.tool_choice
             if request.response_format is not None:
                 kwargs["response_format"] = request.response_format
+            if self.turns is not None:
+                kwargs["prompt_ids"] = prompt
             message = model.invoke(request.messages, **kwargs)
         except GatewayError as exc:
             call.future.set_exception(exc)
@@ -182,7 +197,38 @@ class Episode:
         except BaseException:  # the episode ends (a timeout, an abort, a bridge error)
             call.future.set_exception(_ended())
             raise
+        if self.turns is not None:
+            self._remember(model, chat, message)
         call.future.set_result((message, min(len(prompt), limit)))
+
+    def _model(self, agent: str, chat_models: Mapping[str, Any]) -> Any:
+        """``agent``'s chat model; with fidelity, a copy recording this episode's replies."""
+        if self.turns is None:
+            return chat_models[agent]
+        model = self._recorded.get(agent)
+        if model is None:
+            from marl_agents.llm.chat_model import GenerationRecorder
+
+            update = {"record": True, "recorder": GenerationRecorder()}
+            model = self._recorded[agent] = chat_models[agent].model_copy(update=update)
+        return model
+
+    def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any) -> None:
+        """Keep the ids of the reply ``message`` under the text the app will send back."""
+        from marl_agents.llm.backend import stop_ids
+        from marl_agents.llm.chat_model import to_chat_dicts
+        from scenarios.text_space import encode_prompt
+
+        assert self.turns is not None
+        gen = model.recorder.steps()[-1].generation
+        sampled = list(gen.token_ids)
+        if sampled and sampled[-1] in stop_ids(model.tokenizer, model.params):
+            sampled.pop()
+        prefill = model.prefill(chat) if callable(model.prefill) else model.prefill
+        content = to_chat_dicts([message])[0]["content"]
+        if content == prefill + gen.text:  # else the app sees other text (a completed call)
+            head = encode_prompt(model.tokenizer, prefill) if prefill else []
+            self.turns.remember(content, head + sampled)
 
     def _check_sampling(self, agent: str, request: ChatRequest) -> None:
         for key, value in request.sampling.items():
