@@ -104,3 +104,34 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def supervisor_tutorial(**kwargs: Any) -> AppScenario:
+    """LangGraph's supervisor tutorial with ``ChatOpenAI`` models
+    (``tests/apps/supervisor_tutorial_openai.py``), run as a program per episode; the reward
+    is the in-process tutorial's (``tests/apps/supervisor_tutorial.py``): the first route is
+    the worker the task names."""
+    from pathlib import Path
+
+    from tests.apps.supervisor_tutorial import TASKS as TUTORIAL_TASKS
+
+    root = str(Path(__file__).resolve().parents[2])
+
+    def first_route_right(state: dict[str, Any]) -> bool:
+        routes = (state.get("result") or {}).get("routes") or []
+        want = "researcher" if state["task"] == TUTORIAL_TASKS[0] else "coder"
+        return bool(routes) and routes[0] == want
+
+    settings: dict[str, Any] = dict(
+        tasks=TUTORIAL_TASKS,
+        verifier=first_route_right,
+        agents=["supervisor", "researcher", "coder"],
+        default_reply={"supervisor": '{"next": "FINISH"}'},
+        max_prompt_tokens=256,
+        max_new_tokens=64,
+        truncate_prompts=True,  # the in-process tutorial's prompts keep their last tokens too
+        env={"PYTHONPATH": root},
+        cwd=root,
+    )
+    argv = [sys.executable, "-m", "tests.apps.supervisor_tutorial_openai"]
+    return AppScenario.command(argv, **{**settings, **kwargs})
