@@ -291,6 +291,32 @@ def test_the_supervisor_tutorial_with_chatopenai_run_as_a_program_trains(ray_ses
     assert result["env_runners"]["num_episodes_lifetime"] >= 8
 
 
+def test_the_openai_sdk_app_trains_with_shapley_credit_through_train(ray_session, tmp_path):
+    from configs import tiny_config
+
+    from trainers.run.loop import train
+
+    cfg = tiny_config(
+        tmp_path,
+        scenario="tests.apps.openai_router:scenario",
+        train=["router"],
+        pools={
+            "router": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+            "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+        },
+        algorithm={
+            "name": "GRPO",
+            "num_epochs": 1,
+            "grpo": {"group_size": 2, "groups_per_iteration": 2},
+        },
+        credit={"method": "shapley", "workers": 1},
+        seed=0,
+    )
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    assert all(h["charts/episodes"] > 0 and h["charts/error_rate"] == 0 for h in result.history)
+
+
 def test_the_example_yaml_plans_the_triage_agent_learning_and_the_experts_frozen():
     from trainers.configs.experiment import ExperimentConfig
     from trainers.plan import resolve
@@ -371,3 +397,52 @@ def test_a_reply_sent_back_is_its_sampled_ids_and_drift_is_counted(fidelity, can
         assert metrics["gateway/retokenized_turns"] == (0 if canonical else 1)
     else:
         assert "gateway/retokenized_turns" not in metrics
+
+
+# ----- async apps, parallel requests, aborted episodes ------------------------------------------
+async def gather_run(task: str, llm: Any) -> list[str]:
+    """Both agents asked at once (``asyncio.gather``): answered one after the other."""
+    import asyncio
+
+    c = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    replies = await asyncio.gather(
+        *(
+            c.chat.completions.create(
+                model=llm.models[a], messages=[{"role": "user", "content": f"{task} {a}"}]
+            )
+            for a in ("a", "b")
+        )
+    )
+    await c.close()
+    return [r.choices[0].message.content for r in replies]
+
+
+def test_an_async_app_with_parallel_requests_is_one_decision_per_request():
+    sc = AppScenario(gather_run, tasks=["t"], verifier=bool, agents=["a", "b"], max_new_tokens=8)
+    tok = sc.tokenizer
+    env = GraphEnv(sc)
+    obs, infos = env.reset(seed=0)
+    steps = []
+    while env.agents:
+        acting = [a for a in env.agents if infos[a]["acting"]]
+        steps.append(acting)
+        actions = {a: tokens_action(sc.spaces, tok, f"to {a}") for a in env.agents}
+        obs, _, _, _, infos = env.step(actions)
+    assert env.failure is None, env.error
+    assert sorted(a for step in steps for a in step) == ["a", "b"] and len(steps) == 2
+    assert env.final_state["result"] == ["to a", "to b"]
+
+
+def test_a_reset_mid_episode_ends_the_app_and_its_key():
+    from marl_agents.gateway.server import gateway
+
+    root = str(Path(__file__).resolve().parents[1])
+    sc = openai_router.command_scenario(env={"PYTHONPATH": root}, cwd=root)
+    env = GraphEnv(sc)
+    before = len(gateway().registry)
+    env.reset(seed=0)  # the app waits for the router's reply
+    assert len(gateway().registry) == before + 1
+    env.reset(seed=1)  # the first episode is aborted: its app killed, its key removed
+    assert len(gateway().registry) == before + 1
+    env.close()
+    assert len(gateway().registry) == before
