@@ -186,16 +186,20 @@ def test_chat_stream_tools_json_schema_completions_and_models_parse_with_the_ope
     assert (second.observation == expected).all()
 
 
-def test_model_names_map_to_agents():
+def test_model_names_map_to_agents_and_sampling_fields_are_logged_as_not_used(caplog):
     def run(task: str, llm: Any) -> Any:
         assert llm.models == {"writer": "gpt-4o-mini", "caller": "caller"}
         r = client(llm).chat.completions.create(
-            model=llm.models["writer"], messages=[{"role": "user", "content": task}]
+            model=llm.models["writer"],
+            messages=[{"role": "user", "content": task}],
+            temperature=0.3,
         )
         return r.choices[0].message.content
 
-    env = play(app_scenario(run, model_names={"writer": "gpt-4o-mini"}), {"writer": ["ok"]})
+    with caplog.at_level("WARNING", logger="marl.gateway"):
+        env = play(app_scenario(run, model_names={"writer": "gpt-4o-mini"}), {"writer": ["ok"]})
     assert env.failure is None and env.final_state["result"] == "ok"
+    assert "temperature=0.3, which is not used" in caplog.text
 
 
 def test_errors_are_openai_style():

@@ -39,6 +39,8 @@ log = logging.getLogger("marl.gateway")
 #: seconds a server thread waits for its decision before answering 504
 DECISION_WAIT_S = 3600.0
 
+_WARNED: set[tuple[str, str]] = set()  # (agent, sampling field) already logged as not used
+
 
 @dataclasses.dataclass
 class _Call:
@@ -86,7 +88,6 @@ class Episode:
         self._queue: queue.Queue[_Call | _Done] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
-        self._warned: set[tuple[str, str]] = set()
 
     # ----- server threads --------------------------------------------------------------------
     def agent_of(self, model: str) -> str:
@@ -232,8 +233,8 @@ class Episode:
 
     def _check_sampling(self, agent: str, request: ChatRequest) -> None:
         for key, value in request.sampling.items():
-            if (agent, key) not in self._warned:
-                self._warned.add((agent, key))
+            if (agent, key) not in _WARNED:  # once per process, agent and field
+                _WARNED.add((agent, key))
                 log.warning(
                     "agent %r: the request sets %s=%r, which is not used: the agent's policy "
                     "samples with its pool's settings (set them in the pool's config)",
