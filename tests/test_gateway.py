@@ -88,8 +88,11 @@ def test_chat_stream_tools_json_schema_completions_and_models_parse_with_the_ope
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": task},
             ],
+            extra_body={"return_token_ids": True},  # vLLM's extension
         )
         out["chat"] = (chat.choices[0].message.content, chat.choices[0].finish_reason)
+        extra = chat.model_extra, chat.choices[0].model_extra
+        out["ids"] = (extra[0]["prompt_token_ids"], extra[1]["token_ids"])
         out["usage"] = chat.usage.model_dump()
         stream = c.chat.completions.create(
             model="writer",
@@ -157,6 +160,11 @@ def test_chat_stream_tools_json_schema_completions_and_models_parse_with_the_ope
     assert env.failure is None, env.error
     out = env.final_state["result"]
     assert out["chat"] == ("hello world", "stop")
+    sc, tok = env.scenario, env.scenario.tokenizer
+    first = next(s for s in env.trace if s.agent == "writer")  # the ids are the policy's own
+    assert out["ids"][0] == sc.spaces.decode_prompt(first.observation)
+    sampled = [*tok("hello world", add_special_tokens=False)["input_ids"], tok.eos_token_id]
+    assert out["ids"][1] == sampled
     assert out["usage"]["completion_tokens"] > 0 and out["usage"]["prompt_tokens"] > 0
     assert out["usage"]["total_tokens"] == sum(
         out["usage"][k] for k in ("prompt_tokens", "completion_tokens")
@@ -174,7 +182,6 @@ def test_chat_stream_tools_json_schema_completions_and_models_parse_with_the_ope
     from marl_agents.llm.chat_model import to_chat_dicts
     from scenarios.text_space import encode_prompt
 
-    sc = env.scenario
     call = {"name": "add", "args": {"a": 2, "b": 3}, "id": "c", "type": "tool_call"}
     sent = [
         HumanMessage("add 2 and 3"),

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from marl_agents.gateway.fidelity import TurnIds
-from marl_agents.gateway.protocol import ChatRequest, GatewayError
+from marl_agents.gateway.protocol import ChatRequest, GatewayError, Reply
 
 log = logging.getLogger("marl.gateway")
 
@@ -46,7 +46,7 @@ _WARNED: set[tuple[str, str]] = set()  # (agent, sampling field) already logged 
 class _Call:
     agent: str
     request: ChatRequest
-    future: Future[tuple[Any, int]]
+    future: Future[Reply]
 
 
 @dataclasses.dataclass
@@ -104,9 +104,9 @@ class Episode:
             )
         return agent
 
-    def ask(self, request: ChatRequest) -> tuple[Any, int]:
-        """Hand ``request`` to the episode's node and wait for the reply (``AIMessage``, prompt
-        tokens). Called on a server thread."""
+    def ask(self, request: ChatRequest) -> Reply:
+        """Hand ``request`` to the episode's node and wait for its reply. Called on a server
+        thread."""
         agent = self.agent_of(request.model)
         call = _Call(agent, request, Future())
         with self._lock:
@@ -198,14 +198,13 @@ class Episode:
         except BaseException:  # the episode ends (a timeout, an abort, a bridge error)
             call.future.set_exception(_ended())
             raise
+        gen = model.recorder.steps()[-1].generation
         if self.turns is not None:
-            self._remember(model, chat, message)
-        call.future.set_result((message, min(len(prompt), limit)))
+            self._remember(model, chat, message, gen)
+        call.future.set_result(Reply(message, list(gen.prompt_ids), list(gen.token_ids)))
 
     def _model(self, agent: str, chat_models: Mapping[str, Any]) -> Any:
-        """``agent``'s chat model; with fidelity, a copy recording this episode's replies."""
-        if self.turns is None:
-            return chat_models[agent]
+        """A copy of ``agent``'s chat model recording this episode's replies (their ids)."""
         model = self._recorded.get(agent)
         if model is None:
             from marl_agents.llm.chat_model import GenerationRecorder
@@ -214,14 +213,13 @@ class Episode:
             model = self._recorded[agent] = chat_models[agent].model_copy(update=update)
         return model
 
-    def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any) -> None:
+    def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any, gen: Any) -> None:
         """Keep the ids of the reply ``message`` under the text the app will send back."""
         from marl_agents.llm.backend import stop_ids
         from marl_agents.llm.chat_model import to_chat_dicts
         from scenarios.text_space import encode_prompt
 
         assert self.turns is not None
-        gen = model.recorder.steps()[-1].generation
         sampled = list(gen.token_ids)
         if sampled and sampled[-1] in stop_ids(model.tokenizer, model.params):
             sampled.pop()

@@ -12,7 +12,8 @@ Supported request fields: ``model``, ``messages`` (``system``/``developer``, ``u
 ``assistant`` with ``tool_calls``, ``tool``; text content or text parts), ``tools``
 (function tools), ``tool_choice``, ``response_format`` (``text``, ``json_object``,
 ``json_schema``), ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_tokens``,
-``stream`` (+ ``stream_options.include_usage``), ``n`` (only 1), ``seed``, ``stop``
+``stream`` (+ ``stream_options.include_usage``), ``n`` (only 1), ``seed``,
+``return_token_ids`` (vLLM's extension: the prompt's and the sampled ids), ``stop``
 (ignored: generation stops at EOS or the action length); unknown fields are ignored, as
 OpenAI-compatible servers do. ``/v1/completions`` takes ``prompt`` (one string), given to the
 agent as one user message.
@@ -98,7 +99,24 @@ class ChatRequest:
     sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
+    return_token_ids: bool = False
     kind: str = "chat"
+
+
+@dataclasses.dataclass
+class Reply:
+    """One decision's answer to a request.
+
+    Attributes:
+        message: the agent's ``AIMessage``.
+        prompt_ids: the prompt ids the policy saw (its observation: prefill included, a
+            truncated prompt's last tokens).
+        token_ids: the ids it sampled (up to and with the end-of-turn id).
+    """
+
+    message: Any
+    prompt_ids: list[int]
+    token_ids: list[int]
 
 
 # ----- requests -------------------------------------------------------------------------------
@@ -133,6 +151,7 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
         sampling=_sampling(body),
         stream=_stream(body),
         include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
+        return_token_ids=bool(body.get("return_token_ids", False)),
         kind="chat",
     )
 
@@ -157,6 +176,7 @@ def parse_completion(body: Mapping[str, Any]) -> ChatRequest:
         sampling=_sampling(body),
         stream=_stream(body),
         include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
+        return_token_ids=bool(body.get("return_token_ids", False)),
         kind="completion",
     )
 
@@ -358,22 +378,28 @@ def finish_reason(message: Any) -> str:
     return "length" if meta.get("finish_reason") == "length" else "stop"
 
 
-def usage(prompt_tokens: int, message: Any) -> dict[str, int]:
-    done = int((message.response_metadata or {}).get("num_tokens", 0))
-    return {
-        "prompt_tokens": int(prompt_tokens),
-        "completion_tokens": done,
-        "total_tokens": int(prompt_tokens) + done,
-    }
+def usage(reply: Reply) -> dict[str, int]:
+    prompt, done = len(reply.prompt_ids), len(reply.token_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
 
 def _content(message: Any) -> str:
     return message.content if isinstance(message.content, str) else message.text
 
 
-def chat_response(request: ChatRequest, message: Any, prompt_tokens: int) -> dict[str, Any]:
+def chat_response(request: ChatRequest, reply: Reply) -> dict[str, Any]:
     """The ``chat.completion`` (or, for ``/v1/completions``, ``text_completion``) answering
-    ``request`` with the agent's ``AIMessage``."""
+    ``request`` with the agent's reply; with ``return_token_ids`` (vLLM's extension) also the
+    prompt's ids (``prompt_token_ids``) and the sampled ids (the choice's ``token_ids``)."""
+    out = _response(request, reply)
+    if request.return_token_ids:
+        out["prompt_token_ids"] = list(reply.prompt_ids)
+        out["choices"][0]["token_ids"] = list(reply.token_ids)
+    return out
+
+
+def _response(request: ChatRequest, reply: Reply) -> dict[str, Any]:
+    message = reply.message
     created, rid = int(time.time()), uuid.uuid4().hex
     if request.kind == "completion":
         return {
@@ -389,7 +415,7 @@ def chat_response(request: ChatRequest, message: Any, prompt_tokens: int) -> dic
                     "finish_reason": finish_reason(message),
                 }
             ],
-            "usage": usage(prompt_tokens, message),
+            "usage": usage(reply),
         }
     calls = _openai_calls(message)
     return {
@@ -410,15 +436,16 @@ def chat_response(request: ChatRequest, message: Any, prompt_tokens: int) -> dic
                 "finish_reason": finish_reason(message),
             }
         ],
-        "usage": usage(prompt_tokens, message),
+        "usage": usage(reply),
     }
 
 
-def stream_events(request: ChatRequest, message: Any, prompt_tokens: int) -> bytes:
+def stream_events(request: ChatRequest, reply: Reply) -> bytes:
     """The whole server-sent-event stream of one reply (``data: {chunk}`` lines, then
     ``data: [DONE]``): the role, the text in word pieces, each tool call (name and id, then its
     JSON arguments), the ``finish_reason``, and ``usage`` if asked."""
-    full = chat_response(request, message, prompt_tokens)
+    message = reply.message
+    full = chat_response(request, reply)
     base = {k: full[k] for k in ("id", "created", "model")}
     chunks: list[dict[str, Any]] = []
     reason = finish_reason(message)
@@ -485,6 +512,7 @@ def models_list(names: Sequence[str]) -> dict[str, Any]:
 __all__ = [
     "ChatRequest",
     "GatewayError",
+    "Reply",
     "chat_response",
     "models_list",
     "parse_chat",

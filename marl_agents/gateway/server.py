@@ -143,13 +143,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             body = parse_json(raw)
             request = parse_chat(body) if route == "chat" else parse_completion(body)
-            message, prompt_tokens = episode.ask(request)
+            reply = episode.ask(request)
             if request.stream:
-                self._send_raw(
-                    200, stream_events(request, message, prompt_tokens), "text/event-stream"
-                )
+                self._send_raw(200, stream_events(request, reply), "text/event-stream")
             else:
-                self._send(200, chat_response(request, message, prompt_tokens))
+                self._send(200, chat_response(request, reply))
         except GatewayError as exc:
             self._send(exc.status, exc.body())
         except Exception as exc:  # a bug here: answer 500 rather than drop the connection
