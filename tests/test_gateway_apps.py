@@ -113,9 +113,9 @@ def test_a_function_app_that_raises_or_hangs_ends_its_episode_counted(limit):
     raising = AppScenario(one_call_then("raise"), **settings)
     env = finish(GraphEnv(raising, episode_timeout_s=limit))
     assert env.failure == "error" and "RuntimeError: the app broke" in env.error, env.error
-    hanging = AppScenario(one_call_then("hang"), timeout_s=0.5, **settings)
+    hanging = AppScenario(one_call_then("hang"), timeout_s=3.0, **settings)
     env = finish(GraphEnv(hanging, episode_timeout_s=limit))
-    assert env.failure == "timeout" and "timeout_s=0.5" in env.error, env.error
+    assert env.failure == "timeout" and "timeout_s=3" in env.error, env.error
 
 
 def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr():
@@ -130,12 +130,10 @@ def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr
     assert env.failure == "error" and "exited with status 3" in env.error
     assert "the app broke on purpose" in env.error
     hanging = openai_router.command_scenario(
-        env={**env_vars, "MARL_TEST_MODE": "hang"}, cwd=root, timeout_s=5.0
+        env={**env_vars, "MARL_TEST_MODE": "hang"}, cwd=root, timeout_s=10.0
     )
-    started = time.monotonic()
-    env = finish(GraphEnv(hanging))
-    assert env.failure == "timeout" and "timeout_s=5" in env.error, env.error
-    assert time.monotonic() - started < 30  # killed, not waited for
+    env = finish(GraphEnv(hanging))  # ends (the app sleeps an hour): it was killed
+    assert env.failure == "timeout" and "timeout_s=10" in env.error, env.error
 
 
 def test_an_app_failing_before_its_first_request_cannot_run():
