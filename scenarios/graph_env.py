@@ -488,7 +488,11 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         assert run is not None
         limit = self.episode_timeout_s
         if limit is None:
-            return call()
+            try:
+                return call()
+            except EpisodeTimeout as exc:  # a node's own limit (e.g. an app episode's timeout_s)
+                self._timeout = exc
+                return {}
         if self._graph_s >= limit:  # spent between decisions: do not run the graph again
             self._timeout = EpisodeTimeout(self._limit_text("between decisions"))
             run.abort()

@@ -211,7 +211,7 @@ def test_a_violation_names_the_module_and_the_import(tmp_path: Path) -> None:
     assert len(layering_violations(tmp_path)) == 1  # relative imports resolve to their package
 
 
-@pytest.mark.parametrize("package", [*LAYERS, "marl_agents.llm"])
+@pytest.mark.parametrize("package", [*LAYERS, "marl_agents.llm", "marl_agents.gateway"])
 def test_lazy_exports_resolve_to_their_module(package: str) -> None:
     pkg = importlib.import_module(package)
     for name in pkg.__all__:
@@ -227,7 +227,8 @@ def test_importing_the_packages_loads_neither_langgraph_nor_torch() -> None:
 
     heavy = ("langgraph", "torch", "ray", "transformers")
     code = (
-        "import sys, topologies, scenarios, marl_agents, marl_agents.llm, trainers, trainers.cli\n"
+        "import sys, topologies, scenarios, marl_agents, marl_agents.llm, marl_agents.gateway, "
+        "trainers, trainers.cli\n"
         f"print(sorted(m for m in {heavy} if m in sys.modules))"
     )
     out = subprocess.run(

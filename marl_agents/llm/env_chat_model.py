@@ -41,6 +41,10 @@ A scenario run **by agent id** (``GraphEnv(agent_ids=...)``, e.g.
 each decision by the id the model passes, wherever the call happens (inside subgraphs, ``Send``
 instances get ``<id>_<i>``); set ``agent`` then.
 
+A ``prompt_ids`` call argument (``model.invoke(messages, prompt_ids=[...])``) gives the
+prompt's ids instead of rendering ``messages`` with the chat template: the gateway
+(:mod:`marl_agents.gateway.fidelity`) passes earlier replies as the ids they were sampled as.
+
 The recorder gets one :class:`~marl_agents.llm.chat_model.LLMStep` per call in both modes
 (in env mode unless ``record=False``).
 In env mode its ``generation.prompt_ids`` are the observed (possibly truncated) ids, its
@@ -167,7 +171,8 @@ class EnvChatModel(PolicyChatModel):
             return super()._reply(agent, chat, tools, kwargs)
         from scenarios.decisions import decide, emit_reward
 
-        prompt = encode_prompt(self.tokenizer, chat)
+        given = kwargs.pop("prompt_ids", None)  # the caller's own ids of ``chat`` (the gateway's)
+        prompt = list(given) if given is not None else encode_prompt(self.tokenizer, chat)
         prefill = self.prefill(chat) if callable(self.prefill) else self.prefill
         if prefill:
             prompt += encode_prompt(self.tokenizer, prefill)

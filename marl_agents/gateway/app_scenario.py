@@ -1,0 +1,386 @@
+"""Any app that calls an OpenAI-compatible endpoint, as a text scenario: ``AppScenario``.
+
+The app is left as written, in any framework (the ``openai`` SDK, LangChain's ``ChatOpenAI``,
+the OpenAI Agents SDK...), or as a separate program. Per episode it gets a base URL, an API
+key (the episode's own, unguessable, valid while the episode runs) and the model name of each
+agent; every request it sends with an agent's model name is one decision of that agent
+(:mod:`marl_agents.gateway.episodes`). Two forms:
+
+* ``AppScenario(run, tasks=..., verifier=..., agents=[...])``: ``run(task, llm)`` — a function
+  or an ``async def`` — is called per episode on a thread of its own; ``llm`` is an
+  :class:`AppLLM` (``base_url``, ``api_key``, ``models``: agent id → model name). What it
+  returns is the episode's result.
+* ``AppScenario.command([...argv...], tasks=..., verifier=..., agents=[...])``: the command
+  runs per episode with ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``MARL_MODEL_<AGENT>``
+  (the agent id upper-cased, other characters than letters and digits as ``_``) and
+  ``MARL_TASK`` (the task as JSON) in its environment; the last line it prints is the result
+  (parsed as JSON if it is JSON, else the text).
+
+The verifier gets the final state ``{"task": task, "result": result}``. The scenario is a
+:class:`~marl_agents.llm.chat_app.ChatAppScenario` whose app is one LangGraph node running
+the app and answering its requests, so pools, frozen agents, GRPO groups, loo / Shapley
+credit (the app re-run with absent agents answered by ``default_reply``), transcripts and
+the rest work as for an in-process app; name it in a config by reference
+(``scenario: mypkg.app:scenario``, a module-level scenario or a function returning one).
+
+**Failures.** An app that raises, exits non-zero or prints nothing ends its episode failed
+(``failure: "error"``, the error text names the app and ends with its stderr's last lines);
+one that runs longer than ``timeout_s`` (its own time: the time its requests wait for their
+decisions does not count) is stopped — a command is killed, a Python function's thread is
+left behind (it cannot be killed; its key no longer works) — and the episode ends
+``failure: "timeout"``. Both count in the run's error and timeout rates; a run whose episodes
+all fail stops with ``RunFailed``. An app that fails before its first request has no episode
+to learn from: ``reset()`` raises, naming it (as any graph that cannot run).
+
+Example:
+    >>> from openai import OpenAI                                        # doctest: +SKIP
+    >>> def run(task, llm):
+    ...     client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    ...     reply = client.chat.completions.create(
+    ...         model=llm.models["writer"], messages=[{"role": "user", "content": task}]
+    ...     )
+    ...     return reply.choices[0].message.content                       # doctest: +SKIP
+    >>> scenario = AppScenario(
+    ...     run, tasks=["Say hi"], verifier=lambda s: "hi" in s["result"], agents=["writer"]
+    ... )                                                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import itertools
+import json
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict
+
+import numpy as np
+
+from marl_agents.gateway.episodes import AppTimedOut, Episode
+from marl_agents.gateway.protocol import GatewayError
+from marl_agents.llm.chat_app import ChatAppScenario, TaskSource
+from scenarios.base import Outcome, ScenarioError
+
+#: the default of ``timeout_s``: seconds an app episode may run (its own time)
+DEFAULT_APP_TIMEOUT_S = 120.0
+#: characters of an app's stderr kept in its error text
+STDERR_TAIL = 2000
+
+_EPISODES = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class AppLLM:
+    """What an app episode is given to reach its agents.
+
+    Attributes:
+        base_url: the OpenAI base URL (``http://127.0.0.1:<port>/v1``).
+        api_key: the episode's key (valid while the episode runs).
+        models: agent id → the model name to send for it.
+    """
+
+    base_url: str
+    api_key: str
+    models: Mapping[str, str]
+
+    def environ(self) -> dict[str, str]:
+        """``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``MARL_MODEL_<AGENT>`` for a process."""
+        env = {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": self.api_key}
+        for agent, name in self.models.items():
+            env[model_variable(agent)] = name
+        return env
+
+
+def model_variable(agent: str) -> str:
+    """The environment variable holding ``agent``'s model name: ``MARL_MODEL_<AGENT>``."""
+    return "MARL_MODEL_" + re.sub(r"[^A-Za-z0-9]", "_", agent).upper()
+
+
+class AppState(TypedDict, total=False):
+    task: Any
+    result: Any
+    retokenized_turns: int
+
+
+class AppScenario(ChatAppScenario):
+    """An app talking to an OpenAI-compatible endpoint, as a Dec-POMDP of its agents.
+
+    Args:
+        run: ``run(task, llm) → result`` (sync or ``async def``), called once per episode on a
+            thread of its own; ``llm`` is an :class:`AppLLM`. (Or a command: :meth:`command`.)
+        tasks: ``rng → task`` or a sequence of tasks (any JSON-serialisable value for a
+            command).
+        verifier: final state ``{"task", "result"}`` → ``Outcome`` | float | bool.
+        agents: the agent ids (required: the app's calls are not visible before it runs).
+        model_names: agent id → the model name the app sends for it (default: the id).
+        timeout_s: seconds an episode's app may run (its own time); ``None``: no limit.
+        truncate_prompts: keep the last ``max_prompt_tokens`` tokens of a longer prompt (as
+            ``ChatAppScenario`` does; handy for tiny models); default: such a request is
+            refused (400 ``context_length_exceeded``), as OpenAI refuses it.
+        token_fidelity: give the policy an earlier reply the app sends back as the ids it was
+            sampled as, not re-tokenised (:mod:`marl_agents.gateway.fidelity`); the turns
+            where that differs are counted (episode metric ``gateway/retokenized_turns``).
+            ``False``: re-tokenise, as an in-process ``ChatAppScenario`` does.
+        host: the address of the process's gateway (default: loopback only; another address
+            is exposed beyond this machine: see :mod:`marl_agents.gateway.server`).
+        **settings: :class:`~marl_agents.llm.chat_app.ChatAppScenario`'s other settings
+            (``roles``, ``default_reply``, ``prefill``, ``tokenizer``, ``max_prompt_tokens``,
+            ``max_new_tokens``, ``format_penalty``, ``complete_calls``, ``name``;
+            ``max_supersteps`` caps an episode's decisions).
+    """
+
+    name = "app"
+
+    def __init__(
+        self,
+        run: Callable[..., Any],
+        *,
+        tasks: TaskSource,
+        verifier: Callable[[dict[str, Any]], Outcome | float | bool],
+        agents: Sequence[str],
+        model_names: Mapping[str, str] | None = None,
+        timeout_s: float | None = DEFAULT_APP_TIMEOUT_S,
+        truncate_prompts: bool = False,
+        token_fidelity: bool = True,
+        host: str | None = None,
+        **settings: Any,
+    ) -> None:
+        runner = run if isinstance(run, _Command) else _Function(run)
+        if isinstance(agents, str) or not agents:
+            raise ScenarioError(
+                "AppScenario needs agents=[...]: the agent ids whose model names the app uses "
+                "(its requests are not visible before it runs)"
+            )
+        agents = [str(a) for a in agents]
+        names = {a: a for a in agents}
+        unknown = sorted(set(model_names or {}) - set(agents))
+        if unknown:
+            raise ScenarioError(f"model_names names {unknown}, which are not agents: {agents}")
+        names.update({a: str(n) for a, n in (model_names or {}).items()})
+        if len(set(names.values())) != len(names):
+            raise ScenarioError(f"two agents share a model name in {names}: give each its own")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ScenarioError(f"timeout_s must be > 0 seconds or None, got {timeout_s}")
+        self.runner = runner
+        self.model_names = names
+        self.timeout_s = timeout_s
+        self.truncate_prompts = bool(truncate_prompts)
+        self.token_fidelity = bool(token_fidelity)
+        self.host = host
+
+        def build(models: Mapping[str, Any]) -> Any:
+            from langgraph.graph import END, START, StateGraph
+
+            chat = {a: models[a] for a in agents}
+
+            def app(state: AppState) -> dict[str, Any]:
+                result, retokenized = self.run_episode(state["task"], chat)
+                return {"result": result, "retokenized_turns": retokenized}
+
+            graph = StateGraph(AppState)
+            graph.add_node("app", app)
+            graph.add_edge(START, "app")
+            graph.add_edge("app", END)
+            return graph
+
+        super().__init__(build, tasks=tasks, verifier=verifier, agents=agents, **settings)
+
+    @classmethod
+    def command(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        **kwargs: Any,
+    ) -> AppScenario:
+        """An app run as a command per episode (see the module docstring for its environment).
+
+        Args:
+            argv: the command and its arguments (no shell).
+            env: extra environment variables for it (over this process's).
+            cwd: its working directory.
+            **kwargs: as for :class:`AppScenario` (``tasks``, ``verifier``, ``agents``...).
+        """
+        if isinstance(argv, str) or not argv:
+            raise ScenarioError("argv must be a non-empty list: the command and its arguments")
+        return cls(_Command([str(a) for a in argv], dict(env or {}), cwd), **kwargs)
+
+    def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
+        return {"task": self._tasks(rng)}
+
+    def score(self, state: dict[str, Any]) -> Outcome:
+        outcome = super().score(state)
+        if self.token_fidelity:
+            turns = float(state.get("retokenized_turns") or 0)
+            outcome.metrics = {**outcome.metrics, "gateway/retokenized_turns": turns}
+        return outcome
+
+    def run_episode(self, task: Any, chat: Mapping[str, Any]) -> tuple[Any, int]:
+        """Run the app on ``task`` and answer its requests here until it ends (in the node);
+        returns its result and the turns whose sampled ids replaced re-tokenised ones."""
+        from marl_agents.gateway.server import gateway
+        from scenarios.alarm import EpisodeTimeout
+        from scenarios.stepped import needs_langgraph
+
+        # the decisions find their episode through LangGraph's run config: on the fast path,
+        # fall back before the app starts
+        needs_langgraph("an app episode answers its requests through LangGraph's run config")
+        server = gateway(self.host)
+        names = {name: agent for agent, name in self.model_names.items()}
+        episode = Episode(
+            names, truncate_prompts=self.truncate_prompts, fidelity=self.token_fidelity
+        )
+        server.registry.add(episode)
+        llm = AppLLM(server.base_url, episode.key, dict(self.model_names))
+        running = self.runner.start(task, llm, episode)
+        try:
+            result = episode.serve(chat, self.timeout_s)
+            return result, episode.turns.retokenized_turns if episode.turns is not None else 0
+        except AppTimedOut as exc:
+            running.stop()
+            raise EpisodeTimeout(f"{running.describe()}: {exc}{running.tail()}") from None
+        finally:
+            server.registry.remove(episode.key)
+            episode.close()
+            running.stop()
+
+
+# ----- runners ---------------------------------------------------------------------------------
+class AppFailed(GatewayError):
+    """An app episode's app raised, exited non-zero or printed no result."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 500, "server_error", None, "app_failed")
+
+
+class _Running:
+    def stop(self) -> None:
+        pass
+
+    def tail(self) -> str:
+        return ""
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class _Thread(_Running):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def describe(self) -> str:
+        return f"the app {self.name}"
+
+
+class _Function:
+    """``run(task, llm)`` on a daemon thread per episode."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        if not callable(fn):
+            raise ScenarioError(
+                f"run must be a function run(task, llm) → result, got {type(fn).__name__}; "
+                "use AppScenario.command([...]) for a program"
+            )
+        self.fn = fn
+
+    def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
+        fn, name = self.fn, getattr(self.fn, "__qualname__", repr(self.fn))
+
+        def target() -> None:
+            try:
+                out = fn(task, llm)
+                if inspect.isawaitable(out):
+                    out = asyncio.run(_awaited(out))
+            except BaseException as exc:
+                error = AppFailed(f"the app {name} raised {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                episode.finish(error=error)
+            else:
+                episode.finish(result=out)
+
+        thread = threading.Thread(target=target, name=f"marl-app-{next(_EPISODES)}", daemon=True)
+        thread.start()
+        return _Thread(name)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _Command:
+    """A command run per episode (its environment: the module docstring)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
+        self.argv, self.env, self.cwd = argv, env, cwd
+
+    def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
+        try:
+            payload = json.dumps(task)
+        except TypeError as exc:
+            raise ScenarioError(f"a command app's task must be JSON-serialisable: {exc}") from exc
+        env = {**os.environ, **self.env, **llm.environ(), "MARL_TASK": payload}
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=self.cwd,
+                text=True,
+                errors="replace",
+            )
+        except OSError as exc:
+            raise ScenarioError(f"cannot start the app command {self.argv}: {exc}") from exc
+        return _Process(proc, self.argv, episode)
+
+
+class _Process(_Running):
+    def __init__(self, proc: subprocess.Popen[str], argv: list[str], episode: Episode) -> None:
+        self.proc, self.argv = proc, argv
+        self.stderr = ""
+        self._waiter = threading.Thread(target=self._wait, args=(episode,), daemon=True)
+        self._waiter.start()
+
+    def describe(self) -> str:
+        return f"the app command {self.argv}"
+
+    def _wait(self, episode: Episode) -> None:
+        out, err = self.proc.communicate()
+        self.stderr = err or ""
+        code = self.proc.returncode
+        lines = [x for x in (out or "").splitlines() if x.strip()]
+        if code != 0:
+            episode.finish(
+                error=AppFailed(f"{self.describe()} exited with status {code}{self.tail()}")
+            )
+        elif not lines:
+            episode.finish(
+                error=AppFailed(
+                    f"{self.describe()} printed no result: print it as the last line{self.tail()}"
+                )
+            )
+        else:
+            try:
+                result = json.loads(lines[-1])
+            except json.JSONDecodeError:
+                result = lines[-1]
+            episode.finish(result=result)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self._waiter.join(timeout=5)
+
+    def tail(self) -> str:
+        err = self.stderr.strip()
+        return f"; its stderr ends:\n{err[-STDERR_TAIL:]}" if err else ""
+
+
+__all__ = ["AppFailed", "AppLLM", "AppScenario", "model_variable"]

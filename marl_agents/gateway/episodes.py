@@ -1,0 +1,305 @@
+"""Episodes behind the gateway: each one's unguessable key, and the queue its node answers.
+
+An app episode (:class:`~marl_agents.gateway.app_scenario.AppScenario`) opens an
+:class:`Episode` in the process's :class:`Registry`: the episode's key
+(``secrets.token_urlsafe``, 192 bits) is the API key its app is given
+(``Authorization: Bearer <key>``; the base URL ``/e/<key>/v1`` is accepted too) and is
+removed when the episode ends, so a stale or guessed key is a 401.
+
+**Who answers a request.** A decision (``scenarios.decide``) must be made on the episode's
+own thread and greenlet: the bridge suspends that greenlet until the environment brings the
+action (``GraphRun.decide`` refuses any other thread). So a request is not answered on the
+server thread that read it: the server thread puts it on the episode's queue
+(:meth:`Episode.ask`) and waits, and the episode's node, which runs the app in another thread
+or process, takes requests off the queue (:meth:`Episode.serve`) and answers each one by
+calling the agent's :class:`~marl_agents.llm.env_chat_model.EnvChatModel` — the same object
+``ChatAppScenario`` hands to ``build_app`` — with the request's tools, ``tool_choice`` and
+``response_format``. Recording, constrained decoding, frozen pools, absent agents' default
+replies (loo / Shapley replays) and GRPO thus work as for an in-process app. Requests of one
+episode are answered one at a time, in arrival order: each is one decision (one env step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from marl_agents.gateway.fidelity import TurnIds
+from marl_agents.gateway.protocol import ChatRequest, GatewayError, Reply
+
+log = logging.getLogger("marl.gateway")
+
+#: seconds a server thread waits for its decision before answering 504
+DECISION_WAIT_S = 3600.0
+
+_WARNED: set[tuple[str, str]] = set()  # (agent, sampling field) already logged as not used
+
+
+@dataclasses.dataclass
+class _Call:
+    agent: str
+    request: ChatRequest
+    future: Future[Reply]
+
+
+@dataclasses.dataclass
+class _Done:
+    result: Any = None
+    error: BaseException | None = None
+
+
+class AppTimedOut(GatewayError):
+    """The app ran past its episode's ``timeout_s`` (raised by :meth:`Episode.serve`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 504, "server_error", None, "timeout")
+
+
+class Episode:
+    """One app episode's side of the gateway.
+
+    Args:
+        models: model name → agent id (the names the app may put in ``model``).
+        truncate_prompts: a prompt longer than the agent's ``max_prompt_tokens`` keeps its last
+            tokens (as in-process chat apps do); default: refused with a 400
+            ``context_length_exceeded``, as OpenAI does.
+        fidelity: an assistant turn sent back that is one of this episode's replies is given
+            to the policy as the ids it was sampled as (:mod:`marl_agents.gateway.fidelity`);
+            ``False``: re-tokenised from its text, as in-process chat apps do.
+    """
+
+    def __init__(
+        self, models: Mapping[str, str], truncate_prompts: bool = False, fidelity: bool = True
+    ) -> None:
+        self.key = secrets.token_urlsafe(24)
+        self.models = dict(models)
+        self.truncate_prompts = bool(truncate_prompts)
+        #: the sampled ids of this episode's replies (``None``: assistant turns re-tokenised)
+        self.turns = TurnIds() if fidelity else None
+        self._recorded: dict[str, Any] = {}  # agent → its model, recording this episode's replies
+        self.requests = 0
+        self._queue: queue.Queue[_Call | _Done] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ----- server threads --------------------------------------------------------------------
+    def agent_of(self, model: str) -> str:
+        """The agent a request's ``model`` names (a 404 listing the known names if none)."""
+        agent = self.models.get(model)
+        if agent is None:
+            raise GatewayError(
+                f"the model {model!r} does not exist in this episode: the agents' model names "
+                f"are {sorted(self.models)}",
+                404,
+                "invalid_request_error",
+                "model",
+                "model_not_found",
+            )
+        return agent
+
+    def ask(self, request: ChatRequest) -> Reply:
+        """Hand ``request`` to the episode's node and wait for its reply. Called on a server
+        thread."""
+        agent = self.agent_of(request.model)
+        call = _Call(agent, request, Future())
+        with self._lock:
+            if self._closed:
+                raise _ended()
+            self._queue.put(call)
+        try:
+            return call.future.result(timeout=DECISION_WAIT_S)
+        except TimeoutError as exc:
+            raise GatewayError(
+                f"no decision within {DECISION_WAIT_S:g} s", 504, "server_error", None, "timeout"
+            ) from exc
+
+    # ----- the app's runner ------------------------------------------------------------------
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        """The app ended (with ``result``, or failing with ``error``)."""
+        self._queue.put(_Done(result, error))
+
+    # ----- the episode's node ----------------------------------------------------------------
+    def serve(self, chat_models: Mapping[str, Any], timeout_s: float | None) -> Any:
+        """Answer the app's requests here (the node's greenlet) until the app ends; return its
+        result, or raise its error.
+
+        Raises:
+            AppTimedOut: the app ran ``timeout_s`` seconds in all without ending (the time its
+                decisions take, between a request and its reply, does not count).
+        """
+        waited = 0.0
+        while True:
+            start = time.monotonic()
+            try:
+                if timeout_s is None:
+                    item = self._queue.get()
+                else:
+                    item = self._queue.get(timeout=max(timeout_s - waited, 0.0))
+            except queue.Empty:
+                raise AppTimedOut(
+                    f"the app ran longer than timeout_s={timeout_s:g} s without ending "
+                    f"(after {self.requests} requests)"
+                ) from None
+            finally:
+                waited += time.monotonic() - start
+            if isinstance(item, _Done):
+                if item.error is not None:
+                    raise item.error
+                return item.result
+            self._answer(item, chat_models)
+
+    def _answer(self, call: _Call, chat_models: Mapping[str, Any]) -> None:
+        from marl_agents.llm.chat_model import to_chat_dicts
+        from marl_agents.llm.constraints import ConstraintError
+        from scenarios.text_space import encode_prompt
+
+        self.requests += 1
+        request, model = call.request, self._model(call.agent, chat_models)
+        try:
+            self._check_sampling(call.agent, request)
+            chat = to_chat_dicts(request.messages, request.tools)
+            if self.turns is not None:
+                prompt = self.turns.prompt(model.tokenizer, chat)
+            else:
+                prompt = encode_prompt(model.tokenizer, chat)
+            limit = model.spaces.max_prompt_tokens
+            if len(prompt) > limit and not self.truncate_prompts:
+                raise GatewayError(
+                    f"this model's context is {limit} tokens; the messages take {len(prompt)}: "
+                    "shorten them (or raise the scenario's max_prompt_tokens)",
+                    400,
+                    "invalid_request_error",
+                    "messages",
+                    "context_length_exceeded",
+                )
+            kwargs: dict[str, Any] = {}
+            if request.tools:
+                kwargs["tools"] = request.tools
+                if request.tool_choice is not None:
+                    kwargs["tool_choice"] = request.tool_choice
+            if request.response_format is not None:
+                kwargs["response_format"] = request.response_format
+            if self.turns is not None:
+                kwargs["prompt_ids"] = prompt
+            message = model.invoke(request.messages, **kwargs)
+        except GatewayError as exc:
+            call.future.set_exception(exc)
+            return
+        except ConstraintError as exc:
+            call.future.set_exception(GatewayError(str(exc), 400, param="response_format"))
+            return
+        except BaseException:  # the episode ends (a timeout, an abort, a bridge error)
+            call.future.set_exception(_ended())
+            raise
+        gen = model.recorder.steps()[-1].generation
+        if self.turns is not None:
+            self._remember(model, chat, message, gen)
+        call.future.set_result(Reply(message, list(gen.prompt_ids), list(gen.token_ids)))
+
+    def _model(self, agent: str, chat_models: Mapping[str, Any]) -> Any:
+        """A copy of ``agent``'s chat model recording this episode's replies (their ids)."""
+        model = self._recorded.get(agent)
+        if model is None:
+            from marl_agents.llm.chat_model import GenerationRecorder
+
+            update = {"record": True, "recorder": GenerationRecorder()}
+            model = self._recorded[agent] = chat_models[agent].model_copy(update=update)
+        return model
+
+    def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any, gen: Any) -> None:
+        """Keep the ids of the reply ``message`` under the text the app will send back."""
+        from marl_agents.llm.backend import stop_ids
+        from marl_agents.llm.chat_model import to_chat_dicts
+        from scenarios.text_space import encode_prompt
+
+        assert self.turns is not None
+        sampled = list(gen.token_ids)
+        if sampled and sampled[-1] in stop_ids(model.tokenizer, model.params):
+            sampled.pop()
+        prefill = model.prefill(chat) if callable(model.prefill) else model.prefill
+        content = to_chat_dicts([message])[0]["content"]
+        if content == prefill + gen.text:  # else the app sees other text (a completed call)
+            head = encode_prompt(model.tokenizer, prefill) if prefill else []
+            self.turns.remember(content, head + sampled)
+
+    def _check_sampling(self, agent: str, request: ChatRequest) -> None:
+        for key, value in request.sampling.items():
+            if (agent, key) not in _WARNED:  # once per process, agent and field
+                _WARNED.add((agent, key))
+                log.warning(
+                    "agent %r: the request sets %s=%r, which is not used: the agent's policy "
+                    "samples with its pool's settings (set them in the pool's config)",
+                    agent,
+                    key,
+                    value,
+                )
+
+    def close(self) -> None:
+        """End the episode: requests still queued, and any later, are answered 401."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Call):
+                item.future.set_exception(_ended())
+
+
+def _ended() -> GatewayError:
+    return GatewayError(
+        "this episode has ended: its key is no longer valid",
+        401,
+        "authentication_error",
+        None,
+        "invalid_api_key",
+    )
+
+
+class Registry:
+    """The process's open episodes by key (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._episodes: dict[str, Episode] = {}
+
+    def add(self, episode: Episode) -> None:
+        with self._lock:
+            self._episodes[episode.key] = episode
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._episodes.pop(key, None)
+
+    def get(self, key: str | None) -> Episode:
+        """The episode of ``key`` (a 401 if none is open)."""
+        with self._lock:
+            episode = self._episodes.get(key or "")
+        if episode is None:
+            raise GatewayError(
+                "missing API key: send 'Authorization: Bearer <episode key>' (the key the "
+                "episode's app was given) or use the base URL /e/<key>/v1"
+                if not key
+                else "invalid API key: no episode of this key is running (keys end with "
+                "their episode)",
+                401,
+                "authentication_error",
+                None,
+                "invalid_api_key",
+            )
+        return episode
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._episodes)
+
+
+__all__ = ["AppTimedOut", "Episode", "Registry"]

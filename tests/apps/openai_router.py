@@ -1,0 +1,137 @@
+"""The router → worker app of ``tests/apps/router.py``, written with the plain ``openai`` SDK and
+trained through the gateway (``tests.apps.openai_router:scenario``).
+
+``router`` reads the task and replies; a reply starting the way the task asks hands over to
+``worker`` (one more call, seeing the task and the router's reply), else the app ends. The
+reward is 1 for a right route. With the same tiny policies and seeds it makes the same
+decisions, on the same prompts, as the in-process ``ChatAppScenario`` twin, so their credit
+values agree. ``command_scenario`` runs the same app as a subprocess (``python -m
+tests.apps.openai_router``) with its settings in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from marl_agents.gateway.app_scenario import AppScenario
+from tests.apps.router import TASKS, right_reply
+
+SETTINGS: dict[str, Any] = dict(
+    tasks=TASKS, default_reply="-", max_prompt_tokens=64, max_new_tokens=2
+)
+
+
+_HTTP: list[Any] = []  # one connection pool per process: a new one costs ~60 ms (TLS setup)
+
+
+def client_of(llm: Any) -> Any:
+    """An ``openai`` client for this episode, on the process's shared HTTP client."""
+    from openai import DefaultHttpxClient, OpenAI
+
+    if not _HTTP:
+        _HTTP.append(DefaultHttpxClient())
+    return OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0, http_client=_HTTP[0])
+
+
+def run(task: str, llm: Any) -> dict[str, Any]:
+    """The app: two agents, plain ``openai`` client calls."""
+    client = client_of(llm)
+    first = client.chat.completions.create(
+        model=llm.models["router"], messages=[{"role": "user", "content": task}]
+    )
+    reply = first.choices[0].message.content or ""
+    out: dict[str, Any] = {"reply": reply, "routed": right_reply(task, reply)}
+    if out["routed"]:
+        second = client.chat.completions.create(
+            model=llm.models["worker"],
+            messages=[
+                {"role": "user", "content": task},
+                {"role": "assistant", "content": reply},
+            ],
+        )
+        out["answer"] = second.choices[0].message.content
+    return out
+
+
+def routed(state: dict[str, Any]) -> bool:
+    return bool((state.get("result") or {}).get("routed"))
+
+
+def scenario(**kwargs: Any) -> AppScenario:
+    """The app as a scenario (``kwargs`` override its settings)."""
+    settings = {**SETTINGS, "verifier": routed, "agents": ["router", "worker"], **kwargs}
+    return AppScenario(run, **settings)
+
+
+def command_scenario(**kwargs: Any) -> AppScenario:
+    """The same app run as a subprocess per episode."""
+    settings = {**SETTINGS, "verifier": routed, "agents": ["router", "worker"], **kwargs}
+    return AppScenario.command([sys.executable, "-m", "tests.apps.openai_router"], **settings)
+
+
+def main() -> None:
+    """The subprocess form: settings from the environment, the result as the last line.
+
+    ``MARL_TEST_MODE=fail`` exits 3 after printing to stderr; ``hang`` sleeps after its
+    first call.
+    """
+
+    from types import SimpleNamespace
+
+    models = {a: os.environ[f"MARL_MODEL_{a.upper()}"] for a in ("router", "worker")}
+    llm = SimpleNamespace(
+        base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"], models=models
+    )
+
+    mode = os.environ.get("MARL_TEST_MODE", "")
+    task = json.loads(os.environ["MARL_TASK"])
+    if mode == "hang":
+        client = client_of(llm)
+        client.chat.completions.create(
+            model=llm.models["router"], messages=[{"role": "user", "content": task}]
+        )
+        time.sleep(3600)
+    out = run(task, llm)
+    if mode == "fail":
+        print("the app broke on purpose", file=sys.stderr)
+        sys.exit(3)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
+
+
+def supervisor_tutorial(**kwargs: Any) -> AppScenario:
+    """LangGraph's supervisor tutorial with ``ChatOpenAI`` models
+    (``tests/apps/supervisor_tutorial_openai.py``), run as a program per episode; the reward
+    is the in-process tutorial's (``tests/apps/supervisor_tutorial.py``): the first route is
+    the worker the task names."""
+    from pathlib import Path
+
+    from tests.apps.supervisor_tutorial import TASKS as TUTORIAL_TASKS
+
+    root = str(Path(__file__).resolve().parents[2])
+
+    def first_route_right(state: dict[str, Any]) -> bool:
+        routes = (state.get("result") or {}).get("routes") or []
+        want = "researcher" if state["task"] == TUTORIAL_TASKS[0] else "coder"
+        return bool(routes) and routes[0] == want
+
+    settings: dict[str, Any] = dict(
+        tasks=TUTORIAL_TASKS,
+        verifier=first_route_right,
+        agents=["supervisor", "researcher", "coder"],
+        default_reply={"supervisor": '{"next": "FINISH"}'},
+        max_prompt_tokens=256,
+        max_new_tokens=64,
+        truncate_prompts=True,  # the in-process tutorial's prompts keep their last tokens too
+        env={"PYTHONPATH": root},
+        cwd=root,
+    )
+    argv = [sys.executable, "-m", "tests.apps.supervisor_tutorial_openai"]
+    return AppScenario.command(argv, **{**settings, **kwargs})
