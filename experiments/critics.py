@@ -22,6 +22,7 @@ from typing import Any
 
 from experiments import analysis as an
 from experiments import harness
+from experiments.credit import TARGETS  # claim 3's targets
 from experiments.harness import Condition
 
 CLAIM = "critics"
@@ -33,11 +34,6 @@ PUBLISHED = (
 ALGOS = ("IPPO", "MAPPO")
 #: scenario → the credit methods run there
 ARMS: dict[str, tuple[str, ...]] = {"relay": ("team", "shapley"), "delegate": ("team",)}
-#: scenario → (training metric, main target, description, a lower second target)
-TARGETS: dict[str, tuple[str, float, str, float]] = {
-    "delegate": ("oracle_fraction", 0.8, "80% of the oracle's expected return", 0.5),
-    "relay": ("team_return", 0.9, "team return 0.9 (exact answer in 90% of episodes)", 0.5),
-}
 BUDGETS: dict[str, dict[str, Any]] = {
     "smoke": {"iterations": {"relay": 2, "delegate": 2}, "eval": 3},
     "default": {"iterations": {"relay": 20, "delegate": 20}, "eval": 100},
