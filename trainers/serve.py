@@ -99,7 +99,9 @@ def serve(
     from trainers.run.process import setup_process
 
     if key is not None and (not key.strip() or key != key.strip()):
-        raise ConfigError("the key must be a non-empty string without surrounding spaces")
+        raise ConfigError(f"the key {key!r} must be a non-empty string without surrounding spaces")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"port must be 0 (a free one) to 65535, got {port!r}")
     setup_process(hash_seed_matters=False)
     cfg, plan, policy = load_team(checkpoint)
     scenario = plan.env.build_scenario()
