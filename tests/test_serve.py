@@ -204,3 +204,24 @@ def test_the_marl_serve_command_prints_its_url_and_key_and_answers(run_dir):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
+
+
+def test_dozens_of_requests_opening_at_once_are_all_answered(served):
+    """48 clients, each on its own connection, send at once (the listen backlog holds them)."""
+    import concurrent.futures
+    import threading
+
+    n = 48
+    barrier = threading.Barrier(n)
+
+    def ask(i: int) -> str:
+        c = client(served)
+        barrier.wait()
+        r = c.chat.completions.create(
+            model="worker", messages=[{"role": "user", "content": f"q{i}"}]
+        )
+        return r.choices[0].message.content
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        replies = list(pool.map(ask, range(n)))
+    assert len(replies) == n and all(isinstance(r, str) for r in replies)

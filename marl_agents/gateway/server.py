@@ -112,6 +112,9 @@ class Gateway:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the listen backlog: socketserver's default of 5 resets connections when dozens of
+    # requests open at once (apps in flight, a client's pool filling up)
+    request_queue_size = 1024
     gateway: Gateway
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
