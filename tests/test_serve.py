@@ -225,3 +225,34 @@ def test_dozens_of_requests_opening_at_once_are_all_answered(served):
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
         replies = list(pool.map(ask, range(n)))
     assert len(replies) == n and all(isinstance(r, str) for r in replies)
+
+
+def test_sampled_replies_are_the_modules_samples_at_the_pools_temperature(run_dir):
+    """Without ``greedy``, from the run's first checkpoint directory: a reply is the pool's
+    module sampling at its own temperature (the worker pool's 0.7), the same ids for the same
+    torch seed."""
+    import torch
+
+    from trainers.evaluate import load_team
+    from trainers.serve import serve
+
+    first = sorted((run_dir / "checkpoints").glob("iter_*"))[0]
+    _, plan, policy = load_team(first)
+    module = policy.modules["worker"]
+    assert module.temperature == pytest.approx(0.7)
+    s = serve(first)
+    try:
+        messages = [{"role": "user", "content": "Say UP"}]
+        got = []
+        for seed in (3, 4):
+            torch.manual_seed(seed)
+            r = client(s).chat.completions.create(
+                model="worker", messages=messages, extra_body={"return_token_ids": True}
+            )
+            torch.manual_seed(seed)
+            [gen] = module.generate([r.model_extra["prompt_token_ids"]], module.temperature)
+            assert r.choices[0].model_extra["token_ids"] == list(gen.token_ids)
+            got.append(list(gen.token_ids))
+        assert got[0] != got[1]  # sampled, not greedy
+    finally:
+        s.stop()
