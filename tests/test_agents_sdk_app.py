@@ -2,7 +2,8 @@
 ``handoffs=[billing, tech]``, ``OpenAIChatCompletionsModel`` on ``AsyncOpenAI``, ``Runner.run``)
 trained unchanged through the gateway: an episode's handoff reaches the chosen specialist's own
 policy and the verifier reads ``result.last_agent.name``; two GRPO iterations complete with the
-triage agent learning and the specialists frozen (bit-identical).
+triage agent learning and the specialists frozen (bit-identical); and the trained run, served
+by ``marl serve``, runs the same app unchanged.
 """
 
 from __future__ import annotations
@@ -88,3 +89,45 @@ def test_two_grpo_iterations_train_triage_with_the_specialists_frozen(ray_sessio
     )
     result = trains_with_frozen_pool(cfg, "triage", "specialists", changes=True)
     assert result["env_runners"]["num_episodes_lifetime"] >= 8
+
+
+def test_the_trained_app_runs_unchanged_against_marl_serve(ray_session, tmp_path):
+    """Train it (2 iterations, a run directory), serve the run, and run the same Agents SDK
+    app against the served endpoint: the triage agent hands off to a specialist, who answers."""
+    import asyncio
+
+    from configs import tiny_config
+
+    from marl_agents.gateway.app_scenario import AppLLM
+    from trainers.run.loop import train
+    from trainers.serve import serve
+
+    llm = {"type": "llm", "path": "tiny"}
+    cfg = tiny_config(
+        tmp_path,
+        scenario="tests.apps.agents_sdk_handoff:scenario",
+        sharing="explicit",
+        pools={
+            "triage": {"agents": ["triage"], "model": llm},
+            "specialists": {"agents": ["billing", "tech"], "model": {**llm, "tiny_seed": 1}},
+        },
+        train=["triage"],
+        algorithm={
+            "name": "GRPO",
+            "num_epochs": 1,
+            "grpo": {"group_size": 2, "groups_per_iteration": 2},
+        },
+        seed=0,
+    )
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    served = serve(result.run_dir, greedy=True)
+    try:
+        assert served.models == ["billing", "tech", "triage"]
+        app = AppLLM(served.base_url, served.key, {a: a for a in served.models})
+        task = agents_sdk_handoff.TASKS[2]
+        out = asyncio.run(agents_sdk_handoff.run(task, app))
+        assert out["last_agent"] in ("billing", "tech") and isinstance(out["output"], str)
+        assert served.team.requests == 2  # the triage's handoff call, the specialist's reply
+    finally:
+        served.stop()
