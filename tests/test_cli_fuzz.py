@@ -46,6 +46,10 @@ EVAL = [
     (["--credit", "shaply"], "credit='shaply' is unknown: use one of team, local, loo, shapley"),
     (["--transcripts", "-1"], "transcripts must be ≥ 0, got -1"),
 ]
+SERVE = [
+    (["--port", "-1"], "port must be 0 (a free one) to 65535, got -1"),
+    (["--key", " x"], "the key ' x' must be a non-empty string without surrounding spaces"),
+]
 FINETUNE = [
     (["--iterations", "0"], "budget.iterations must be positive"),
     (["--seed", "-3"], "seed must be an integer ≥ 0, got -3"),
@@ -56,6 +60,8 @@ CASES = (
     [(app, ["run", "delegate", *args], text) for args, text in RUN]
     + [(app, ["eval", "/nonexistent-run", *args], text) for args, text in EVAL]
     + [(app, ["eval", "/nonexistent-run"], "no algorithm checkpoint at /nonexistent-run")]
+    + [(app, ["serve", "/nonexistent-run", *args], text) for args, text in SERVE]
+    + [(app, ["serve", "/nonexistent-run"], "no algorithm checkpoint at /nonexistent-run")]
     + [(app, ["sweep", "/nonexistent.yaml"], "sweep file /nonexistent.yaml does not exist")]
     + [(app, ["sweep", "/nonexistent.yaml", "--address", "x"], "does not exist")]
     + [(app, ["finetune", JOB, *args], text) for args, text in FINETUNE]

@@ -1,7 +1,7 @@
 """The ``marl`` command line, assembled in the top layer from the commands of every package.
 
 ``marl topology`` (:mod:`topologies.cli`), ``marl scenarios`` (:mod:`scenarios.cli`),
-``marl run | sweep | eval | finetune | replay-updates`` (here).
+``marl run | sweep | eval | serve | finetune | replay-updates`` (here).
 Ray and torch are imported inside the commands only, so ``marl --help`` stays fast.
 ``python -m trainers.cli`` is the same app (the ``marl`` console script points here).
 
@@ -207,6 +207,70 @@ def eval_command(
         )
 
 
+def serve_command(
+    checkpoint: Annotated[Path, typer.Argument(help="A run directory or checkpoint.")],
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on. Default: loopback only. Another address (e.g. 0.0.0.0) "
+            "exposes every agent of the run to anyone who reaches the port with the key, over "
+            "plain HTTP: use it on a trusted network only."
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: a free one, printed).")] = 8000,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            help="API key clients send (default: $MARL_SERVE_KEY, else a random one, printed)."
+        ),
+    ] = None,
+    greedy: Annotated[
+        bool, typer.Option(help="Greedy replies (default: sampled at each pool's temperature).")
+    ] = False,
+    truncate_prompts: Annotated[
+        bool,
+        typer.Option(help="Keep a too-long prompt's last tokens (default: refuse it, 400)."),
+    ] = False,
+) -> None:
+    """Serve a trained run's agents on an OpenAI-compatible endpoint (/v1/chat/completions,
+    /v1/completions, /v1/models): model = the agent, each answered by its pool's policy."""
+    import os
+    import threading
+
+    from trainers.serve import KEY_VARIABLE, serve
+
+    cwd_on_path()
+    with config_errors():
+        try:
+            served = serve(
+                checkpoint,
+                host=host,
+                port=port,
+                key=key or os.environ.get(KEY_VARIABLE) or None,
+                greedy=greedy,
+                truncate_prompts=truncate_prompts,
+            )
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port} ({exc}): pick another --port (0: a free one)")
+    from marl_agents.gateway.server import is_loopback
+
+    if not is_loopback(served.gateway.host):
+        print(
+            f"warning: listening on {served.gateway.host}, beyond this machine: anyone who "
+            "reaches the port with the key can query every agent (plain HTTP)"
+        )
+    print(f"serving {checkpoint} ({'greedy' if greedy else 'sampled'} replies)")
+    print(f"  OPENAI_BASE_URL={served.base_url}")
+    print(f"  OPENAI_API_KEY={served.key}")
+    print(f"  models: {', '.join(served.models)}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        served.stop()
+
+
 def replay_updates_command(
     run: Annotated[Path, typer.Argument(help="A run directory trained with output.rollouts.")],
     from_checkpoint: Annotated[
@@ -300,6 +364,7 @@ app.add_typer(topology_app, name="topology")
 app.command("run")(run_command)
 app.command("sweep")(sweep_command)
 app.command("eval")(eval_command)
+app.command("serve")(serve_command)
 app.command("finetune")(finetune_command)
 app.command("replay-updates")(replay_updates_command)
 

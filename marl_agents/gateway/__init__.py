@@ -10,6 +10,8 @@ request is one decision of that agent (its own policy, frozen or trained).
 * :func:`gateway` / :class:`Gateway` (:mod:`~marl_agents.gateway.server`) — the process's
   HTTP server (loopback by default).
 * :class:`GatewayError` (:mod:`~marl_agents.gateway.protocol`) — OpenAI-style errors.
+* :class:`ServedTeam` (:mod:`~marl_agents.gateway.standalone`) — a team's policies answering
+  requests outside any episode (what ``marl serve`` runs, :mod:`trainers.serve`).
 
 Names load on first use (:mod:`topologies.lazy`).
 """
@@ -26,5 +28,6 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from marl_agents.gateway.protocol import GatewayError as GatewayError
     from marl_agents.gateway.server import Gateway as Gateway
     from marl_agents.gateway.server import gateway as gateway
+    from marl_agents.gateway.standalone import ServedTeam as ServedTeam
 
 __all__ = export_lazily(__name__)

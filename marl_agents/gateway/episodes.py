@@ -22,24 +22,20 @@ episode are answered one at a time, in arrival order: each is one decision (one 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import queue
 import secrets
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from marl_agents.gateway.fidelity import TurnIds
 from marl_agents.gateway.protocol import ChatRequest, GatewayError, Reply
-
-log = logging.getLogger("marl.gateway")
+from marl_agents.gateway.replies import answer, unknown_model
 
 #: seconds a server thread waits for its decision before answering 504
 DECISION_WAIT_S = 3600.0
-
-_WARNED: set[tuple[str, str]] = set()  # (agent, sampling field) already logged as not used
 
 
 @dataclasses.dataclass
@@ -94,14 +90,7 @@ class Episode:
         """The agent a request's ``model`` names (a 404 listing the known names if none)."""
         agent = self.models.get(model)
         if agent is None:
-            raise GatewayError(
-                f"the model {model!r} does not exist in this episode: the agents' model names "
-                f"are {sorted(self.models)}",
-                404,
-                "invalid_request_error",
-                "model",
-                "model_not_found",
-            )
+            raise unknown_model(model, self.models)
         return agent
 
     def ask(self, request: ChatRequest) -> Reply:
@@ -156,52 +145,25 @@ class Episode:
             self._answer(item, chat_models)
 
     def _answer(self, call: _Call, chat_models: Mapping[str, Any]) -> None:
-        from marl_agents.llm.chat_model import to_chat_dicts
-        from marl_agents.llm.constraints import ConstraintError
-        from scenarios.text_space import encode_prompt
-
         self.requests += 1
-        request, model = call.request, self._model(call.agent, chat_models)
+        model = self._model(call.agent, chat_models)
         try:
-            self._check_sampling(call.agent, request)
-            chat = to_chat_dicts(request.messages, request.tools)
-            if self.turns is not None:
-                prompt = self.turns.prompt(model.tokenizer, chat)
-            else:
-                prompt = encode_prompt(model.tokenizer, chat)
-            limit = model.spaces.max_prompt_tokens
-            if len(prompt) > limit and not self.truncate_prompts:
-                raise GatewayError(
-                    f"this model's context is {limit} tokens; the messages take {len(prompt)}: "
-                    "shorten them (or raise the scenario's max_prompt_tokens)",
-                    400,
-                    "invalid_request_error",
-                    "messages",
-                    "context_length_exceeded",
-                )
-            kwargs: dict[str, Any] = {}
-            if request.tools:
-                kwargs["tools"] = request.tools
-                if request.tool_choice is not None:
-                    kwargs["tool_choice"] = request.tool_choice
-            if request.response_format is not None:
-                kwargs["response_format"] = request.response_format
-            if self.turns is not None:
-                kwargs["prompt_ids"] = prompt
-            message = model.invoke(request.messages, **kwargs)
+            reply, gen, chat = answer(
+                model,
+                call.agent,
+                call.request,
+                turns=self.turns,
+                truncate_prompts=self.truncate_prompts,
+            )
         except GatewayError as exc:
             call.future.set_exception(exc)
-            return
-        except ConstraintError as exc:
-            call.future.set_exception(GatewayError(str(exc), 400, param="response_format"))
             return
         except BaseException:  # the episode ends (a timeout, an abort, a bridge error)
             call.future.set_exception(_ended())
             raise
-        gen = model.recorder.steps()[-1].generation
         if self.turns is not None:
-            self._remember(model, chat, message, gen)
-        call.future.set_result(Reply(message, list(gen.prompt_ids), list(gen.token_ids)))
+            self._remember(model, chat, reply.message, gen)
+        call.future.set_result(reply)
 
     def _model(self, agent: str, chat_models: Mapping[str, Any]) -> Any:
         """A copy of ``agent``'s chat model recording this episode's replies (their ids)."""
@@ -229,18 +191,6 @@ class Episode:
             head = encode_prompt(model.tokenizer, prefill) if prefill else []
             self.turns.remember(content, head + sampled)
 
-    def _check_sampling(self, agent: str, request: ChatRequest) -> None:
-        for key, value in request.sampling.items():
-            if (agent, key) not in _WARNED:  # once per process, agent and field
-                _WARNED.add((agent, key))
-                log.warning(
-                    "agent %r: the request sets %s=%r, which is not used: the agent's policy "
-                    "samples with its pool's settings (set them in the pool's config)",
-                    agent,
-                    key,
-                    value,
-                )
-
     def close(self) -> None:
         """End the episode: requests still queued, and any later, are answered 401."""
         with self._lock:
@@ -264,14 +214,29 @@ def _ended() -> GatewayError:
     )
 
 
+class Answers(Protocol):
+    """What the server looks up by key: an :class:`Episode`, or a served run
+    (:class:`~marl_agents.gateway.standalone.ServedTeam`)."""
+
+    key: str
+    models: dict[str, str]  # model name → agent id
+
+    def ask(self, request: ChatRequest) -> Reply: ...
+
+
 class Registry:
-    """The process's open episodes by key (thread-safe)."""
+    """The open episodes (or a served run) by key (thread-safe).
 
-    def __init__(self) -> None:
+    Args:
+        key_hint: where a client finds its key, for the 401s (default: an episode's app's).
+    """
+
+    def __init__(self, key_hint: str | None = None) -> None:
         self._lock = threading.Lock()
-        self._episodes: dict[str, Episode] = {}
+        self._episodes: dict[str, Answers] = {}
+        self.key_hint = key_hint
 
-    def add(self, episode: Episode) -> None:
+    def add(self, episode: Answers) -> None:
         with self._lock:
             self._episodes[episode.key] = episode
 
@@ -279,22 +244,27 @@ class Registry:
         with self._lock:
             self._episodes.pop(key, None)
 
-    def get(self, key: str | None) -> Episode:
+    def get(self, key: str | None) -> Answers:
         """The episode of ``key`` (a 401 if none is open)."""
         with self._lock:
             episode = self._episodes.get(key or "")
         if episode is None:
-            raise GatewayError(
-                "missing API key: send 'Authorization: Bearer <episode key>' (the key the "
-                "episode's app was given) or use the base URL /e/<key>/v1"
-                if not key
-                else "invalid API key: no episode of this key is running (keys end with "
-                "their episode)",
-                401,
-                "authentication_error",
-                None,
-                "invalid_api_key",
-            )
+            if self.key_hint is not None:
+                message = (
+                    f"{'missing' if not key else 'invalid'} API key: send 'Authorization: "
+                    f"Bearer <key>' with {self.key_hint}"
+                )
+            elif not key:
+                message = (
+                    "missing API key: send 'Authorization: Bearer <episode key>' (the key the "
+                    "episode's app was given) or use the base URL /e/<key>/v1"
+                )
+            else:
+                message = (
+                    "invalid API key: no episode of this key is running (keys end with "
+                    "their episode)"
+                )
+            raise GatewayError(message, 401, "authentication_error", None, "invalid_api_key")
         return episode
 
     def __len__(self) -> int:
@@ -302,4 +272,4 @@ class Registry:
             return len(self._episodes)
 
 
-__all__ = ["AppTimedOut", "Episode", "Registry"]
+__all__ = ["Answers", "AppTimedOut", "Episode", "Registry"]

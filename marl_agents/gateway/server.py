@@ -66,13 +66,18 @@ class Gateway:
             what another address exposes).
         port: the port (0: a free one).
         max_body_bytes: the largest request body accepted.
+        registry: what it serves, by key (default: a new, empty one for episodes).
     """
 
     def __init__(
-        self, host: str = LOOPBACK, port: int = 0, max_body_bytes: int = MAX_BODY_BYTES
+        self,
+        host: str = LOOPBACK,
+        port: int = 0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        registry: Registry | None = None,
     ) -> None:
         self.host = host
-        self.registry = Registry()
+        self.registry = registry if registry is not None else Registry()
         self.max_body_bytes = int(max_body_bytes)
         self._server = _Server((host, int(port)), _Handler)
         self._server.gateway = self
@@ -107,6 +112,9 @@ class Gateway:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the listen backlog: socketserver's default of 5 resets connections when dozens of
+    # requests open at once (apps in flight, a client's pool filling up)
+    request_queue_size = 1024
     gateway: Gateway
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:

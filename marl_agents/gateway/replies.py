@@ -1,0 +1,111 @@
+"""One request answered by an agent's chat model: the prompt, its bound, the call, the reply.
+
+Both sides of the gateway answer a request the same way: an app episode's node
+(:mod:`marl_agents.gateway.episodes`) and a served run (:mod:`marl_agents.gateway.standalone`)
+hand the request's messages, ``tools``, ``tool_choice`` and ``response_format`` to the agent's
+:class:`~marl_agents.llm.env_chat_model.EnvChatModel` — chat template → prompt ids → the
+agent's policy → token ids → text → tool calls — after checking the prompt against the agent's
+``max_prompt_tokens``. :func:`answer` does that and returns the :class:`Reply` with the ids
+the policy saw and sampled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from marl_agents.gateway.fidelity import TurnIds
+from marl_agents.gateway.protocol import ChatRequest, GatewayError, Reply
+
+log = logging.getLogger("marl.gateway")
+
+_WARNED: set[tuple[str, str]] = set()  # (agent, sampling field) already logged as not used
+
+
+def answer(
+    model: Any,
+    agent: str,
+    request: ChatRequest,
+    *,
+    turns: TurnIds | None = None,
+    truncate_prompts: bool = False,
+) -> tuple[Reply, Any, list[dict[str, Any]]]:
+    """Answer ``request`` with ``model`` (an ``EnvChatModel`` recording its calls).
+
+    Args:
+        model: the agent's chat model (``record=True``: its last step gives the ids).
+        agent: the agent's id (for the log of unused sampling fields).
+        request: the parsed request.
+        turns: earlier replies' sampled ids to reuse in the prompt (``None``: re-tokenise).
+        truncate_prompts: keep a too-long prompt's last tokens instead of refusing it.
+
+    Returns:
+        The reply, the model's generation and the request's chat dicts.
+
+    Raises:
+        GatewayError: a prompt over ``max_prompt_tokens`` (400 ``context_length_exceeded``) or
+            a ``response_format`` that cannot be followed (400).
+    """
+    from marl_agents.llm.chat_model import to_chat_dicts
+    from marl_agents.llm.constraints import ConstraintError
+    from scenarios.text_space import encode_prompt
+
+    check_sampling(agent, request)
+    chat = to_chat_dicts(request.messages, request.tools)
+    prompt = turns.prompt(model.tokenizer, chat) if turns is not None else None
+    length = len(prompt if prompt is not None else encode_prompt(model.tokenizer, chat))
+    limit = model.spaces.max_prompt_tokens
+    if length > limit and not truncate_prompts:
+        raise GatewayError(
+            f"this model's context is {limit} tokens; the messages take {length}: "
+            "shorten them (or raise the scenario's max_prompt_tokens)",
+            400,
+            "invalid_request_error",
+            "messages",
+            "context_length_exceeded",
+        )
+    kwargs: dict[str, Any] = {}
+    if request.tools:
+        kwargs["tools"] = request.tools
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = request.tool_choice
+    if request.response_format is not None:
+        kwargs["response_format"] = request.response_format
+    if prompt is not None:
+        kwargs["prompt_ids"] = prompt
+    try:
+        message = model.invoke(request.messages, **kwargs)
+    except ConstraintError as exc:
+        raise GatewayError(str(exc), 400, param="response_format") from exc
+    gen = model.recorder.steps()[-1].generation
+    return Reply(message, list(gen.prompt_ids), list(gen.token_ids)), gen, chat
+
+
+def check_sampling(agent: str, request: ChatRequest) -> None:
+    """Log the sampling fields a request sets, once per process, agent and field: they are not
+    used (the agent's policy samples with its pool's settings)."""
+    for key, value in request.sampling.items():
+        if (agent, key) not in _WARNED:
+            _WARNED.add((agent, key))
+            log.warning(
+                "agent %r: the request sets %s=%r, which is not used: the agent's policy "
+                "samples with its pool's settings (set them in the pool's config)",
+                agent,
+                key,
+                value,
+            )
+
+
+def unknown_model(model: str, names: Any, where: str = "this episode") -> GatewayError:
+    """The 404 for a ``model`` that names no agent, listing the known names."""
+    return GatewayError(
+        f"the model {model!r} does not exist in {where}: the agents' model names are "
+        f"{sorted(names)}",
+        404,
+        "invalid_request_error",
+        "model",
+        "model_not_found",
+    )
+
+
+__all__ = ["answer", "check_sampling", "unknown_model"]
