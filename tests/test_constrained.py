@@ -128,6 +128,21 @@ def test_constrain_off_declares_nothing(tiny):
     assert free.constraint_of([{"function": {"name": "x"}}], {"tool_choice": "any"}) is None
 
 
+def test_a_free_call_forgets_an_earlier_constraint_on_the_same_prompt():
+    """A served or replayed prompt asked first with a schema and then without one is sampled
+    free the second time (declarations are keyed by the prompt ids)."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from marl_agents.llm.constraints import declared
+
+    obs = np.arange(7, 19)
+    router = Constraint.for_call([convert_to_openai_tool(Router)], "any")
+    declare(obs, router)
+    assert declared(obs) == router
+    declare(obs, None)
+    assert declared(obs) is None
+
+
 # ----- log-probabilities ---------------------------------------------------------------------
 ROUTER_PREFIX = '<tool>{"name": "Router", "arguments": {"next": "'
 

@@ -376,14 +376,17 @@ def _key(observation: Any) -> bytes:
 
 
 def declare(observation: Any, constraint: Constraint | None) -> None:
-    """Record that the call observing ``observation`` must follow ``constraint``.
+    """Record that the call observing ``observation`` must follow ``constraint`` (``None``: a
+    free reply, which forgets an earlier call's constraint on the same prompt ids).
 
     Raises:
         ConstraintError: an identical observation is pending with a different constraint.
     """
-    if constraint is None:
-        return
     key = _key(observation)
+    if constraint is None:
+        with _DECLARED_LOCK:
+            _DECLARED.pop(key, None)
+        return
     with _DECLARED_LOCK:
         old = _DECLARED.get(key)
         if old is not None and old != constraint:
