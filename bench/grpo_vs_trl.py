@@ -103,20 +103,36 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         topology=TOPOLOGY,
         scenario_kwargs={"level": LEVEL, "max_new_tokens": args.max_new_tokens},
         training=TrainingConfig(
-            group_size=args.group_size, groups_per_iteration=args.prompts, lr=args.lr
+            group_size=args.group_size,
+            groups_per_iteration=args.prompts,
+            groups_in_flight=None if args.in_flight == "all" else int(args.in_flight),
+            lr=args.lr,
         ),
         budget=BudgetConfig(iterations=args.updates),
         output=OutputConfig(dir=str(out), name="ours", export_hf=False, checkpoint_every=0),
         seed=args.seed,
     )
     job.logging.progress, job.logging.wandb = False, "disabled"
+    from trainers.grpo.algorithm import GRPO
+
+    cpu: list[float] = []  # process CPU seconds of each update (sampling and learning)
+    step = GRPO.training_step
+
+    def timed(self: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return step(self)
+        finally:
+            cpu.append(time.process_time() - t0)
+
+    GRPO.training_step = timed  # type: ignore[method-assign]
     result = run_finetune(job)
     per_update = []
-    for h in result.history:
+    for h, c in zip(result.history, cpu, strict=True):
         tokens = (
             h.get("losses/orchestrator/grpo/completion_tokens_mean", 0.0) * h["charts/episodes"]
         )
-        per_update.append({"wall_s": h["charts/iteration_s"], "tokens": tokens})
+        per_update.append({"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens})
     return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
 
 
@@ -126,7 +142,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOLoss, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer
 
     from marl_agents.llm.tiny import make_tiny_model
 
@@ -149,17 +165,18 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a: Any, **k: Any) -> None:
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            steps.append({"wall_s": time.perf_counter() - self.t0, "tokens": 0.0})
+            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            steps.append({"wall_s": wall, "cpu_s": cpu, "tokens": 0.0})
 
         def on_log(self, *a: Any, logs: dict[str, Any] | None = None, **k: Any) -> None:
             if logs and "completions/mean_length" in logs and steps:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * n
 
     n = args.group_size * args.prompts
-    config = GRPOLoss(
+    config = GRPOConfig(
         output_dir=str(out / "trl"),
         per_device_train_batch_size=n,
         gradient_accumulation_steps=1,
@@ -203,19 +220,29 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def summary(res: dict[str, Any]) -> dict[str, float]:
     ups = res["updates"][1:] or res["updates"]  # the first update is warm-up
     wall = [u["wall_s"] for u in ups]
+    tokens = sum(u["tokens"] for u in ups)
     return {
         "update_s": statistics.median(wall),
-        "tokens_per_s": sum(u["tokens"] for u in ups) / sum(wall),
-        "tokens_per_update": sum(u["tokens"] for u in ups) / len(ups),
+        "tokens_per_s": tokens / sum(wall),
+        "tokens_per_cpu_s": tokens / sum(u["cpu_s"] for u in ups),
+        "tokens_per_update": tokens / len(ups),
     }
 
 
-def child(args: argparse.Namespace, side: str, python: str, out: Path) -> dict[str, Any]:
+def medians(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Per measure, the median over rounds of :func:`summary`."""
+    rounds = [summary(r) for r in results]
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def child(
+    args: argparse.Namespace, side: str, python: str, out: Path, *extra: str
+) -> dict[str, Any]:
     """Run one side in a fresh process (one torch thread), return its JSON result."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     result = out / f"{side}.json"
-    cmd = [python, __file__, "--side", side, "--result", str(result), *args.passthrough]
+    cmd = [python, __file__, "--side", side, "--result", str(result), *args.passthrough, *extra]
     subprocess.run(cmd, env=env, check=True)
     return json.loads(result.read_text())
 
@@ -230,6 +257,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampler", default="transformers", choices=["transformers", "vllm"])
     parser.add_argument("--trl-python", default=sys.executable, help="an interpreter with trl")
+    parser.add_argument(
+        "--in-flight",
+        default="1,all",
+        help="ours: groups sampled side by side per env runner, comma-separated runs "
+        "('all': the default, every group of the iteration; 1: one group at a time)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every side this many times, alternating (medians are printed)",
+    )
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -243,40 +282,55 @@ def main() -> None:
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
+    in_flight = args.in_flight.split(",")
+    sides: list[tuple[tuple[str, str], str, list[str]]] = [
+        ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
+    ]
+    sides.append((("trl", "transformers"), args.trl_python, []))
+    if args.sampler != "transformers":
+        k = in_flight[-1]
+        extra = ["--in-flight", k, "--sampler", args.sampler]
+        sides.append(((f"ours k={k}", args.sampler), sys.executable, extra))
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key, _, _ in sides}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        runs = {("ours", "transformers"): child(args, "ours", sys.executable, out)}
-        runs[("trl", "transformers")] = child(args, "trl", args.trl_python, out)
-        if args.sampler != "transformers":
-            args.passthrough += ["--sampler", args.sampler]
-            runs[("ours", args.sampler)] = child(args, "ours", sys.executable, out)
+        for _ in range(args.rounds):  # alternating, so that a change of load hits every side
+            for key, python, extra in sides:
+                side = "trl" if key[0] == "trl" else "ours"
+                results[key].append(child(args, side, python, Path(tmp), *extra))
     print(
         f"text-delegate {LEVEL} {TOPOLOGY}, tiny model, G={args.group_size}, "
         f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
-        f"{args.updates} updates (first left out)"
+        f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
-    print(f"{'trainer':8} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}")
+    head = f"{'trainer':10} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
+    print(f"{head} {'tokens/cpu-s':>12}")
     stats = {}
-    for (side, sampler), res in runs.items():
-        if "skipped" in res:
-            print(f"{side:8} {sampler:13} n/a ({res['skipped']})")
+    for (side, sampler), res in results.items():
+        skipped = [r["skipped"] for r in res if "skipped" in r]
+        if skipped:
+            print(f"{side:10} {sampler:13} n/a ({skipped[0]})")
             continue
-        s = stats[side, sampler] = summary(res)
+        s = stats[side, sampler] = medians(res)
         print(
-            f"{side:8} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
-            f"{s['update_s']:9.3f}"
+            f"{side:10} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
+            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}"
         )
-    ours, trl = stats.get(("ours", "transformers")), stats.get(("trl", "transformers"))
-    if ours and trl:
-        ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
-        print(
-            f"ours / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
-            f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
-        )
-    vllm = stats.get(("ours", "vllm"))
+    trl = stats.get(("trl", "transformers"))
+    for k in in_flight:
+        ours = stats.get((f"ours k={k}", "transformers"))
+        if ours and trl:
+            ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
+            cpu = ours["tokens_per_cpu_s"] / trl["tokens_per_cpu_s"]
+            print(
+                f"ours k={k} / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
+                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster), "
+                f"tokens per CPU second ×{cpu:.2f}"
+            )
+    k = in_flight[-1]
+    ours, vllm = stats.get((f"ours k={k}", "transformers")), stats.get((f"ours k={k}", "vllm"))
     if vllm and ours:
         ratio = vllm["tokens_per_s"] / ours["tokens_per_s"]
-        print(f"ours vllm / transformers tokens/s: ×{ratio:.2f}")
+        print(f"ours k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
 
 
 if __name__ == "__main__":

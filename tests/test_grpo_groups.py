@@ -226,3 +226,32 @@ def test_one_generate_covers_every_group_in_flight(sampler: str, k: int) -> None
     assert sum(calls["worker"]) == sum(len(e) == 2 for e in episodes)
     assert len(calls["worker"]) <= len(rounds)
     assert r.get_metrics()["marl"]["llm"]["rows_per_generate"] > 0
+
+
+def test_a_built_in_text_scenario_keeps_whole_groups_at_every_k() -> None:
+    """``text-delegate`` (a built-in text scenario, what ``marl finetune`` trains): with all
+    groups in flight (one ``generate`` of ``B·G`` rows) and one at a time, every group whole
+    and the same tasks per iteration."""
+    from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig
+
+    tasks = {}
+    for k in (None, 1):
+        job = FinetuneJob(
+            orchestrator=OrchestratorConfig(model="tiny"),
+            topology="star:2",
+            scenario_kwargs={"level": "easy", "max_new_tokens": 4},
+            training=TrainingConfig(group_size=G, groups_per_iteration=B, groups_in_flight=k),
+        )
+        r = BatchedEnvRunner(config=to_algorithm_config(job.to_experiment()), worker_index=0)
+        assert r.num_envs == G * (k or B)
+        tasks[k] = []
+        for _ in range(2):
+            episodes = r.sample(num_episodes=G * B, explore=True)
+            sizes = Counter(episode_seed(e.agent_episodes["orchestrator"]) for e in episodes)
+            assert sorted(sizes.values()) == [G] * B, (k, sizes)
+            tasks[k].append(sorted(sizes))
+        if k is None:
+            assert r.get_metrics()["marl"]["llm"]["rows_per_generate"] == G * B
+    assert tasks[None] == tasks[1]
+    with pytest.raises(ValueError, match="only moves forward"):  # a group index already used
+        r.env.envs[0].unwrapped.seek(0)

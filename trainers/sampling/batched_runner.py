@@ -31,6 +31,11 @@ outputs (``action_logp``, ``token_logp``,
 ``sampling_temperature``) are stored as the module returns them. ``marl/llm/rows_per_generate``
 (the runner's metrics) is the mean number of rows per such call.
 
+**Whole GRPO groups** (``RunnerSpec.whole_groups``): the sub-envs are ``groups_in_flight``
+slots of ``G``; a slot's sub-envs start one task together and a finished one waits for the
+rest of its group, so a step's ``generate`` covers the decisions of every group in flight
+(:meth:`BatchedEnvRunner._start_group` assigns a sample's groups to slots in a fixed order).
+
 Actions, log-probabilities, distribution inputs, GRU ``state_out`` and ``weights_seq_no`` land
 in the episodes under RLlib's column names, so the two samplers are interchangeable; the same
 policy gives the same action distribution (tested). Not covered (RLlib's loop runs them):
