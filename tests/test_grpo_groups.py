@@ -255,3 +255,41 @@ def test_a_built_in_text_scenario_keeps_whole_groups_at_every_k() -> None:
     assert tasks[None] == tasks[1]
     with pytest.raises(ValueError, match="only moves forward"):  # a group index already used
         r.env.envs[0].unwrapped.seek(0)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_stopped_run_resumes_the_group_schedule_exactly(tmp_path) -> None:
+    """Two groups in flight for ``B = 3`` (a slot idles in each sample's second round): a run
+    stopped after iteration 2 and resumed samples the uninterrupted run's groups (the runner's
+    ``groups_done`` is saved with its sampler state), so losses and returns agree."""
+    from configs import learning_rows
+
+    from trainers.run.loop import train
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(row: dict[str, Any]) -> None:
+        if row["charts/iteration"] == 2:
+            raise Stop
+
+    def run(name: str) -> ExperimentConfig:
+        return config("batched_k2").replace(
+            **{
+                "budget.iterations": 3,
+                "logging.wandb": "disabled",
+                "logging.progress": False,
+                "output.dir": str(tmp_path / "runs"),
+                "output.name": name,
+                "output.checkpoint_every": 1,
+                "output.plot": False,
+            }
+        )
+
+    full = train(run("full"))
+    with pytest.raises(Stop):
+        train(run("part"), report=stop_after_two)
+    resumed = train(resume=tmp_path / "runs" / "part")
+    assert resumed.status == "completed"
+    want = learning_rows(full.run_dir)
+    assert len(want) == 3 and learning_rows(resumed.run_dir) == want

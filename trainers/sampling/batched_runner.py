@@ -333,8 +333,12 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 self._reset_env(i, None if seed is None else seed + i)
             return
         # the last sample's groups are done (or, had it been interrupted, skipped: a slot's
-        # schedule only moves forward)
-        state.groups_done += state.groups_wanted
+        # schedule only moves forward); never behind a sub-env's schedule (a runner state
+        # saved before issue #29 has no groups_done, its sub-envs are at the next task)
+        schedules = [e.unwrapped for e in self.env.envs if hasattr(e.unwrapped, "schedule_state")]
+        state.groups_done = max(
+            [state.groups_done + state.groups_wanted, *(e.schedule_state()["k"] for e in schedules)]
+        )
         state.groups_wanted = (num_episodes or 0) // self._group_size
         slots = self.num_envs // self._group_size
         state.slot_runs = [0] * slots
