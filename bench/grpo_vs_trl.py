@@ -13,27 +13,43 @@ epoch over each batch:
 * ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
   same env seeds, reward = the env's reward for the completion's token ids.
 
-Each side runs in a fresh subprocess, one after the other, with one torch thread. Printed per
-side (the first update left out as warm-up): generated tokens/s (completion tokens sampled
-per update / wall time of the update) and median wall time per update (sampling + learning),
-and the ratio ours / TRL. The ``sampler`` column is ``transformers`` for both; ``--sampler
-vllm`` also runs our side with the vLLM sampler where the pool model has one
-(``sampler: vllm``), else it prints ``n/a``.
+Each side runs in a fresh subprocess with one torch thread; ``--rounds N`` runs every side
+``N`` times, alternating, and prints medians. Our side runs once per ``--in-flight`` value
+(``algorithm.grpo.groups_in_flight``: ``1``, one group of ``G`` sub-envs at a time, ``G`` rows
+per ``generate``, as before issue #29; ``all``, the default, all ``B`` groups side by side,
+``G·B`` rows per ``generate`` as TRL). Printed per side (the first update left out as
+warm-up): generated tokens/s (completion tokens sampled per update / wall time of the update),
+median wall time per update (sampling + learning), generated tokens per CPU second of the
+process (what load on a shared machine changes least), and the ratios ours / TRL. The
+``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
+vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
-Measured on the 2-core CPU box (Nov 2026, TRL 1.16, G=8, B=8, 5 timed updates, float32 both),
-load average 2–4 (quiet) and 30–45 (shared with other jobs: ±30%):
+Measured on the 2-core CPU box (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
+both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
+so compare within a run), two runs per setting:
 
-    max_new_tokens   load   ours s/update  TRL s/update  ours/TRL tokens/s
-    4 (the task's)   quiet           1.02          0.98              ×0.96
-    16               quiet           1.37          1.09              ×0.78
-    4                busy            7.37          7.89              ×1.03
-    16               busy            8.26          4.13              ×0.40
+    max_new_tokens  run  ours/TRL tokens/s    ours/TRL tokens per CPU s
+                          k=1     k=all (8)    k=1     k=all
+    4 (the task's)   1   ×0.94   ×1.23        ×0.93   ×0.99
+    4                2   ×1.76   ×2.34        ×0.92   ×0.99
+    16               1   ×1.08   ×1.10        ×0.72   ×0.88
+    16               2   ×1.26   ×1.77        ×0.79   ×0.98
 
-So the goal (≥ 1.0× TRL with the same sampler) is met only within noise at the task's 4
-tokens and missed at 16: TRL generates all 64 rows in one ``generate``, while our sampling
-generates G = 8 rows per env step (the G sub-envs of a group side by side) through RLlib and
-LangGraph. TRL's defaults (``bf16=True`` autocast, gradient checkpointing) made it ~4× slower
-on this CPU (32.9 s/update busy), so they are turned off here.
+All groups in flight take 1.06–1.07× less CPU per generated token than one group at a time
+at 4 tokens and 1.22–1.24× less at 16 (``sample()`` alone, 64 episodes: 0.214 → 0.203 CPU s
+at 4 tokens, 0.416 → 0.324 at 16, nearly all of it ``generate``), and our wall time per update
+falls by 1.03–1.41×; in CPU terms we are now level with TRL (×0.88–0.99). The goal (≥ 1.5×
+TRL's tokens/s) is met in wall time in one run of each setting but not in CPU time: on this
+CPU the tiny model's ``generate`` is compute-bound (the prefill of ``G·B`` prompts costs the
+same in one call as in eight), so batching saves only the per-call and per-decode-step
+overhead, and our learner makes one more forward than TRL's (the ``kl_to_start`` monitor's
+no-grad forward; TRL computes no reference at ``beta=0``). Where a call costs latency rather
+than compute (a GPU), one call of ``G·B`` rows instead of ``B`` calls of ``G`` should gain
+more; not measured here. (Earlier, on a quiet machine, k=1 gave ×0.96 at 4 tokens and ×0.78
+at 16 in wall time; a later rename of our ``GRPOConfig`` to ``GRPOLoss`` had also renamed
+TRL's here and broken the TRL side until this run.) TRL's defaults (``bf16=True`` autocast,
+gradient checkpointing) made it ~4× slower on this CPU (32.9 s/update busy), so they are
+turned off here.
 
 TRL is a bench-only dependency (``pip install .[bench]``), kept out of the shared venv: a
 venv that sees the shared one's packages and adds TRL::
@@ -44,7 +60,8 @@ venv that sees the shared one's packages and adds TRL::
     /work/venv-trl/bin/pip install trl
 
     PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py --trl-python /work/venv-trl/bin/python
-    # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 [--sampler vllm]
+    # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
+    #          --rounds 3 [--sampler vllm]
 """
 
 from __future__ import annotations
