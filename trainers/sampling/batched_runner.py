@@ -241,8 +241,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if self._whole_groups and num_episodes is None:
             raise ValueError(
                 f"env runner {self.worker_index}: whole GRPO groups (whole_groups) are sampled "
-                "by episodes: call sample(num_episodes=...) with a multiple of "
-                f"num_envs_per_env_runner={self.num_envs}, not num_timesteps"
+                "by episodes: call sample(num_episodes=...) with a multiple of the group size "
+                f"{self._group_size}, not num_timesteps"
             )
         if self._whole_groups and num_episodes % self._group_size:
             raise ValueError(
