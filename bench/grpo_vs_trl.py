@@ -13,27 +13,43 @@ epoch over each batch:
 * ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
   same env seeds, reward = the env's reward for the completion's token ids.
 
-Each side runs in a fresh subprocess, one after the other, with one torch thread. Printed per
-side (the first update left out as warm-up): generated tokens/s (completion tokens sampled
-per update / wall time of the update) and median wall time per update (sampling + learning),
-and the ratio ours / TRL. The ``sampler`` column is ``transformers`` for both; ``--sampler
-vllm`` also runs our side with the vLLM sampler where the pool model has one
-(``sampler: vllm``), else it prints ``n/a``.
+Each side runs in a fresh subprocess with one torch thread; ``--rounds N`` runs every side
+``N`` times, alternating, and prints medians. Our side runs once per ``--in-flight`` value
+(``algorithm.grpo.groups_in_flight``: ``1``, one group of ``G`` sub-envs at a time, ``G`` rows
+per ``generate``, as before issue #29; ``all``, the default, all ``B`` groups side by side,
+``G·B`` rows per ``generate`` as TRL). Printed per side (the first update left out as
+warm-up): generated tokens/s (completion tokens sampled per update / wall time of the update),
+median wall time per update (sampling + learning), generated tokens per CPU second of the
+process (what load on a shared machine changes least), and the ratios ours / TRL. The
+``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
+vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
-Measured on the 2-core CPU box (Nov 2026, TRL 1.16, G=8, B=8, 5 timed updates, float32 both),
-load average 2–4 (quiet) and 30–45 (shared with other jobs: ±30%):
+Measured on the 2-core CPU box (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
+both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
+so compare within a run), two runs per setting:
 
-    max_new_tokens   load   ours s/update  TRL s/update  ours/TRL tokens/s
-    4 (the task's)   quiet           1.02          0.98              ×0.96
-    16               quiet           1.37          1.09              ×0.78
-    4                busy            7.37          7.89              ×1.03
-    16               busy            8.26          4.13              ×0.40
+    max_new_tokens  run  ours/TRL tokens/s    ours/TRL tokens per CPU s
+                          k=1     k=all (8)    k=1     k=all
+    4 (the task's)   1   ×0.94   ×1.23        ×0.93   ×0.99
+    4                2   ×1.76   ×2.34        ×0.92   ×0.99
+    16               1   ×1.08   ×1.10        ×0.72   ×0.88
+    16               2   ×1.26   ×1.77        ×0.79   ×0.98
 
-So the goal (≥ 1.0× TRL with the same sampler) is met only within noise at the task's 4
-tokens and missed at 16: TRL generates all 64 rows in one ``generate``, while our sampling
-generates G = 8 rows per env step (the G sub-envs of a group side by side) through RLlib and
-LangGraph. TRL's defaults (``bf16=True`` autocast, gradient checkpointing) made it ~4× slower
-on this CPU (32.9 s/update busy), so they are turned off here.
+All groups in flight take 1.06–1.07× less CPU per generated token than one group at a time
+at 4 tokens and 1.22–1.24× less at 16 (``sample()`` alone, 64 episodes: 0.214 → 0.203 CPU s
+at 4 tokens, 0.416 → 0.324 at 16, nearly all of it ``generate``), and our wall time per update
+falls by 1.03–1.41×; in CPU terms we are now level with TRL (×0.88–0.99). The goal (≥ 1.5×
+TRL's tokens/s) is met in wall time in one run of each setting but not in CPU time: on this
+CPU the tiny model's ``generate`` is compute-bound (the prefill of ``G·B`` prompts costs the
+same in one call as in eight), so batching saves only the per-call and per-decode-step
+overhead, and our learner makes one more forward than TRL's (the ``kl_to_start`` monitor's
+no-grad forward; TRL computes no reference at ``beta=0``). Where a call costs latency rather
+than compute (a GPU), one call of ``G·B`` rows instead of ``B`` calls of ``G`` should gain
+more; not measured here. (Earlier, on a quiet machine, k=1 gave ×0.96 at 4 tokens and ×0.78
+at 16 in wall time; a later rename of our ``GRPOConfig`` to ``GRPOLoss`` had also renamed
+TRL's here and broken the TRL side until this run.) TRL's defaults (``bf16=True`` autocast,
+gradient checkpointing) made it ~4× slower on this CPU (32.9 s/update busy), so they are
+turned off here.
 
 TRL is a bench-only dependency (``pip install .[bench]``), kept out of the shared venv: a
 venv that sees the shared one's packages and adds TRL::
@@ -44,7 +60,8 @@ venv that sees the shared one's packages and adds TRL::
     /work/venv-trl/bin/pip install trl
 
     PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py --trl-python /work/venv-trl/bin/python
-    # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 [--sampler vllm]
+    # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
+    #          --rounds 3 [--sampler vllm]
 """
 
 from __future__ import annotations
@@ -103,20 +120,36 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         topology=TOPOLOGY,
         scenario_kwargs={"level": LEVEL, "max_new_tokens": args.max_new_tokens},
         training=TrainingConfig(
-            group_size=args.group_size, groups_per_iteration=args.prompts, lr=args.lr
+            group_size=args.group_size,
+            groups_per_iteration=args.prompts,
+            groups_in_flight=None if args.in_flight == "all" else int(args.in_flight),
+            lr=args.lr,
         ),
         budget=BudgetConfig(iterations=args.updates),
         output=OutputConfig(dir=str(out), name="ours", export_hf=False, checkpoint_every=0),
         seed=args.seed,
     )
     job.logging.progress, job.logging.wandb = False, "disabled"
+    from trainers.grpo.algorithm import GRPO
+
+    cpu: list[float] = []  # process CPU seconds of each update (sampling and learning)
+    step = GRPO.training_step
+
+    def timed(self: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return step(self)
+        finally:
+            cpu.append(time.process_time() - t0)
+
+    GRPO.training_step = timed  # type: ignore[method-assign]
     result = run_finetune(job)
     per_update = []
-    for h in result.history:
+    for h, c in zip(result.history, cpu, strict=True):
         tokens = (
             h.get("losses/orchestrator/grpo/completion_tokens_mean", 0.0) * h["charts/episodes"]
         )
-        per_update.append({"wall_s": h["charts/iteration_s"], "tokens": tokens})
+        per_update.append({"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens})
     return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
 
 
@@ -126,7 +159,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOLoss, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer
 
     from marl_agents.llm.tiny import make_tiny_model
 
@@ -149,17 +182,18 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a: Any, **k: Any) -> None:
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            steps.append({"wall_s": time.perf_counter() - self.t0, "tokens": 0.0})
+            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            steps.append({"wall_s": wall, "cpu_s": cpu, "tokens": 0.0})
 
         def on_log(self, *a: Any, logs: dict[str, Any] | None = None, **k: Any) -> None:
             if logs and "completions/mean_length" in logs and steps:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * n
 
     n = args.group_size * args.prompts
-    config = GRPOLoss(
+    config = GRPOConfig(
         output_dir=str(out / "trl"),
         per_device_train_batch_size=n,
         gradient_accumulation_steps=1,
@@ -203,19 +237,29 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def summary(res: dict[str, Any]) -> dict[str, float]:
     ups = res["updates"][1:] or res["updates"]  # the first update is warm-up
     wall = [u["wall_s"] for u in ups]
+    tokens = sum(u["tokens"] for u in ups)
     return {
         "update_s": statistics.median(wall),
-        "tokens_per_s": sum(u["tokens"] for u in ups) / sum(wall),
-        "tokens_per_update": sum(u["tokens"] for u in ups) / len(ups),
+        "tokens_per_s": tokens / sum(wall),
+        "tokens_per_cpu_s": tokens / sum(u["cpu_s"] for u in ups),
+        "tokens_per_update": tokens / len(ups),
     }
 
 
-def child(args: argparse.Namespace, side: str, python: str, out: Path) -> dict[str, Any]:
+def medians(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Per measure, the median over rounds of :func:`summary`."""
+    rounds = [summary(r) for r in results]
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def child(
+    args: argparse.Namespace, side: str, python: str, out: Path, *extra: str
+) -> dict[str, Any]:
     """Run one side in a fresh process (one torch thread), return its JSON result."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     result = out / f"{side}.json"
-    cmd = [python, __file__, "--side", side, "--result", str(result), *args.passthrough]
+    cmd = [python, __file__, "--side", side, "--result", str(result), *args.passthrough, *extra]
     subprocess.run(cmd, env=env, check=True)
     return json.loads(result.read_text())
 
@@ -230,6 +274,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampler", default="transformers", choices=["transformers", "vllm"])
     parser.add_argument("--trl-python", default=sys.executable, help="an interpreter with trl")
+    parser.add_argument(
+        "--in-flight",
+        default="1,all",
+        help="ours: groups sampled side by side per env runner, comma-separated runs "
+        "('all': the default, every group of the iteration; 1: one group at a time)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every side this many times, alternating (medians are printed)",
+    )
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -243,40 +299,55 @@ def main() -> None:
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
+    in_flight = args.in_flight.split(",")
+    sides: list[tuple[tuple[str, str], str, list[str]]] = [
+        ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
+    ]
+    sides.append((("trl", "transformers"), args.trl_python, []))
+    if args.sampler != "transformers":
+        k = in_flight[-1]
+        extra = ["--in-flight", k, "--sampler", args.sampler]
+        sides.append(((f"ours k={k}", args.sampler), sys.executable, extra))
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key, _, _ in sides}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        runs = {("ours", "transformers"): child(args, "ours", sys.executable, out)}
-        runs[("trl", "transformers")] = child(args, "trl", args.trl_python, out)
-        if args.sampler != "transformers":
-            args.passthrough += ["--sampler", args.sampler]
-            runs[("ours", args.sampler)] = child(args, "ours", sys.executable, out)
+        for _ in range(args.rounds):  # alternating, so that a change of load hits every side
+            for key, python, extra in sides:
+                side = "trl" if key[0] == "trl" else "ours"
+                results[key].append(child(args, side, python, Path(tmp), *extra))
     print(
         f"text-delegate {LEVEL} {TOPOLOGY}, tiny model, G={args.group_size}, "
         f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
-        f"{args.updates} updates (first left out)"
+        f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
-    print(f"{'trainer':8} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}")
+    head = f"{'trainer':10} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
+    print(f"{head} {'tokens/cpu-s':>12}")
     stats = {}
-    for (side, sampler), res in runs.items():
-        if "skipped" in res:
-            print(f"{side:8} {sampler:13} n/a ({res['skipped']})")
+    for (side, sampler), res in results.items():
+        skipped = [r["skipped"] for r in res if "skipped" in r]
+        if skipped:
+            print(f"{side:10} {sampler:13} n/a ({skipped[0]})")
             continue
-        s = stats[side, sampler] = summary(res)
+        s = stats[side, sampler] = medians(res)
         print(
-            f"{side:8} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
-            f"{s['update_s']:9.3f}"
+            f"{side:10} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
+            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}"
         )
-    ours, trl = stats.get(("ours", "transformers")), stats.get(("trl", "transformers"))
-    if ours and trl:
-        ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
-        print(
-            f"ours / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
-            f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
-        )
-    vllm = stats.get(("ours", "vllm"))
+    trl = stats.get(("trl", "transformers"))
+    for k in in_flight:
+        ours = stats.get((f"ours k={k}", "transformers"))
+        if ours and trl:
+            ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
+            cpu = ours["tokens_per_cpu_s"] / trl["tokens_per_cpu_s"]
+            print(
+                f"ours k={k} / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
+                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster), "
+                f"tokens per CPU second ×{cpu:.2f}"
+            )
+    k = in_flight[-1]
+    ours, vllm = stats.get((f"ours k={k}", "transformers")), stats.get((f"ours k={k}", "vllm"))
     if vllm and ours:
         ratio = vllm["tokens_per_s"] / ours["tokens_per_s"]
-        print(f"ours vllm / transformers tokens/s: ×{ratio:.2f}")
+        print(f"ours k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
 
 
 if __name__ == "__main__":

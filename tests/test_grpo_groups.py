@@ -11,10 +11,17 @@ and returned the first ``G·B`` episodes to finish: groups came in pieces sorted
 time, i.e. by outcome (the first test failed there: group sizes 1–7). Runners are built
 directly (no Ray); the two samplers draw different random numbers, so rows are compared with
 what their own tokens earned, and the policies by their sampled success rates.
+
+Issue #29: the batched sampler runs several groups side by side (``groups_in_flight``, by
+default all ``B`` of the runner's share), each step's decisions of all ``k·G`` sub-envs in one
+``generate``. Every check above runs at ``k = B`` (the default), ``k = 2`` (``B = 3`` groups:
+one slot idles in the second round) and ``k = 1`` (one group at a time, as before); the
+``q``-th group of a runner has the stream's ``q``-th task at every ``k``.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -33,11 +40,17 @@ from trainers.grpo.connectors import ADVANTAGES, GRPOAdvantages, episode_seed
 from trainers.sampling.batched_runner import BatchedEnvRunner
 
 G, B = 4, 3  # rollouts per group, groups per iteration
-SAMPLERS = ("batched", "rllib")
+#: sampler variants: the batched sampler with all B groups in flight (the default), with 2 and
+#: with 1 (one group at a time), and RLlib's sampler
+SAMPLERS = ("batched", "batched_k2", "batched_k1", "rllib")
+IN_FLIGHT = {"batched_k2": 2, "batched_k1": 1}
 LLM = {"type": "llm", "path": "tiny"}
 
 
-def config(sampler: str, **algorithm: Any) -> ExperimentConfig:
+def config(variant: str, **algorithm: Any) -> ExperimentConfig:
+    sampler = "rllib" if variant == "rllib" else "batched"
+    if variant in IN_FLIGHT:
+        algorithm = {"groups_in_flight": IN_FLIGHT[variant], **algorithm}
     return ExperimentConfig.from_dict(
         {
             "scenario": "tests.apps.router:app",
@@ -58,9 +71,9 @@ def config(sampler: str, **algorithm: Any) -> ExperimentConfig:
     )
 
 
-def runner(sampler: str, **algorithm: Any) -> Any:
-    cls = MultiAgentEnvRunner if sampler == "rllib" else BatchedEnvRunner
-    return cls(config=to_algorithm_config(config(sampler, **algorithm)), worker_index=0)
+def runner(variant: str, **algorithm: Any) -> Any:
+    cls = MultiAgentEnvRunner if variant == "rllib" else BatchedEnvRunner
+    return cls(config=to_algorithm_config(config(variant, **algorithm)), worker_index=0)
 
 
 def router_episodes(episodes: list[Any]) -> list[Any]:
@@ -91,7 +104,7 @@ def sampled() -> dict[str, tuple[Any, list[list[Any]]]]:
     return out
 
 
-def test_groups_are_whole_and_hold_the_same_tasks_on_both_samplers(sampled) -> None:
+def test_groups_are_whole_and_hold_the_same_tasks_on_every_sampler(sampled) -> None:
     tasks = {}
     for sampler, (_, iterations) in sampled.items():
         tasks[sampler] = []
@@ -99,7 +112,9 @@ def test_groups_are_whole_and_hold_the_same_tasks_on_both_samplers(sampled) -> N
             sizes = Counter(episode_seed(sa) for sa in router_episodes(episodes))
             assert sorted(sizes.values()) == [G] * B, (sampler, sizes)
             tasks[sampler].append(sorted(sizes))
-    assert tasks["batched"] == tasks["rllib"]
+    for sampler in SAMPLERS:
+        assert tasks[sampler] == tasks["rllib"], sampler
+    assert [sampled[s][0].num_envs for s in SAMPLERS] == [G * B, G * 2, G, 1]
     # the case that used to split: episode lengths differ inside a group
     _, iterations = sampled["batched"]
     lengths: dict[int, set[int]] = {}
@@ -146,19 +161,135 @@ def test_behaviour_logprobs_are_the_learners_at_the_sampling_temperature(sampled
         np.testing.assert_allclose(sa.get_extra_model_outputs(TOKEN_LOGP), want.numpy(), atol=1e-4)
 
 
-def test_both_samplers_sample_the_same_policy() -> None:
-    """The same weights, many episodes: each task's success rate agrees between the samplers
-    within 4 binomial standard errors (the seeds are fixed: no flakiness)."""
+def test_all_samplers_sample_the_same_policy() -> None:
+    """The same weights, many episodes: each task's success rate of every variant agrees with
+    RLlib's sampler's within 4 binomial standard errors (the seeds are fixed: no flakiness);
+    the batched sampler runs all 32 groups side by side (128 rows a ``generate``) and one at a
+    time."""
     rates = {}
-    for sampler in SAMPLERS:
+    for sampler in ("batched", "batched_k1", "rllib"):
         r = runner(sampler, groups_per_iteration=32)
         module = r.module["router"]
         rows = [(task_of(module, sa), float(np.sum(sa.get_rewards())))
                 for sa in router_episodes(r.sample(num_episodes=G * 32, explore=True))]  # fmt: skip
         rates[sampler] = {t: [x for task, x in rows if task == t] for t in TASKS}
-    for t in TASKS:
-        a, b = rates["batched"][t], rates["rllib"][t]
-        assert len(a) >= 16 and len(b) >= 16, (t, len(a), len(b))
+    for sampler, t in itertools.product(("batched", "batched_k1"), TASKS):
+        a, b = rates[sampler][t], rates["rllib"][t]
+        assert len(a) >= 16 and len(b) >= 16, (sampler, t, len(a), len(b))
         p = (sum(a) + sum(b)) / (len(a) + len(b))
         se = np.sqrt(p * (1 - p) * (1 / len(a) + 1 / len(b)))
-        assert abs(np.mean(a) - np.mean(b)) <= 4 * se + 1e-9, (t, np.mean(a), np.mean(b))
+        assert abs(np.mean(a) - np.mean(b)) <= 4 * se + 1e-9, (sampler, t, np.mean(a), np.mean(b))
+
+
+def tokens(episode: Any) -> tuple[Any, ...]:
+    """Every agent's sampled tokens in an episode."""
+    return tuple(
+        (agent, np.asarray(episode.agent_episodes[agent].get_actions()).tobytes())
+        for agent in sorted(episode.agent_episodes)
+    )
+
+
+def test_rows_do_not_depend_on_the_groups_beside_them(sampled) -> None:
+    """The first group of a runner runs on sub-envs ``0…G-1`` with fresh streams whatever the
+    number of groups in flight: the same tokens (and rewards) at ``k = 1``, 2 and ``B``,
+    although at ``k > 1`` its rows shared each ``generate`` with other tasks' prompts."""
+    first = {}
+    for sampler in ("batched", "batched_k2", "batched_k1"):
+        episodes = sampled[sampler][1][0]
+        seed = episode_seed(episodes[0].agent_episodes["router"])
+        group = [e for e in episodes if episode_seed(e.agent_episodes["router"]) == seed]
+        seeds = [episode_seed(e.agent_episodes["router"]) for e in episodes]
+        first[sampler] = sorted((tokens(e), e.get_return()) for e in group)
+        assert len(first[sampler]) == G and seeds.count(seed) == G
+    assert first["batched"] == first["batched_k1"] == first["batched_k2"]
+
+
+@pytest.mark.parametrize(("sampler", "k"), [("batched", B), ("batched_k2", 2), ("batched_k1", 1)])
+def test_one_generate_covers_every_group_in_flight(sampler: str, k: int) -> None:
+    """The router acts once, at an episode's first step: with ``k`` groups in flight each of
+    its ``generate`` calls covers the ``k·G`` sub-envs (counted at the module), so a sample of
+    ``B`` groups takes ``ceil(B / k)`` calls; the worker's rows of a step share one call too."""
+    r = runner(sampler)
+    calls: dict[str, list[int]] = {"router": [], "worker": []}
+    for mid, sizes in calls.items():
+        module = r.module[mid]
+        generate = module.generate
+
+        def spy(prompts: list, *args: Any, _g: Any = generate, _s: list = sizes, **kw: Any):
+            _s.append(len(prompts))
+            return _g(prompts, *args, **kw)
+
+        module.generate = spy
+    episodes = r.sample(num_episodes=G * B, explore=True)
+    rounds = [min(k, B - q) * G for q in range(0, B, k)]
+    assert calls["router"] == rounds
+    assert sum(calls["worker"]) == sum(len(e) == 2 for e in episodes)
+    assert len(calls["worker"]) <= len(rounds)
+    assert r.get_metrics()["marl"]["llm"]["rows_per_generate"] > 0
+
+
+def test_a_built_in_text_scenario_keeps_whole_groups_at_every_k() -> None:
+    """``text-delegate`` (a built-in text scenario, what ``marl finetune`` trains): with all
+    groups in flight (one ``generate`` of ``B·G`` rows) and one at a time, every group whole
+    and the same tasks per iteration."""
+    from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig
+
+    tasks = {}
+    for k in (None, 1):
+        job = FinetuneJob(
+            orchestrator=OrchestratorConfig(model="tiny"),
+            topology="star:2",
+            scenario_kwargs={"level": "easy", "max_new_tokens": 4},
+            training=TrainingConfig(group_size=G, groups_per_iteration=B, groups_in_flight=k),
+        )
+        r = BatchedEnvRunner(config=to_algorithm_config(job.to_experiment()), worker_index=0)
+        assert r.num_envs == G * (k or B)
+        tasks[k] = []
+        for _ in range(2):
+            episodes = r.sample(num_episodes=G * B, explore=True)
+            sizes = Counter(episode_seed(e.agent_episodes["orchestrator"]) for e in episodes)
+            assert sorted(sizes.values()) == [G] * B, (k, sizes)
+            tasks[k].append(sorted(sizes))
+        if k is None:
+            assert r.get_metrics()["marl"]["llm"]["rows_per_generate"] == G * B
+    assert tasks[None] == tasks[1]
+    with pytest.raises(ValueError, match="only moves forward"):  # a group index already used
+        r.env.envs[0].unwrapped.seek(0)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_stopped_run_resumes_the_group_schedule_exactly(tmp_path) -> None:
+    """Two groups in flight for ``B = 3`` (a slot idles in each sample's second round): a run
+    stopped after iteration 2 and resumed samples the uninterrupted run's groups (the runner's
+    ``groups_done`` is saved with its sampler state), so losses and returns agree."""
+    from configs import learning_rows
+
+    from trainers.run.loop import train
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(row: dict[str, Any]) -> None:
+        if row["charts/iteration"] == 2:
+            raise Stop
+
+    def run(name: str) -> ExperimentConfig:
+        return config("batched_k2").replace(
+            **{
+                "budget.iterations": 3,
+                "logging.wandb": "disabled",
+                "logging.progress": False,
+                "output.dir": str(tmp_path / "runs"),
+                "output.name": name,
+                "output.checkpoint_every": 1,
+                "output.plot": False,
+            }
+        )
+
+    full = train(run("full"))
+    with pytest.raises(Stop):
+        train(run("part"), report=stop_after_two)
+    resumed = train(resume=tmp_path / "runs" / "part")
+    assert resumed.status == "completed"
+    want = learning_rows(full.run_dir)
+    assert len(want) == 3 and learning_rows(resumed.run_dir) == want

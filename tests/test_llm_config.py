@@ -137,7 +137,7 @@ def test_llm_pool_maps_to_causal_lm_module_and_grpo():
     runner, spec = config.env_config["runner"], config.env_config["spec"]
     assert runner.seed == 0 and runner.shared_seeds and runner.grouped
     assert not spec.seed_once  # GroupedEnv draws its own task seeds
-    assert config.num_envs_per_env_runner == 2  # a group side by side, not resources' 16
+    assert config.num_envs_per_env_runner == 4  # both groups (G = 2) side by side, not 16
     assert config.batch_mode == "complete_episodes"
     assert config.train_batch_size_per_learner == 4 and config.minibatch_size == 4
     assert (config.group_size, config.groups_per_iteration) == (2, 2)

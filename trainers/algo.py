@@ -18,7 +18,8 @@ global state in its infos (``env_config["global_state"]``).
 
 ``GRPO`` builds :class:`~trainers.grpo.algorithm.GRPO` (the GRPO learner, whole episodes, the
 group schedule and loss knobs of ``algorithm.grpo``) over
-:class:`~trainers.sampling.grouped_env.GroupedEnv` (``G`` rollouts of a task side by side).
+:class:`~trainers.sampling.grouped_env.GroupedEnv` (``G`` rollouts of a task side by side, several
+groups at once: ``RunnerSpec.groups_in_flight``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
+from trainers.configs.runner import RunnerSpec
 from trainers.configs.typed import ConfigError
 from trainers.learners.value_norm import VALUE_NORM_KEY
 from trainers.plan import Plan, resolve
@@ -100,7 +102,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
     config.framework("torch")
     dims = plan.critic_dims  # centralised critics (algorithm.critic; marl_agents.critics)
     specs = {pid: module_spec(p, plan.env, dims.get(pid, 0)) for pid, p in plan.pools.items()}
-    config.env_runners(**_env_runner_kwargs(cfg, specs, plan.runner.whole_groups))
+    config.env_runners(**_env_runner_kwargs(cfg, specs, plan.runner))
     if plan.batched:
         from trainers.sampling.batched_runner import BatchedEnvRunner
 
@@ -159,11 +161,12 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
 
 
 def _env_runner_kwargs(
-    cfg: ExperimentConfig, specs: Mapping[str, Any], side_by_side: bool = True
+    cfg: ExperimentConfig, specs: Mapping[str, Any], runner: RunnerSpec
 ) -> dict[str, Any]:
     """Sampling: whole episodes for credit (replays), recurrent pools (RLlib 2.60 fails to
     recover the state of an agent that skips env steps at the start of a cut continuation
-    chunk) and GRPO (a group is ``G`` sub-envs side by side, scored as whole episodes)."""
+    chunk) and GRPO (side by side: ``groups_in_flight`` groups of ``G`` sub-envs, scored as
+    whole episodes; one after another: one env)."""
     from marl_agents.modules import GRUModule
 
     algo = cfg.algorithm
@@ -174,7 +177,7 @@ def _env_runner_kwargs(
     return {
         "num_env_runners": cfg.resources.num_env_runners,
         "num_envs_per_env_runner": (
-            (algo.grpo.group_size if side_by_side else 1)
+            (runner.group_size * runner.groups_in_flight if runner.whole_groups else 1)
             if grpo
             else cfg.resources.num_envs_per_env_runner
         ),

@@ -139,6 +139,9 @@ class TrainingConfig:
         group_size: ``G`` rollouts per task (the GRPO group; ≥ 2). Sampled side by side as
             ``G`` vector sub-envs sharing one task-seed stream.
         groups_per_iteration: tasks per iteration: ``G · groups`` episodes per iteration.
+        groups_in_flight: groups an env runner samples side by side, each step's decisions
+            of all of them in one batched ``generate`` (``None``: the runner's share of an
+            iteration; see :class:`~trainers.configs.grpo.GRPOSettings`).
         lr: Adam learning rate.
         num_epochs: passes over each iteration's batch.
         minibatch_size: rows per gradient step (``None``: the whole batch).
@@ -149,6 +152,7 @@ class TrainingConfig:
 
     group_size: int = 8
     groups_per_iteration: int = 8
+    groups_in_flight: int | None = None
     lr: float = 3e-4
     num_epochs: int = 1
     minibatch_size: int | None = None
@@ -174,7 +178,7 @@ class FinetuneJob:
         training: group sampling and optimiser settings.
         budget: when to stop (default: 60 iterations).
         resources: learners, GPUs, env runners, CPUs (``num_envs_per_env_runner`` is replaced
-            by ``training.group_size``, as for every GRPO experiment).
+            by ``training.group_size · groups_in_flight``, as for every GRPO experiment).
         logging: wandb and progress.
         output: the run directory (default name ``finetune__{scenario}__{seed}__{time}``; a
             reference ``pkg.mod:attr`` is written ``mod.attr``), checkpoints, plots,
@@ -283,6 +287,7 @@ class FinetuneJob:
             grpo = GRPOSettings(
                 group_size=t.group_size,
                 groups_per_iteration=t.groups_per_iteration,
+                groups_in_flight=t.groups_in_flight,
                 minibatch_size=t.minibatch_size,
                 async_sampling=dataclasses.replace(t.async_sampling),
                 **dataclasses.asdict(self.grpo),
@@ -342,6 +347,7 @@ class FinetuneJob:
         group = GRPOSettings(
             group_size=t.group_size,
             groups_per_iteration=t.groups_per_iteration,
+            groups_in_flight=t.groups_in_flight,
             minibatch_size=t.minibatch_size,
         )
         group.check("training")

@@ -208,6 +208,8 @@ def _runner_spec(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> Runne
         repeat=cfg.algorithm.grpo.group_size if grpo and not side_by_side else 1,
         shared_seeds=grpo,
         whole_groups=side_by_side,
+        group_size=cfg.algorithm.grpo.group_size if side_by_side else 1,
+        groups_in_flight=groups_in_flight(cfg) if side_by_side else 1,
         curriculum=curriculum.env_config(cfg).get("curriculum"),
         env_threads=cfg.episodes.env_threads,
         gold_scorer=gold.scorer if gold.scorer and gold.action != "off" else None,
@@ -222,13 +224,25 @@ def batched_sampler(cfg: ExperimentConfig) -> bool:
     return cfg.episodes.sampler != "rllib"
 
 
+def groups_in_flight(cfg: ExperimentConfig) -> int:
+    """GRPO groups an env runner samples side by side (``algorithm.grpo.groups_in_flight``;
+    by default the runner's share of an iteration: every group it samples in one
+    ``sample()`` runs at once, so each step's decisions of all ``k · G`` sub-envs go into one
+    batched ``generate`` per pool, as TRL generates ``G · B`` rows at once)."""
+    g = cfg.algorithm.grpo
+    if g.groups_in_flight is not None:
+        return g.groups_in_flight
+    return -(-g.groups_per_iteration // max(1, cfg.resources.num_env_runners))
+
+
 def grpo_side_by_side(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> bool:
-    """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs, one batched
-    generation per step: teams with an LLM pool on the batched sampler, which holds a sub-env
-    whose episode ended until the whole group has ended: ``RunnerSpec.whole_groups``) or one
-    after another in one env (``repeat = G``: small-network teams, and any team on RLlib's
-    sampler, whose loop starts a sub-env's next task as soon as its episode ends). Either way
-    every group is whole when episode lengths vary."""
+    """Whether GRPO samples a group's ``G`` rollouts side by side (``G`` sub-envs per group,
+    :func:`groups_in_flight` groups at once, one batched generation per step: teams with an
+    LLM pool on the batched sampler, which holds a sub-env whose episode ended until its whole
+    group has ended: ``RunnerSpec.whole_groups``) or one after another in one env
+    (``repeat = G``: small-network teams, and any team on RLlib's sampler, whose loop starts
+    a sub-env's next task as soon as its episode ends). Either way every group is whole when
+    episode lengths vary."""
     from marl_agents.pools import LLMModel
 
     llm = any(isinstance(p.model, LLMModel) for p in pools.values())

@@ -169,12 +169,19 @@ class GRPOSettings(GRPOLoss):
             replaced by ``G`` or 1).
         groups_per_iteration: tasks per iteration: ``G · groups`` finished episodes per
             iteration.
+        groups_in_flight: groups an env runner samples side by side (LLM teams on the
+            batched sampler: ``groups_in_flight · G`` sub-envs, and every step's decisions of
+            all of them in one batched ``generate`` per pool); ``None`` (default): the runner's
+            whole share of an iteration, ``ceil(groups_per_iteration / max(1,
+            num_env_runners))``; 1: one group at a time (before issue #29). Each group stays
+            whole (its ``G`` sub-envs start one task together and wait for each other).
         minibatch_size: rows per gradient step (``None``: the whole iteration).
         async_sampling: overlap sampling with learning (:class:`AsyncSampling`; off).
     """
 
     group_size: int = 8
     groups_per_iteration: int = 8
+    groups_in_flight: int | None = None
     minibatch_size: int | None = None
     async_sampling: AsyncSampling = dataclasses.field(default_factory=AsyncSampling)
 
@@ -200,6 +207,11 @@ class GRPOSettings(GRPOLoss):
         if self.groups_per_iteration < 1:
             raise ConfigError(
                 f"{where}.groups_per_iteration must be ≥ 1, got {self.groups_per_iteration}"
+            )
+        if self.groups_in_flight is not None and self.groups_in_flight < 1:
+            raise ConfigError(
+                f"{where}.groups_in_flight={self.groups_in_flight}: must be ≥ 1 (groups an env "
+                "runner samples side by side), or null for the runner's share of an iteration"
             )
         n = self.episodes_per_iteration
         if self.minibatch_size is not None and not 1 <= self.minibatch_size <= n:

@@ -27,6 +27,9 @@ class RunnerSpec:
         shared_seeds: all sub-envs of a runner draw the same task seeds (GRPO).
         whole_groups: the batched sampler holds a finished sub-env until its whole group has
             finished (GRPO side by side).
+        group_size: ``G``, the sub-envs of one group (with ``whole_groups``).
+        groups_in_flight: groups a runner samples side by side (with ``whole_groups``: the
+            runner holds ``groups_in_flight · group_size`` sub-envs).
         curriculum: the curriculum's tasks, ``{"tasks": [seeds], "pass_threshold": x}``
             (None: an open seed stream).
         env_threads: the batched sampler steps each sub-env on its own thread.
@@ -38,6 +41,8 @@ class RunnerSpec:
     repeat: int = 1
     shared_seeds: bool = True
     whole_groups: bool = False
+    group_size: int = 1
+    groups_in_flight: int = 1
     curriculum: Mapping[str, Any] | None = None
     env_threads: bool = False
     gold_scorer: str | None = None

@@ -31,6 +31,11 @@ outputs (``action_logp``, ``token_logp``,
 ``sampling_temperature``) are stored as the module returns them. ``marl/llm/rows_per_generate``
 (the runner's metrics) is the mean number of rows per such call.
 
+**Whole GRPO groups** (``RunnerSpec.whole_groups``): the sub-envs are ``groups_in_flight``
+slots of ``G``; a slot's sub-envs start one task together and a finished one waits for the
+rest of its group, so a step's ``generate`` covers the decisions of every group in flight
+(:meth:`BatchedEnvRunner._start_group` assigns a sample's groups to slots in a fixed order).
+
 Actions, log-probabilities, distribution inputs, GRU ``state_out`` and ``weights_seq_no`` land
 in the episodes under RLlib's column names, so the two samplers are interchangeable; the same
 policy gives the same action distribution (tested). Not covered (RLlib's loop runs them):
@@ -139,6 +144,12 @@ class SamplerState:
     #: sub-envs whose episode ended and that wait for the rest of their group
     #: (``RunnerSpec.whole_groups``), in the order they ended
     waiting: list[int] = dataclasses.field(default_factory=list)
+    #: whole groups: groups of the runner's schedule taken by ``sample()`` calls before the last
+    groups_done: int = 0
+    #: whole groups: groups the current (or last) ``sample()`` runs
+    groups_wanted: int = 0
+    #: whole groups: per slot (``G`` consecutive sub-envs), groups it started in this sample
+    slot_runs: list[int] = dataclasses.field(default_factory=list)
 
 
 def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.random.Generator]:
@@ -173,13 +184,21 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self._stepper: Stepper | None = None  # built on the first sample() (_get_stepper)
         self._lens: dict[Any, Any] = {}  # dist class → categorical_lens, probed once
         self._lost = 0  # episodes lost to hung calls in the current sample()
-        self._wanted: int | None = None  # the current sample()'s num_episodes
-        # whole GRPO groups (RunnerSpec.whole_groups): the runner's sub-envs run one group side by
-        # side; a sub-env whose episode ended waits until every sub-env's episode has ended,
-        # then all start the next task together, so every sample() of a multiple of G
-        # episodes returns whole groups, whatever the episode lengths (otherwise a group would
-        # be split over two iterations by finishing time, i.e. by length, often by outcome)
-        self._whole_groups = RunnerSpec.of(self.config.env_config).whole_groups
+        # whole GRPO groups (RunnerSpec.whole_groups): the runner's sub-envs are slots of G
+        # consecutive sub-envs, each running one group side by side; a sub-env whose episode
+        # ended waits until the rest of its slot's episodes have ended, then the slot starts
+        # its next group together, so every sample() of a multiple of G episodes returns
+        # whole groups, whatever the episode lengths (otherwise a group would be split over
+        # two iterations by finishing time, i.e. by length, often by outcome)
+        spec = RunnerSpec.of(self.config.env_config)
+        self._whole_groups = spec.whole_groups
+        self._group_size = spec.group_size if spec.whole_groups else 1
+        if self._whole_groups and (self._group_size < 1 or n % self._group_size):
+            raise ValueError(
+                f"env runner {self.worker_index}: {n} sub-envs do not hold whole GRPO groups of "
+                f"{self._group_size} (RunnerSpec.group_size): num_envs_per_env_runner must be "
+                "group_size · groups_in_flight"
+            )
         self._step_callbacks = bool(self.config.callbacks_on_episode_step) or any(
             "on_episode_step" in type(c).__dict__ for c in self._callbacks
         )
@@ -222,21 +241,20 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if self._whole_groups and num_episodes is None:
             raise ValueError(
                 f"env runner {self.worker_index}: whole GRPO groups (whole_groups) are sampled "
-                "by episodes: call sample(num_episodes=...) with a multiple of "
-                f"num_envs_per_env_runner={self.num_envs}, not num_timesteps"
+                "by episodes: call sample(num_episodes=...) with a multiple of the group size "
+                f"{self._group_size}, not num_timesteps"
             )
-        if self._whole_groups and num_episodes % self.num_envs:
+        if self._whole_groups and num_episodes % self._group_size:
             raise ValueError(
                 f"env runner {self.worker_index}: sample(num_episodes={num_episodes}) with whole "
-                f"GRPO groups of {self.num_envs} (whole_groups): ask for a multiple of "
-                f"{self.num_envs} episodes (whole groups), or an episode would be cut from its "
-                "group"
+                f"GRPO groups of {self._group_size} (whole_groups): ask for a multiple of "
+                f"{self._group_size} episodes (whole groups), or an episode would be cut from "
+                "its group"
             )
         if force_reset or num_episodes is not None or self._needs_initial_reset:
-            self._reset_all()
+            self._reset_all(num_episodes)
         if num_episodes is not None:
             self._needs_initial_reset = True
-        self._wanted = num_episodes
         state = self.sampler_state
         done: list[Any] = []
         counts = _Counts()
@@ -298,30 +316,68 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 self._needs_initial_reset = True
         return stepper
 
-    def _reset_all(self) -> None:
-        """Fresh episodes on every sub-env (seeded on the runner's first reset only)."""
+    def _reset_all(self, num_episodes: int | None = None) -> None:
+        """Fresh episodes on every sub-env (seeded on the runner's first reset only); with
+        whole groups, the first group of every slot that runs one in this sample of
+        ``num_episodes``."""
         self._ongoing_episodes = [None] * self.num_envs
-        self.sampler_state.waiting.clear()
+        state = self.sampler_state
+        state.waiting.clear()
         self._shared_data = {}
         self._cached_to_module = None
         self._ongoing_episodes_for_metrics.clear()
         seed = self._seed if self._needs_initial_reset else None
-        for i in range(self.num_envs):
-            self._reset_env(i, None if seed is None else seed + i)
         self._needs_initial_reset = False
+        if not self._whole_groups:
+            for i in range(self.num_envs):
+                self._reset_env(i, None if seed is None else seed + i)
+            return
+        # the last sample's groups are done (or, had it been interrupted, skipped: a slot's
+        # schedule only moves forward); never behind a sub-env's schedule (a runner state
+        # saved before issue #29 has no groups_done, its sub-envs are at the next task)
+        schedules = [e.unwrapped for e in self.env.envs if hasattr(e.unwrapped, "schedule_state")]
+        state.groups_done = max(
+            [state.groups_done + state.groups_wanted, *(e.schedule_state()["k"] for e in schedules)]
+        )
+        state.groups_wanted = (num_episodes or 0) // self._group_size
+        slots = self.num_envs // self._group_size
+        state.slot_runs = [0] * slots
+        state.pending = [None] * self.num_envs  # slots without a group this sample stay idle
+        for slot in range(slots):
+            self._start_group(slot, seed)
+
+    def _start_group(self, slot: int, seed: int | None = None) -> None:
+        """Start ``slot``'s next group of this sample, if it has one: its ``G`` sub-envs reset
+        to one task together. Slot ``j`` of ``S`` runs the sample's groups ``j, j + S, …``
+        (fixed, whatever finishes first), group ``q`` of the sample being group
+        ``groups_done + q`` of the runner's schedule, whose task its sub-envs seek
+        (:data:`~trainers.sampling.grouped_env.GROUP_OPTION`): with ``S = 1`` the groups run
+        one after another on the same tasks as with any ``S``."""
+        from trainers.sampling.grouped_env import GROUP_OPTION
+
+        state = self.sampler_state
+        slots = len(state.slot_runs)
+        q = slot + state.slot_runs[slot] * slots
+        if q >= state.groups_wanted:
+            return
+        state.slot_runs[slot] += 1
+        options = {GROUP_OPTION: state.groups_done + q}
+        g = self._group_size
+        for i in range(slot * g, (slot + 1) * g):
+            self._reset_env(i, None if seed is None else seed + i, options)
 
     def _new_episode(self, env_index: int, episodes: list[Any] | None = None) -> None:
         episodes = episodes if episodes is not None else self._ongoing_episodes
         super()._new_episode(env_index, episodes)
         set_episode_class(episodes[env_index], OrderedEpisode)
 
-    def _reset_env(self, i: int, seed: int | None) -> None:
+    def _reset_env(self, i: int, seed: int | None, options: dict[str, Any] | None = None) -> None:
         """Start env ``i``'s next episode (its reset runs on the stepper)."""
         self._new_episode(i, self._ongoing_episodes)
         state = self.sampler_state
         state.pending[i] = None
         state.states[i] = {}
-        self._stepper.start_reset(i, seed)
+        self._stepper.start_reset(i, seed, options)
 
     def _step_env(
         self, i: int, actions: dict[str, Any], for_env: dict[str, Any], extras: dict[str, Any]
@@ -381,11 +437,14 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             return
         waiting = self.sampler_state.waiting
         waiting.append(i)
-        if len(waiting) < self.num_envs or len(done) >= self._wanted:
-            return  # a group still running, or the sample's last: the next sample() resets all
-        for j in waiting:  # the group is whole: all start the next task
-            self._reset_env(j, None)
-        waiting.clear()
+        slot = i // self._group_size
+        mine = [j for j in waiting if j // self._group_size == slot]
+        if len(mine) < self._group_size:
+            return  # the group still running
+        waiting[:] = [j for j in waiting if j // self._group_size != slot]
+        # the group is whole: the slot starts its next group of this sample, if any (else it
+        # waits for the next sample(), which restarts every slot anyway)
+        self._start_group(slot)
 
     def get_metrics(self) -> Any:
         """RLlib's ``get_metrics``, each agent's return summed once per episode

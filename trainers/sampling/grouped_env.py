@@ -5,7 +5,11 @@ repeats each task seed ``repeat`` times (counted in *finished* episodes: an epis
 by a reset is re-run with the same seed), and with ``shared_seeds`` all vector sub-envs of
 an env runner draw the same seed stream, so the ``k``-th finished episode of each sub-env has
 the same task. With ``num_envs_per_env_runner = G``, ``repeat = 1`` and ``shared_seeds`` the
-``G`` rollouts of a task are sampled side by side, in one batched generation per step.
+``G`` rollouts of a task are sampled side by side, in one batched generation per step. With
+several groups side by side (``RunnerSpec.groups_in_flight``) the runner tells each group's
+sub-envs which group of its schedule they run (the reset option :data:`GROUP_OPTION`): the
+env skips forward to that task of the stream (:meth:`GroupedEnv.seek`), so the ``q``-th group
+a runner samples has the stream's ``q``-th task whatever the number of groups in flight.
 (The seed RLlib passes to ``reset()`` is ignored: it passes the same config seed at every
 forced reset, which would replay the same tasks every iteration.)
 """
@@ -26,6 +30,9 @@ from trainers.signals.curriculum import SCHEDULE, passed
 
 #: the infos key where ``GroupedEnv`` records a scenario's own anchor key for an observation.
 ANCHOR_INFO = "anchor"
+#: the reset option naming the group (its index in the runner's group schedule) whose task
+#: the episode runs (:meth:`GroupedEnv.seek`; set by the batched sampler for whole groups)
+GROUP_OPTION = "group"
 
 
 class GroupedEnv(RLlibGraphEnv):
@@ -78,8 +85,30 @@ class GroupedEnv(RLlibGraphEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, infos = super().reset(seed=self._task_seed, options=options)
+        if options and GROUP_OPTION in options:
+            options = dict(options)
+            self.seek(int(options.pop(GROUP_OPTION)))
+        obs, infos = super().reset(seed=self._task_seed, options=options or None)
         return obs, self._anchors(obs, infos)
+
+    def seek(self, k: int) -> None:
+        """Make the stream's ``k``-th task (0-based) the current one. The stream only moves
+        forward: the tasks in between are skipped (in the runner, groups on other slots run
+        them). A no-op at the current task.
+
+        Raises:
+            ValueError: ``k`` is before the current task, or an episode of it has finished
+                while ``repeat > 1`` (a task's rollouts are then counted in this env).
+        """
+        if k < self._k or (k > self._k and self._finished):
+            raise ValueError(
+                f"GroupedEnv.seek({k}): the task schedule is at task {self._k} with "
+                f"{self._finished} of {self.repeat} episodes finished; it only moves forward to "
+                "a task not yet started (a group index the runner already used?)"
+            )
+        while self._k < k:
+            self._k += 1
+            self._task_seed = self._next_task()
 
     @override
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
