@@ -108,6 +108,10 @@ class Scenario(ABC):
     #: hard cap on LangGraph supersteps an episode may take (episode truncated beyond it);
     #: a scenario may set it per instance.
     max_supersteps: int = 64
+    #: runs keep the graph's state after every superstep, so that an episode cut off by its
+    #: step limit is scored by :meth:`limit_state` on the state it reached (a scenario may set
+    #: it per instance).
+    scores_limit_episodes: bool = False
 
     # ----- capabilities --------------------------------------------------------------------
     #: some agents act with token ids (``TextSpaces``); ``text_agents`` names them.
@@ -220,6 +224,16 @@ class Scenario(ABC):
     def failure_state(self, state: dict[str, Any] | None) -> Outcome:
         """Outcome of an episode that failed (a node raised): zero reward by default."""
         return Outcome(reward=0.0, success=False)
+
+    def limit_state(self, state: dict[str, Any] | None) -> Outcome:
+        """Outcome of an episode cut off by its step limit (LangGraph's recursion limit, or
+        the environment's decision cap). ``state`` is the graph's state after its last
+        superstep where the run kept it (:attr:`scores_limit_episodes`), else ``None``.
+
+        Default: :meth:`failure_state` of ``None`` (zero reward). The episode is counted as
+        truncated (``charts/truncated``, ``charts/limit_rate``) whatever this returns.
+        """
+        return self.failure_state(None)
 
     # ----- transcripts (called only for the episodes that are saved or printed) -------------
     def render_observation(self, agent: str, observation: Any) -> str:

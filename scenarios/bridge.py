@@ -306,6 +306,8 @@ class GraphRun(EmittedRewards):
         config: extra run config (``recursion_limit``, ``configurable`` entries).
         agent_ids: by-id agent ids instead: id given to ``decide()`` → max concurrent instances
             (an iterable of ids means one instance each). Decisions may come from any depth.
+        keep_latest: stream the run's values and keep the state after the last superstep in
+            :attr:`latest` (also when the run ends on its recursion limit; ``invoke`` loses it).
     """
 
     def __init__(
@@ -316,6 +318,7 @@ class GraphRun(EmittedRewards):
         config: Mapping[str, Any] | None = None,
         *,
         agent_ids: Mapping[str, int] | Iterable[str] | None = None,
+        keep_latest: bool = False,
     ) -> None:
         if (agent_nodes is None) == (agent_ids is None):
             raise ValueError("GraphRun takes exactly one of agent_nodes (by node) or agent_ids")
@@ -329,6 +332,9 @@ class GraphRun(EmittedRewards):
         self.threads: list[tuple[Any, str]] = []
         self.pending: dict[str, Request] = {}
         self.result: Any = None
+        self.keep_latest = keep_latest
+        #: the state after the last superstep (with ``keep_latest``), kept when the run fails
+        self.latest: Any = None
         self.error: BaseException | None = None
         self.finished = False
         self.superstep = 0
@@ -412,10 +418,14 @@ class GraphRun(EmittedRewards):
             BRIDGE_KEY: self,
             **lg.runner_config(self._submit),
         }
+        config = {**self.config, "configurable": configurable}
         try:
-            self.result = self.graph.invoke(
-                self.inputs, config={**self.config, "configurable": configurable}
-            )
+            if self.keep_latest:  # what invoke returns is the last values chunk
+                for values in self.graph.stream(self.inputs, config, stream_mode="values"):
+                    self.latest = values
+                self.result = self.latest
+            else:
+                self.result = self.graph.invoke(self.inputs, config=config)
         except EpisodeAborted:
             pass
         except Exception as exc:  # a node raised: the episode ends, the error is kept

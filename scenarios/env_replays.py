@@ -19,6 +19,7 @@ from typing import Any
 
 import greenlet
 import numpy as np
+from langgraph.errors import GraphRecursionError
 
 from scenarios.alarm import Alarm, EpisodeTimeout
 from scenarios.base import AbsentPolicy, Outcome, ReplayUnavailable, Scenario, ScenarioError
@@ -217,13 +218,14 @@ class ReplayAPI:
                     skip_agents=mode == "skip",
                     max_decisions=self.max_steps,
                     recursion_limit=self.scenario.max_supersteps + 1,
+                    keep_values=self.scenario.scores_limit_episodes,
                 )
         except EpisodeTimeout:  # a replay gets the episode's wall-clock limit too
             return self.scenario.failure_state(None)
-        except DecisionLimit:
-            return self.scenario.failure_state(None)
+        except DecisionLimit as exc:
+            return self.scenario.limit_state(exc.state)
         except RecursionLimit as exc:  # GraphRun keeps the error: a failure with its rewards
-            outcome = self.scenario.failure_state(None)
+            outcome = self.scenario.limit_state(exc.state)
             outcome.reward += exc.team_reward
             return outcome
         outcome = self.scenario.score(state)
@@ -250,12 +252,13 @@ class ReplayAPI:
             return outcome
         if not run.finished:
             run.abort()
-            return self.scenario.failure_state(None)
-        outcome = (
-            self.scenario.failure_state(run.result)
-            if run.error
-            else self.scenario.score(run.result)
-        )
+            return self.scenario.limit_state(run.latest)
+        if isinstance(run.error, GraphRecursionError):
+            outcome = self.scenario.limit_state(run.latest)
+        elif run.error:
+            outcome = self.scenario.failure_state(run.result)
+        else:
+            outcome = self.scenario.score(run.result)
         outcome.reward += run.team_reward
         return outcome
 

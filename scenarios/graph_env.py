@@ -414,6 +414,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
             fallback=functools.partial(self._new_run, seed, tools=tools),
             uncounted=self._uncounted,
             tools=tools,
+            keep_latest=self.scenario.scores_limit_episodes,
         )
 
     @contextlib.contextmanager
@@ -473,6 +474,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
             self.agent_nodes if self.agent_ids is None else None,
             config,
             agent_ids=self.agent_ids,
+            keep_latest=self.scenario.scores_limit_episodes,
         )
 
     def _advance(self, call: Callable[[], dict[str, Any]], first: bool = False) -> dict[str, Any]:
@@ -585,7 +587,9 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         else:
             self.failure, self.error = None, None
         self.truncated = self.failure is not None
-        if self.truncated:
+        if self.failure == "limit":  # recursion limit or decision cap: the state reached
+            self.outcome = self.scenario.limit_state(run.latest)
+        elif self.truncated:
             self.outcome = self.scenario.failure_state(self.final_state)
         else:
             self.outcome = self.scenario.score(run.result)

@@ -67,15 +67,20 @@ class RecursionLimit(Exception):
     LangGraph's own ``GraphRecursionError``.
     """
 
-    def __init__(self, team_reward: float) -> None:
+    def __init__(self, team_reward: float, state: dict[str, Any] | None = None) -> None:
         super().__init__(f"recursion limit reached (team reward so far {team_reward})")
         self.team_reward = team_reward
+        #: the graph's state after the superstep that reached the limit
+        self.state = state
 
 
 class DecisionLimit(BaseException):
     """The replay needs more decision steps than the environment allows (a BaseException, so
     that a node's own ``except Exception`` cannot swallow it). Internal control flow, not a
-    ``MarlError``: the caller ends the replay as a failed episode."""
+    ``MarlError``: the caller ends the replay as a failed episode. ``state``: the state the
+    run reached (with ``keep_values``), else ``None``."""
+
+    state: dict[str, Any] | None = None
 
 
 def compile_fast(
@@ -160,6 +165,7 @@ class FastGraph:
         skip_agents: bool,
         max_decisions: int,
         recursion_limit: int,
+        keep_values: bool = False,
     ) -> tuple[dict[str, Any], float]:
         """Run the graph on ``inputs`` with ``act(agent, obs)`` answering every ``decide()``.
 
@@ -170,6 +176,7 @@ class FastGraph:
             max_decisions: environment steps allowed; one more raises :class:`DecisionLimit`.
             recursion_limit: the LangGraph run's recursion limit: a run that executes that many
                 node supersteps raises :class:`RecursionLimit`, as LangGraph fails it.
+            keep_values: the limit errors carry the state the run reached (``state``).
 
         Returns:
             The final state and the team reward emitted with ``emit_reward`` during the run.
@@ -177,10 +184,14 @@ class FastGraph:
         if not isinstance(inputs, Mapping):
             raise Unsupported("the graph input is not a dict")
         bridge = FastBridge(act, self.agent_nodes, max_decisions, self.agent_ids)
+        bridge.keep_values = keep_values
         token = FAST_BRIDGE.set(bridge)
         try:
             return self._run(inputs, bridge, skip_agents, recursion_limit), bridge.team_reward
-        except (DecisionLimit, Unsupported, RecursionLimit):
+        except DecisionLimit as exc:
+            exc.state = bridge.values
+            raise
+        except (Unsupported, RecursionLimit):
             raise
         except Exception as exc:  # a node raised, an invalid update, ...: LangGraph decides
             raise Unsupported(f"{type(exc).__name__}: {exc}") from exc
@@ -206,6 +217,8 @@ class FastGraph:
         state = self._snapshot(channels)
         pulls, sends = self._route(START, dict(inputs), writes, channels, state)
         updated = self._apply([writes], channels)
+        if bridge.keep_values:
+            bridge.values = self._values(channels)
         steps = 0  # node supersteps
         while pulls or sends:
             steps += 1
@@ -227,6 +240,8 @@ class FastGraph:
             # after the pushes, already sorted by name), then pushes by index
             order = [*range(len(sends), len(tasks)), *range(len(sends))]
             updated = self._apply([results[j][0] for j in order], channels)
+            if bridge.keep_values:
+                bridge.values = self._values(channels)
             pulls, sends = set(), []
             for j in order:
                 _, nxt, snd = results[j]
@@ -238,7 +253,11 @@ class FastGraph:
                         if barriers[i] == srcs:
                             pulls.add(end)
             if steps >= limit:  # LangGraph checks before it looks for more tasks
-                raise RecursionLimit(bridge.team_reward)
+                raise RecursionLimit(bridge.team_reward, self._values(channels))
+        return self._values(channels)
+
+    def _values(self, channels: dict[str, Any]) -> dict[str, Any]:
+        """The graph's state (its output channels), as LangGraph's ``values`` stream gives it."""
         return {k: ch.get() for k in self.output_keys if (ch := channels[k]).is_available()}
 
     def _task(
@@ -399,6 +418,10 @@ class FastBridge(EmittedRewards):
         self.asked = ""  # the id the last decide() was given
         self._names: list[str | None] = []
         self._rounds: dict[int, int] = {}
+        #: keep the graph's state after every superstep in :attr:`values` (as ``GraphRun``'s
+        #: ``keep_latest``): what a run cut off by a limit reached
+        self.keep_values = False
+        self.values: dict[str, Any] | None = None
 
     def new_superstep(self, tasks: list[str]) -> None:
         """Name the superstep's agent tasks (``<node>_<i>`` for fan-out nodes)."""

@@ -131,6 +131,7 @@ class SteppedRun:
             episode's wall-clock limit there: the replay redoes work already counted).
         tools: the episode's tool calls (:class:`scenarios.tool_latency.ToolEpisode`), found
             by ``tool_latency.active()`` on the bridge; None: tools run as they are.
+        keep_latest: keep the state after every superstep in :attr:`latest` (``GraphRun``'s).
     """
 
     def __init__(
@@ -141,6 +142,7 @@ class SteppedRun:
         fallback: Callable[[], GraphRun],
         uncounted: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         tools: Any = None,
+        keep_latest: bool = False,
     ) -> None:
         self._uncounted = uncounted
         self.fast = fast
@@ -149,6 +151,7 @@ class SteppedRun:
         self._fallback = fallback
         self._lg: GraphRun | None = None  # the LangGraph run, once the episode fell back
         self.bridge = _Bridge(self._act, fast.agent_nodes, 1 << 62, fast.agent_ids)
+        self.bridge.keep_values = keep_latest
         self.bridge.tools = tools
         self._pending: dict[str, Request] = {}
         self._result: Any = None
@@ -171,6 +174,11 @@ class SteppedRun:
     @property
     def result(self) -> Any:
         return self._result if self._lg is None else self._lg.result
+
+    @property
+    def latest(self) -> Any:
+        """The state after the last superstep, with ``keep_latest`` (``GraphRun.latest``)."""
+        return self.bridge.values if self._lg is None else self._lg.latest
 
     @property
     def error(self) -> BaseException | None:

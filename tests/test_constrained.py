@@ -326,11 +326,15 @@ def test_supervisor_tutorial_episodes_parse_on_every_decision_and_reach_the_veri
     assert all(not o.truncated for o in outcomes)
 
 
-def test_supervisor_tutorial_trains_two_iterations(ray_session, tmp_path: Path):
+@pytest.mark.parametrize("sampler", ["batched", "rllib"])
+def test_supervisor_tutorial_trains_two_iterations(ray_session, tmp_path: Path, sampler: str):
+    """Constrained routing replies train on both samplers, with no sampler-learner gap."""
     from trainers.run.loop import train
 
     llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
-    cfg = supervisor_tutorial_config(tmp_path, llm, {**llm, "tiny_seed": 1})
+    cfg = supervisor_tutorial_config(
+        tmp_path, llm, {**llm, "tiny_seed": 1}, episodes={"sampler": sampler}
+    )
     result = train(cfg)
     assert result.status == "completed", result.status
     assert [h["charts/iteration"] for h in result.history] == [1, 2]

@@ -168,13 +168,18 @@ def test_a_prefill_under_a_constraint_raises_the_named_error(vllm_module: Any) -
         vllm_module.vllm_sampler().backend.generate([[5, 6, 7]], params)
 
 
-def test_supervisor_tutorial_trains_with_a_vllm_sampled_router(ray_session, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "lora", [None, {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}]
+)
+def test_supervisor_tutorial_trains_with_a_vllm_sampled_router(ray_session, tmp_path, lora) -> None:
     """LangGraph's supervisor tutorial as written, its router pool sampled by vLLM under the
-    Router schema: two GRPO iterations, no failed episode, and no sampler–learner gap."""
+    Router schema (whole weights, or a LoRA adapter served by vLLM's multi-LoRA): two GRPO
+    iterations, no failed episode, and no sampler–learner gap."""
     from trainers.run.loop import train
 
     llm = {"type": "llm", "path": "tiny", "temperature": 1.0}
-    cfg = supervisor_tutorial_config(tmp_path, {**llm, "sampler": "vllm"}, {**llm, "tiny_seed": 1})
+    router = {**llm, "sampler": "vllm"} | ({"lora": lora} if lora else {})
+    cfg = supervisor_tutorial_config(tmp_path, router, {**llm, "tiny_seed": 1})
     result = train(cfg)
     assert result.status == "completed", result.status
     assert all(h["charts/episodes"] > 0 and h["charts/error_rate"] == 0 for h in result.history)

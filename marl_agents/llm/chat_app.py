@@ -77,6 +77,10 @@ class ChatAppScenario(Scenario):
             tool (:func:`scenarios.toolcalls.complete_call`): with a ``prefill`` opening a
             handoff, one generated letter picks the worker.
         max_supersteps: LangGraph recursion limit of an episode (also its decision cap).
+        score_limit: an episode cut off by the recursion limit is scored by the verifier on the
+            state the graph reached (partial credit, e.g. for the first route of a supervisor
+            that never says FINISH); off, such an episode earns 0. Either way it counts in
+            ``charts/truncated`` and ``charts/limit_rate``.
         name: the scenario's name in run names and reports.
     """
 
@@ -104,6 +108,7 @@ class ChatAppScenario(Scenario):
         format_penalty: float = 0.0,
         complete_calls: bool = False,
         max_supersteps: int = 64,
+        score_limit: bool = False,
         name: str | None = None,
     ) -> None:
         if not callable(build_app):
@@ -120,6 +125,7 @@ class ChatAppScenario(Scenario):
         self.format_penalty = float(format_penalty)
         self.complete_calls = bool(complete_calls)
         self.max_supersteps = int(max_supersteps)
+        self.scores_limit_episodes = bool(score_limit)
         if prefill is not None and not isinstance(prefill, Mapping):
             raise ScenarioError(
                 f"prefill must map agent ids to the text their replies start with (e.g. "
@@ -183,6 +189,21 @@ class ChatAppScenario(Scenario):
         if not math.isfinite(reward):
             raise ScenarioError(f"the verifier returned {out!r}: return a finite number")
         return Outcome(reward=reward, success=reward > 0)
+
+    def limit_state(self, state: dict[str, Any] | None) -> Outcome:
+        """With ``score_limit``, the verifier's outcome on the state a cut-off episode reached."""
+        if not self.scores_limit_episodes or state is None:
+            return super().limit_state(state)
+        try:
+            return self.score(state)
+        except ScenarioError:
+            raise
+        except Exception as exc:
+            raise ScenarioError(
+                f"the verifier raised on the state of an episode cut off by its step limit "
+                f"({type(exc).__name__}: {exc}): make it accept a partial state, or set "
+                "score_limit=False"
+            ) from exc
 
     def default_action(self, agent: str) -> np.ndarray:
         """The declared default reply of ``agent`` (then EOS), as an action."""
