@@ -16,7 +16,9 @@ One module per claim, each runnable as ``python -m experiments.<claim>`` with ``
   (scripted judges: :mod:`experiments.judges`);
 * :mod:`experiments.curriculum` — learnability curriculum vs uniform task sampling;
 * :mod:`experiments.passk` — pass@1…pass@16 before and after GRPO on ``text-delegate``;
-* :mod:`experiments.sampler_curves` — the batched sampler's learning curves vs RLlib's sampler.
+* :mod:`experiments.sampler_curves` — the batched sampler's learning curves vs RLlib's sampler;
+* :mod:`experiments.critics` — a centralised critic (MAPPO) vs independent critics (IPPO) on
+  ``relay`` and ``delegate``.
 
 :mod:`experiments.harness` runs one config per seed and writes one JSON per (condition, seed)
 under ``experiments/results/<claim>/<budget>/``; :mod:`experiments.report` rebuilds the report
@@ -38,4 +40,5 @@ CLAIMS: tuple[str, ...] = (
     "curriculum",
     "passk",
     "sampler_curves",
+    "critics",
 )

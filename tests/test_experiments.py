@@ -229,8 +229,26 @@ def sampler_curves_records() -> list[dict[str, Any]]:
     return out
 
 
+def critics_records() -> list[dict[str, Any]]:
+    from experiments import critics
+
+    return [
+        run_record(
+            "critics",
+            cond.name,
+            s,
+            cond.params,
+            team_return=(0.1, end := 0.9 if cond.params["algo"] == "MAPPO" else 0.6),
+            oracle_fraction=(0.1, end),
+        )
+        for cond in critics.conditions("default")
+        for s in range(3)
+    ]
+
+
 #: claims whose synthetic records come from their own function
 SYNTHETIC = {
+    "critics": critics_records,
     "judge_voting": judge_voting_records,
     "turn_credit": turn_credit_records,
     "curriculum": curriculum_records,
@@ -386,6 +404,7 @@ def test_report_covers_every_claim_on_synthetic_results(tmp_path: Path) -> None:
     assert "| 100% | 6.0k | 0.510 (0.500–0.520) | 0.510 (0.500–0.520) | inside | inside |" in text
     relay = "| 100% | 6.0k | 0.510 (0.500–0.520) | 0.760 (0.750–0.770) | **outside** (above by 0.24"
     assert relay in text
+    assert "relay · shapley, final return: MAPPO is higher than IPPO on every seed" in text
 
 
 # ----- the numbers behind the tables ---------------------------------------------------------

@@ -89,3 +89,26 @@ def test_a_verifier_that_cannot_read_a_partial_state_is_named() -> None:
     env = GraphEnv(scenario)
     with pytest.raises(ScenarioError, match="score_limit=False"):
         _play(env, 0, "researcher")
+
+
+def test_the_whole_job_verifier_pays_finishing_over_looping() -> None:
+    """The tutorial's ``whole_job`` verifier: a right first route then FINISH earns 1, the same
+    route in an episode that never finishes 0.5 (scored at the cut-off), a wrong one 0."""
+    scenario = supervisor_tutorial.scenario(whole_job=True, max_supersteps=5)
+    env = GraphEnv(scenario)
+    seed = _first_task_seed(scenario)
+    _play(env, seed, "researcher")
+    assert env.failure == "limit" and (env.outcome.reward, env.outcome.success) == (0.5, False)
+    env.reset(seed=seed)
+    while env.agents:  # the supervisor's first route is the researcher, its next FINISH
+        routed = any(t.agent == "supervisor" for t in env.trace)
+        goto = "FINISH" if routed else "researcher"
+        env.step(
+            {
+                a: _route(scenario, goto) if a == "supervisor" else _reply(scenario, "ok")
+                for a in env.agents
+            }
+        )
+    assert env.failure is None and (env.outcome.reward, env.outcome.success) == (1.0, True)
+    _play(env, seed, "coder")
+    assert env.outcome.reward == 0.0

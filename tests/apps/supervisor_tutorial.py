@@ -18,6 +18,7 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from marl_agents.llm.chat_app import ChatAppScenario
+from scenarios.base import Outcome
 
 MEMBERS = ["researcher", "coder"]
 TASKS = ["Find who wrote the paper.", "Write a sort function."]
@@ -77,11 +78,23 @@ def first_route_right(state: dict[str, Any]) -> bool:
     return bool(routes) and routes[0] == want
 
 
-def scenario(**kwargs: Any) -> ChatAppScenario:
-    """The tutorial app as a scenario (``kwargs`` override its settings)."""
+def routed_then_finished(state: dict[str, Any]) -> Outcome:
+    """The whole job: 1 for the right first route then FINISH, 0.5 for the right first route
+    in an episode cut off by the step limit (it never said FINISH: ``score_limit=True`` scores
+    those), 0 otherwise; success is the whole job."""
+    right = first_route_right(state)
+    finished = (state.get("routes") or [""])[-1] == "FINISH"
+    return Outcome(reward=float(right) * (1.0 if finished else 0.5), success=right and finished)
+
+
+def scenario(whole_job: bool = False, **kwargs: Any) -> ChatAppScenario:
+    """The tutorial app as a scenario (``kwargs`` override its settings); ``whole_job``: the
+    verifier is :func:`routed_then_finished` (with cut-off episodes scored), else
+    :func:`first_route_right`."""
     settings: dict[str, Any] = dict(
         tasks=TASKS,
-        verifier=first_route_right,
+        verifier=routed_then_finished if whole_job else first_route_right,
+        score_limit=whole_job,
         default_reply='<tool>{"name": "Router", "arguments": {"next": "FINISH"}}</tool>',
         max_prompt_tokens=256,
         max_new_tokens=64,
