@@ -53,7 +53,7 @@ ARMS = {"constrained": "auto", "free": "off"}
 ROUTER_REPLY = '<tool>{"name": "Router", "arguments": {"next": "FINISH"}}</tool>'
 
 
-def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 3e-4) -> Any:
+def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 1e-4) -> Any:
     """The experiment config of one run."""
     from trainers.configs.experiment import ExperimentConfig
 
@@ -102,7 +102,7 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: fl
 
 
 def run(
-    arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 3e-4
+    arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 1e-4
 ) -> dict[str, Any]:
     """Train one arm and seed; the record saved as ``<out>/<arm>/seed<seed>.json``."""
     from trainers.run.loop import train
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     p.add_argument("--free-iterations", type=int, default=None,
                    help="iterations of the free arm (default: --iterations)")  # fmt: skip
-    p.add_argument("--lr", type=float, default=3e-4, help="the router's learning rate")
+    p.add_argument("--lr", type=float, default=1e-4, help="the router's learning rate")
     p.add_argument("--workers", choices=("scripted", "gemma"), default="scripted")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--plot", action="store_true", help="only draw the plot from saved runs")
