@@ -47,6 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "gemma_supervisor"
 ARMS = {"constrained": "auto", "free": "off"}
@@ -160,11 +162,19 @@ def plot(out: Path, image: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for file in sorted(out.glob("*/seed*.json")):
         rec = json.loads(file.read_text())
+        if not rec["history"]:  # a run that stopped in its first iteration (the free arm)
+            continue
         xs = [h["charts/iteration"] for h in rec["history"]]
         ys = [h.get("charts/success", float("nan")) for h in rec["history"]]
-        ax.plot(xs, ys, marker="o", label=f"{rec['arm']} seed {rec['seed']}")
-    ax.axhline(1 / 3, color="grey", ls=":", label="chance (1/3)")
-    ax.set(xlabel="GRPO iteration", ylabel="routing success (on-policy)", ylim=(-0.05, 1.05))
+        ax.plot(xs, ys, marker="o", alpha=0.5, label=f"{rec['arm']} seed {rec['seed']}")
+    runs = [json.loads(f.read_text()) for f in sorted(out.glob("constrained/seed*.json"))]
+    curves = [[h.get("charts/success", np.nan) for h in r["history"]] for r in runs if r["history"]]
+    if curves:
+        n = min(len(c) for c in curves)
+        mean = np.nanmean([c[:n] for c in curves], axis=0)
+        ax.plot(range(1, n + 1), mean, color="k", lw=2, label=f"mean of {len(curves)} seeds")
+    ax.axhline(1 / 9, color="grey", ls=":", label="chance (1/3 route · 1/3 FINISH)")
+    ax.set(xlabel="GRPO iteration", ylabel="success, on-policy (8 episodes)", ylim=(-0.05, 1.05))
     ax.set_title("Supervisor tutorial, Gemma-3-270M router (LoRA)")
     ax.legend(fontsize=7)
     fig.tight_layout()
