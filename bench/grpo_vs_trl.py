@@ -51,15 +51,12 @@ TRL's here and broken the TRL side until this run.) TRL's defaults (``bf16=True`
 gradient checkpointing) made it ~4× slower on this CPU (32.9 s/update busy), so they are
 turned off here.
 
-TRL is a bench-only dependency (``pip install .[bench]``), kept out of the shared venv: a
-venv that sees the shared one's packages and adds TRL::
+TRL is a bench-only dependency, kept out of the shared venv: the bench makes its own venv
+``.venv-trl`` (gitignored) on first use, which sees the shared venv's packages (a ``.pth``
+file) and adds ``trl`` (the ``bench`` extra's pin); ``--trl-python`` names another
+interpreter with TRL instead::
 
-    python3 -m venv /work/venv-trl
-    echo "$PWD/.venv/lib/python3.11/site-packages" \\
-        > /work/venv-trl/lib/python3.11/site-packages/shared-venv.pth
-    /work/venv-trl/bin/pip install trl
-
-    PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py --trl-python /work/venv-trl/bin/python
+    PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py
     # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
     #          --rounds 3 [--sampler vllm]
 """
@@ -264,6 +261,27 @@ def child(
     return json.loads(result.read_text())
 
 
+TRL_VENV = ROOT / ".venv-trl"
+#: the peer's pin (the ``bench`` extra's)
+TRL_PIN = "trl>=1.16,<2"
+
+
+def ensure_trl_venv() -> Path:
+    """The python of ``.venv-trl``: made on first use, it sees this venv's packages (torch,
+    transformers, the project) through a ``.pth`` file and adds TRL."""
+    import site
+
+    py = TRL_VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
+        ours = [p for p in site.getsitepackages() if p.endswith("site-packages")]
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        pth = TRL_VENV / "lib" / version / "site-packages" / "shared-venv.pth"
+        pth.write_text("\n".join(ours) + "\n")
+        subprocess.run([str(py), "-m", "pip", "install", "-q", TRL_PIN], check=True)
+    return py
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group-size", type=int, default=8)
@@ -273,7 +291,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampler", default="transformers", choices=["transformers", "vllm"])
-    parser.add_argument("--trl-python", default=sys.executable, help="an interpreter with trl")
+    parser.add_argument(
+        "--trl-python", help="an interpreter with trl (default: .venv-trl, made on first use)"
+    )
     parser.add_argument(
         "--in-flight",
         default="1,all",
@@ -303,7 +323,7 @@ def main() -> None:
     sides: list[tuple[tuple[str, str], str, list[str]]] = [
         ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
     ]
-    sides.append((("trl", "transformers"), args.trl_python, []))
+    sides.append((("trl", "transformers"), args.trl_python or str(ensure_trl_venv()), []))
     if args.sampler != "transformers":
         k = in_flight[-1]
         extra = ["--in-flight", k, "--sampler", args.sampler]
