@@ -3,17 +3,29 @@ curves with greedy evaluation, in EPyMARL's team-return convention, next to publ
 
 Each run trains the experiment :func:`config` builds (the PettingZoo reference
 ``mpe2.simple_spread_v3:parallel_env``, one policy shared by the three agents, MAPPO's
-published MPE hyperparameters where ours has the knob: lr 7e-4, 10 epochs on one minibatch of
-3,200 env steps, entropy 0.01, γ 0.99, λ 0.95, a [64, 64] MLP, value normalisation) with the
-algorithm that :func:`trainers.algo.to_algorithm_config` builds (the same as ``train()``'s, in
-this process: no run directory, so the greedy evaluations need no checkpoints), and every
-``--eval-every`` env steps plays ``--eval-episodes`` greedy episodes (argmax actions) on fixed
-seeds (10,000 onwards). The greedy team return is ``2·Σ_i R_i − 75`` per episode
-(:func:`experiments.epymarl.team_return`).
+published MPE hyperparameters where ours has the knob: lr 7e-4, 10 epochs over 3,200 env steps,
+entropy 0.01, γ 0.99, λ 0.95, a [64, 64] MLP, value normalisation) with the algorithm that
+:func:`trainers.algo.to_algorithm_config` builds (the same as ``train()``'s, in this process: no
+run directory, so the greedy evaluations need no checkpoints), and every ``--eval-every`` env
+steps plays ``--eval-episodes`` greedy episodes (argmax actions) on fixed seeds (10,000
+onwards). The greedy team return is ``2·Σ_i R_i − 75`` per episode
+(:func:`experiments.epymarl.team_return`); each row also holds the stochastic training return
+of the last iteration's episodes (same convention) and the learner's KL, KL coefficient,
+entropy and explained variance. ``minibatch_size`` 3,200 counts rows of the shared module's
+batch (3 agents × 3,200 env steps + bootstrap rows), so an epoch is ~3.1 minibatches (~31 SGD
+steps an update, where MAPPO's one minibatch makes 10).
+
+Ablations: ``--set PATH=VALUE`` overrides the experiment (dotted path, JSON value, e.g.
+``--set algorithm.extra.use_kl_loss=false``), ``--tag`` names the arm in the rows and the
+report; ``--set scenario=experiments.spread_mappo:team_parallel_env`` trains every agent on
+the team's mean reward. :mod:`experiments.spread_reference` is the plain-torch MAPPO on the same
+env these are calibrated against.
 
 Run: ``python -m experiments.spread_mappo --algos IPPO MAPPO --seeds 0 1 2 3 4
 --steps 500000`` (one JSON line per evaluation to ``--out``, default
-``experiments/results/spread_mappo/curves.jsonl``); ``--report`` prints the table of the rows there.
+``experiments/results/spread_mappo/curves.jsonl``); ``--report`` prints the table of the rows
+there (``--plot PNG`` also draws them, with the reference's rows when
+``reference.jsonl`` sits next to ``--out``).
 """
 
 from __future__ import annotations
@@ -251,7 +263,7 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
         ax.plot(xs, ys, marker=".", label=label)
     if reference is not None and reference.exists():
         ref = [json.loads(x) for x in reference.read_text().splitlines() if x.strip()]
-        ref = [r for r in ref if r.get("reward") == "env"]
+        ref = [r for r in ref if r.get("reward") == "env" and not r.get("tag")]
         if ref:
             xs, ys, seeds = curve(ref)
             label = f"plain-torch MAPPO, same env ({seeds} seed{'s' if seeds > 1 else ''})"

@@ -41,8 +41,9 @@ def make_env() -> Any:
     return simple_spread_v3.parallel_env(**KW)
 
 
-def net(inputs: int, outputs: int, gain: float) -> Any:
-    """tanh MLP [64, 64] → ``outputs``, orthogonal weights, zero biases (head gain ``gain``)."""
+def net(inputs: int, outputs: int, gain: float, orthogonal: bool = True) -> Any:
+    """tanh MLP [64, 64] → ``outputs``, orthogonal weights, zero biases (head gain ``gain``);
+    ``orthogonal`` False: torch's default initialisation."""
     from torch import nn
 
     layers = [
@@ -52,7 +53,7 @@ def net(inputs: int, outputs: int, gain: float) -> Any:
         nn.Tanh(),
         nn.Linear(64, outputs),
     ]
-    for layer in layers:
+    for layer in layers if orthogonal else []:
         if isinstance(layer, nn.Linear):
             nn.init.orthogonal_(layer.weight, gain=gain if layer is layers[-1] else 1.0)
             nn.init.zeros_(layer.bias)
@@ -99,7 +100,17 @@ def greedy(actor: Any, episodes: int) -> float:
     return float(np.mean(out))
 
 
-def train(seed: int, steps: int, reward: str, reward_norm: bool, every: int, out: Path) -> None:
+def train(
+    seed: int,
+    steps: int,
+    reward: str,
+    reward_norm: bool,
+    every: int,
+    out: Path,
+    orthogonal: bool = True,
+    tag: str = "",
+    value_norm: bool = False,
+) -> None:
     import torch
 
     from experiments.epymarl import team_return
@@ -111,20 +122,25 @@ def train(seed: int, steps: int, reward: str, reward_norm: bool, every: int, out
     n, T, batch_eps, epochs, minibatches = len(agents), KW["max_cycles"], 32, 15, 4
     obs_dim = env.observation_space(agents[0]).shape[0]
     state_dim = obs_dim * n
-    actor, critic = net(obs_dim, 5, 0.01), net(state_dim, 1, 1.0)
+    actor, critic = net(obs_dim, 5, 0.01, orthogonal), net(state_dim, 1, 1.0, orthogonal)
     params = list(actor.parameters()) + list(critic.parameters())
     optim = torch.optim.Adam(params, lr=5e-4, eps=1e-5)
     rstd = RunningStd()
+    from trainers.learners.value_norm import ValueNorm
+
+    vnorm, entropy = ValueNorm(), float("nan")
     done_steps, next_eval, start, train_returns = 0, 0, time.perf_counter(), []
     while True:
         if done_steps >= next_eval:
             row = {
                 "impl": "reference",
                 "reward": reward,
+                "tag": tag,
                 "seed": seed,
                 "env_steps": done_steps,
                 "team_return": greedy(actor, 32),
                 "train_team_return": float(np.mean(train_returns[-32:])) if train_returns else None,
+                "entropy": entropy,
                 "wall_s": time.perf_counter() - start,
             }
             with out.open("a") as f:
@@ -160,13 +176,19 @@ def train(seed: int, steps: int, reward: str, reward_norm: bool, every: int, out
         state_t = obs_t.reshape(batch_eps, T + 1, 1, state_dim).expand(-1, -1, n, -1)
         with torch.no_grad():
             V = critic(state_t).squeeze(-1).numpy()
+        if value_norm:  # the framework's normaliser: the critic learns normalised targets
+            V = vnorm.denormalize(V)
         adv = np.zeros((batch_eps, T, n), np.float32)
         gae = np.zeros((batch_eps, n), np.float32)
         for t in reversed(range(T)):
             delta = R[:, t] + 0.99 * V[:, t + 1] - V[:, t]
             gae = delta + 0.99 * 0.95 * gae
             adv[:, t] = gae
-        target = torch.as_tensor(adv + V[:, :T])
+        target_np = adv + V[:, :T]
+        if value_norm:
+            vnorm.update(target_np)
+            target_np = vnorm.normalize(target_np)
+        target = torch.as_tensor(target_np)
         adv_t = torch.as_tensor((adv - adv.mean()) / (adv.std() + 1e-5))
         a_t, lp_t = torch.as_tensor(A), torch.as_tensor(LP)
         for _ in range(epochs):
@@ -176,7 +198,9 @@ def train(seed: int, steps: int, reward: str, reward_norm: bool, every: int, out
                 ratio = torch.exp(dist.log_prob(a_t[idx]) - lp_t[idx])
                 surr = torch.min(ratio * adv_t[idx], ratio.clamp(0.8, 1.2) * adv_t[idx])
                 v = critic(state_t[idx, :T]).squeeze(-1)
-                loss = (-surr - 0.01 * dist.entropy()).mean() + ((v - target[idx]) ** 2).mean()
+                ent = dist.entropy().mean()
+                loss = (-surr).mean() - 0.01 * ent + ((v - target[idx]) ** 2).mean()
+                entropy = float(ent.detach())
                 optim.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 10.0)
@@ -189,7 +213,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=250_000)
     p.add_argument("--reward", choices=("env", "team"), default="env")
     p.add_argument("--no-reward-norm", dest="reward_norm", action="store_false")
+    p.add_argument(
+        "--value-norm",
+        action="store_true",
+        help="normalise value targets with trainers' ValueNorm (use with --no-reward-norm)",
+    )
     p.add_argument("--eval-every", type=int, default=25_000)
+    p.add_argument("--default-init", dest="orthogonal", action="store_false")
+    p.add_argument("--tag", default="", help="a label for this arm in the rows")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -197,7 +228,17 @@ def main() -> None:
 
     torch.set_num_threads(1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    train(args.seed, args.steps, args.reward, args.reward_norm, args.eval_every, args.out)
+    train(
+        args.seed,
+        args.steps,
+        args.reward,
+        args.reward_norm,
+        args.eval_every,
+        args.out,
+        args.orthogonal,
+        args.tag,
+        args.value_norm,
+    )
 
 
 if __name__ == "__main__":
