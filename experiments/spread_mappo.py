@@ -265,8 +265,13 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
         ref = [json.loads(x) for x in reference.read_text().splitlines() if x.strip()]
         ref = [r for r in ref if r.get("reward") == "env" and not r.get("tag")]
         if ref:
-            xs, ys, seeds = curve(ref)
-            label = f"plain-torch MAPPO, same env ({seeds} seed{'s' if seeds > 1 else ''})"
+            xs, ys, _ = curve(ref)
+            runs: dict[int, int] = {}
+            for r in ref:
+                point = int(round(r["env_steps"] / 25_000) * 25_000)
+                runs[point] = runs.get(point, 0) + 1
+            lo, hi = min(runs.values()), max(runs.values())
+            label = f"plain-torch MAPPO, same env ({lo}–{hi} runs a point)"
             ax.plot(xs, ys, ls="--", color="grey", label=label)
     points = [(250_000, -160.0), (500_000, -145.0)]
     ax.scatter(*zip(*points, strict=True), color="k", zorder=3, label="MAPPO-MLP (figure)")

@@ -110,6 +110,7 @@ def train(
     orthogonal: bool = True,
     tag: str = "",
     value_norm: bool = False,
+    shuffle_rows: bool = False,
 ) -> None:
     import torch
 
@@ -191,15 +192,31 @@ def train(
         target = torch.as_tensor(target_np)
         adv_t = torch.as_tensor((adv - adv.mean()) / (adv.std() + 1e-5))
         a_t, lp_t = torch.as_tensor(A), torch.as_tensor(LP)
+        B = batch_eps
+        flat_obs = obs_t[:, :T].reshape(B * T * n, obs_dim)
+        flat_state = state_t[:, :T].reshape(B * T * n, state_dim)
+        flat_a, flat_lp = a_t.reshape(-1), lp_t.reshape(-1)
+        flat_adv, flat_target = adv_t.reshape(-1), target.reshape(-1)
         for _ in range(epochs):
-            order = np.arange(batch_eps)
-            for idx in np.array_split(order, minibatches):
-                dist = torch.distributions.Categorical(logits=actor(obs_t[idx, :T]))
-                ratio = torch.exp(dist.log_prob(a_t[idx]) - lp_t[idx])
-                surr = torch.min(ratio * adv_t[idx], ratio.clamp(0.8, 1.2) * adv_t[idx])
-                v = critic(state_t[idx, :T]).squeeze(-1)
+            # minibatches of whole episodes in a fixed order (the recipe's), or of rows
+            # shuffled across episodes and agents every epoch (as RLlib's learner does)
+            if shuffle_rows:
+                rows = B * T * n
+                split = np.array_split(
+                    np.random.default_rng(rng.integers(2**31)).permutation(rows), minibatches
+                )
+                cols = [flat_obs, flat_state, flat_a, flat_lp, flat_adv, flat_target]
+            else:
+                split = np.array_split(np.arange(batch_eps), minibatches)
+                cols = [obs_t[:, :T], state_t[:, :T], a_t, lp_t, adv_t, target]
+            for idx in split:
+                o, st, a, lp, ad, tg = (c[idx] for c in cols)
+                dist = torch.distributions.Categorical(logits=actor(o))
+                ratio = torch.exp(dist.log_prob(a) - lp)
+                surr = torch.min(ratio * ad, ratio.clamp(0.8, 1.2) * ad)
+                v = critic(st).squeeze(-1)
                 ent = dist.entropy().mean()
-                loss = (-surr).mean() - 0.01 * ent + ((v - target[idx]) ** 2).mean()
+                loss = (-surr).mean() - 0.01 * ent + ((v - tg) ** 2).mean()
                 entropy = float(ent.detach())
                 optim.zero_grad()
                 loss.backward()
@@ -217,6 +234,12 @@ def main() -> None:
         "--value-norm",
         action="store_true",
         help="normalise value targets with trainers' ValueNorm (use with --no-reward-norm)",
+    )
+    p.add_argument(
+        "--shuffle-rows",
+        action="store_true",
+        help="minibatches of rows shuffled across episodes and agents (RLlib's) "
+        "instead of whole episodes in a fixed order",
     )
     p.add_argument("--eval-every", type=int, default=25_000)
     p.add_argument("--default-init", dest="orthogonal", action="store_false")
@@ -238,6 +261,7 @@ def main() -> None:
         args.orthogonal,
         args.tag,
         args.value_norm,
+        args.shuffle_rows,
     )
 
 
