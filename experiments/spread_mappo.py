@@ -3,17 +3,29 @@ curves with greedy evaluation, in EPyMARL's team-return convention, next to publ
 
 Each run trains the experiment :func:`config` builds (the PettingZoo reference
 ``mpe2.simple_spread_v3:parallel_env``, one policy shared by the three agents, MAPPO's
-published MPE hyperparameters where ours has the knob: lr 7e-4, 10 epochs on one minibatch of
-3,200 env steps, entropy 0.01, γ 0.99, λ 0.95, a [64, 64] MLP, value normalisation) with the
-algorithm that :func:`trainers.algo.to_algorithm_config` builds (the same as ``train()``'s, in
-this process: no run directory, so the greedy evaluations need no checkpoints), and every
-``--eval-every`` env steps plays ``--eval-episodes`` greedy episodes (argmax actions) on fixed
-seeds (10,000 onwards). The greedy team return is ``2·Σ_i R_i − 75`` per episode
-(:func:`experiments.epymarl.team_return`).
+published MPE hyperparameters where ours has the knob: lr 7e-4, 10 epochs over 3,200 env steps,
+entropy 0.01, γ 0.99, λ 0.95, a [64, 64] MLP, value normalisation) with the algorithm that
+:func:`trainers.algo.to_algorithm_config` builds (the same as ``train()``'s, in this process: no
+run directory, so the greedy evaluations need no checkpoints), and every ``--eval-every`` env
+steps plays ``--eval-episodes`` greedy episodes (argmax actions) on fixed seeds (10,000
+onwards). The greedy team return is ``2·Σ_i R_i − 75`` per episode
+(:func:`experiments.epymarl.team_return`); each row also holds the stochastic training return
+of the last iteration's episodes (same convention) and the learner's KL, KL coefficient,
+entropy and explained variance. ``minibatch_size`` 3,200 counts rows of the shared module's
+batch (3 agents × 3,200 env steps + bootstrap rows), so an epoch is ~3.1 minibatches (~31 SGD
+steps an update, where MAPPO's one minibatch makes 10).
+
+Ablations: ``--set PATH=VALUE`` overrides the experiment (dotted path, JSON value, e.g.
+``--set algorithm.extra.use_kl_loss=false``), ``--tag`` names the arm in the rows and the
+report; ``--set scenario=experiments.spread_mappo:team_parallel_env`` trains every agent on
+the team's mean reward. :mod:`experiments.spread_reference` is the plain-torch MAPPO on the same
+env these are calibrated against.
 
 Run: ``python -m experiments.spread_mappo --algos IPPO MAPPO --seeds 0 1 2 3 4
 --steps 500000`` (one JSON line per evaluation to ``--out``, default
-``experiments/results/spread_mappo/curves.jsonl``); ``--report`` prints the table of the rows there.
+``experiments/results/spread_mappo/curves.jsonl``); ``--report`` prints the table of the rows
+there (``--plot PNG`` also draws them, with the reference's rows when
+``reference.jsonl`` sits next to ``--out``).
 """
 
 from __future__ import annotations
@@ -41,33 +53,72 @@ PUBLISHED = {
 }
 
 
-def config(algo: str, seed: int, steps: int) -> Any:
-    """The experiment of one run (checked here, before anything trains)."""
+def team_parallel_env(**kwargs: Any) -> Any:
+    """mpe2 ``simple_spread_v3.parallel_env(**kwargs)`` in which every agent receives the team
+    reward, the mean of the agents' rewards (``(2·Σ_i r_i … ) / N``, an affine map of EPyMARL's
+    per-step team reward): the objective MAPPO, EPyMARL and the MAPPO-MLP figure train on (their
+    MPE gives every agent the shared reward). mpe2's own rewards with ``local_ratio`` 0.5 give
+    agent ``i`` ``0.5·G − 0.5·c_i``: its own collisions weigh 3× more against the distance term
+    than in the team's return, and the others' not at all (``--reward env``)."""
+    from mpe2 import simple_spread_v3
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class TeamReward(BaseParallelWrapper):
+        def step(self, actions: dict[str, Any]) -> Any:
+            obs, rewards, terms, truncs, infos = self.env.step(actions)
+            mean = float(np.mean(list(rewards.values()))) if rewards else 0.0
+            return obs, dict.fromkeys(rewards, mean), terms, truncs, infos
+
+    return TeamReward(simple_spread_v3.parallel_env(**kwargs))
+
+
+def config(algo: str, seed: int, steps: int, overrides: dict[str, Any] | None = None) -> Any:
+    """The experiment of one run (checked here, before anything trains); ``overrides`` maps
+    dotted paths of the experiment dict (``algorithm.num_epochs``) to values (``--set``)."""
     from trainers.configs.experiment import ExperimentConfig
 
-    return ExperimentConfig.from_dict(
-        {
-            "scenario": SPREAD,
-            "scenario_kwargs": KW,
-            "sharing": "team",
-            "seed": seed,
-            "pools": {"team": {"model": {"type": "mlp", "hidden": [64, 64]}}},
-            "algorithm": {
-                "name": algo,
-                "lr": 7e-4,
-                "num_epochs": 10,
-                "train_batch_size": 3200,
-                "minibatch_size": 3200,
-                "entropy_coeff": 0.01,
-                "gamma": 0.99,
-                "gae_lambda": 0.95,
-            },
-            "resources": {"num_envs_per_env_runner": 8},
-            "budget": {"iterations": None, "env_steps": steps},
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"checkpoint_every": 0, "plot": False, "transcripts": 0},
-        }
-    )
+    exp: dict[str, Any] = {
+        "scenario": SPREAD,
+        "scenario_kwargs": KW,
+        "sharing": "team",
+        "seed": seed,
+        "pools": {"team": {"model": {"type": "mlp", "hidden": [64, 64]}}},
+        "algorithm": {
+            "name": algo,
+            "lr": 7e-4,
+            "num_epochs": 10,
+            "train_batch_size": 3200,
+            "minibatch_size": 3200,
+            "entropy_coeff": 0.01,
+            "gamma": 0.99,
+            "gae_lambda": 0.95,
+        },
+        "resources": {"num_envs_per_env_runner": 8},
+        "budget": {"iterations": None, "env_steps": steps},
+        "logging": {"wandb": "disabled", "progress": False},
+        "output": {"checkpoint_every": 0, "plot": False, "transcripts": 0},
+    }
+    for path, value in (overrides or {}).items():
+        *parents, leaf = path.split(".")
+        node = exp
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return ExperimentConfig.from_dict(exp)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``--set`` items ``path=value`` (a JSON value, else the string) as a dict."""
+    out: dict[str, Any] = {}
+    for item in items:
+        path, sep, raw = item.partition("=")
+        if not sep or not path:
+            raise SystemExit(f"--set {item!r}: write path=value, e.g. algorithm.num_epochs=15")
+        try:
+            out[path] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[path] = raw
+    return out
 
 
 def greedy_returns(algo: Any, plan: Any, episodes: int) -> list[float]:
@@ -96,25 +147,38 @@ def greedy_returns(algo: Any, plan: Any, episodes: int) -> list[float]:
     return sums
 
 
-def run(algo_name: str, seed: int, steps: int, every: int, episodes: int, out: Path) -> None:
-    """Train one run to ``steps`` env steps, evaluating greedily every ``every``."""
+def run(
+    algo_name: str,
+    seed: int,
+    steps: int,
+    every: int,
+    episodes: int,
+    out: Path,
+    overrides: dict[str, Any] | None = None,
+    tag: str = "",
+) -> None:
+    """Train one run to ``steps`` env steps, evaluating greedily every ``every``; each row also
+    holds the stochastic training return (the sampled episodes of the last iteration, same
+    convention) and the learner's KL, KL coefficient, entropy and explained variance."""
     from experiments.epymarl import team_return
     from trainers.algo import to_algorithm_config
     from trainers.plan import resolve
 
-    cfg = config(algo_name, seed, steps)
+    cfg = config(algo_name, seed, steps, overrides)
     plan = resolve(cfg)
     algo = to_algorithm_config(cfg, plan).build_algo()
-    done, next_eval, start = 0, 0, time.perf_counter()
+    done, next_eval, start, result = 0, 0, time.perf_counter(), None
     try:
         while True:
             if done >= next_eval:
                 sums = greedy_returns(algo, plan, episodes)
                 row = {
                     "algo": algo_name,
+                    "tag": tag,
                     "seed": seed,
                     "env_steps": done,
                     "team_return": float(np.mean([team_return(s) for s in sums])),
+                    **training_stats(result),
                     "wall_s": time.perf_counter() - start,
                 }
                 with out.open("a") as f:
@@ -129,25 +193,63 @@ def run(algo_name: str, seed: int, steps: int, every: int, episodes: int, out: P
         algo.stop()
 
 
+#: learner metrics copied into each row (mean over the modules that report them)
+LEARNER_STATS = ("mean_kl_loss", "curr_kl_coeff", "entropy", "vf_explained_var")
+
+
+def training_stats(result: dict[str, Any] | None) -> dict[str, float]:
+    """The stochastic training team return and :data:`LEARNER_STATS` of the last iteration's
+    ``result`` (empty before the first)."""
+    from experiments.epymarl import team_return
+
+    if result is None:
+        return {}
+    stats: dict[str, float] = {}
+    ret = result.get("env_runners", {}).get("episode_return_mean")
+    if ret is not None and np.isfinite(ret):
+        stats["train_team_return"] = team_return(float(ret))
+    learners = [v for k, v in result.get("learners", {}).items() if k != "__all_modules__"]
+    for key in LEARNER_STATS:
+        vals = [float(m[key]) for m in learners if isinstance(m, dict) and key in m]
+        if vals:
+            stats[key] = float(np.mean(vals))
+    return stats
+
+
 def report(out: Path) -> None:
     """Mean (min, max over seeds) greedy team return at each evaluation point, per algorithm."""
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     by: dict[tuple[str, int], list[float]] = {}
     for r in rows:
         point = int(round(r["env_steps"] / 25_000) * 25_000)
-        by.setdefault((r["algo"], point), []).append(r["team_return"])
-    print(f"{'algo':<6} {'env steps':>9}  {'mean':>7}  {'min':>7}  {'max':>7}  seeds")
-    for (algo, point), vals in sorted(by.items()):
+        by.setdefault((arm(r), point), []).append(r["team_return"])
+    print(f"{'arm':<16} {'env steps':>9}  {'mean':>7}  {'min':>7}  {'max':>7}  seeds")
+    for (name, point), vals in sorted(by.items()):
         print(
-            f"{algo:<6} {point:>9}  {np.mean(vals):7.1f}  {min(vals):7.1f}  {max(vals):7.1f}"
+            f"{name:<16} {point:>9}  {np.mean(vals):7.1f}  {min(vals):7.1f}  {max(vals):7.1f}"
             f"  {len(vals)}"
         )
     print("published:", ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
 
 
-def plot(out: Path, png: Path) -> Path:
-    """Greedy team return against env steps, one line per algorithm (mean over seeds), with the
-    published points."""
+def arm(row: dict[str, Any]) -> str:
+    """A row's arm: its algorithm, with its ``--tag`` in brackets when it has one."""
+    return row["algo"] + (f"[{row['tag']}]" if row.get("tag") else "")
+
+
+def curve(rows: list[dict[str, Any]]) -> tuple[list[int], list[float], int]:
+    """Evaluation points (rounded to 25k), mean greedy team return over seeds, seed count."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        by.setdefault(int(round(r["env_steps"] / 25_000) * 25_000), []).append(r["team_return"])
+    xs = sorted(by)
+    return xs, [float(np.mean(by[x])) for x in xs], len({r["seed"] for r in rows})
+
+
+def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
+    """Greedy team return against env steps, one line per arm (mean over seeds), the plain-torch
+    reference (:mod:`experiments.spread_reference`, ``reference`` rows with ``reward: env``)
+    when given, and the published points."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,17 +257,22 @@ def plot(out: Path, png: Path) -> Path:
 
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for algo in sorted({r["algo"] for r in rows}):
-        by: dict[int, list[float]] = {}
-        for r in rows:
-            if r["algo"] == algo:
-                by.setdefault(int(round(r["env_steps"] / 25_000) * 25_000), []).append(
-                    r["team_return"]
-                )
-        xs = sorted(by)
-        seeds = len({r["seed"] for r in rows if r["algo"] == algo})
-        label = f"ours {algo} ({seeds} seed{'s' if seeds > 1 else ''})"
-        ax.plot(xs, [np.mean(by[x]) for x in xs], marker=".", label=label)
+    for name in sorted({arm(r) for r in rows}):
+        xs, ys, seeds = curve([r for r in rows if arm(r) == name])
+        label = f"ours {name} ({seeds} seed{'s' if seeds > 1 else ''})"
+        ax.plot(xs, ys, marker=".", label=label)
+    if reference is not None and reference.exists():
+        ref = [json.loads(x) for x in reference.read_text().splitlines() if x.strip()]
+        ref = [r for r in ref if r.get("reward") == "env" and not r.get("tag")]
+        if ref:
+            xs, ys, _ = curve(ref)
+            runs: dict[int, int] = {}
+            for r in ref:
+                point = int(round(r["env_steps"] / 25_000) * 25_000)
+                runs[point] = runs.get(point, 0) + 1
+            lo, hi = min(runs.values()), max(runs.values())
+            label = f"plain-torch MAPPO, same env ({lo}–{hi} runs a point)"
+            ax.plot(xs, ys, ls="--", color="grey", label=label)
     points = [(250_000, -160.0), (500_000, -145.0)]
     ax.scatter(*zip(*points, strict=True), color="k", zorder=3, label="MAPPO-MLP (figure)")
     ax.axhline(-230.0, color="grey", ls=":", label="random")
@@ -186,24 +293,43 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=25_000)
     p.add_argument("--eval-episodes", type=int, default=32)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override the experiment (dotted path, JSON value), e.g. algorithm.num_epochs=15",
+    )
+    p.add_argument("--tag", default="", help="a label for this arm in the rows and report")
     p.add_argument("--report", action="store_true", help="print the table of --out and exit")
     p.add_argument("--plot", type=Path, help="with --report: also write the curve PNG here")
     args = p.parse_args()
     if args.report:
         report(args.out)
         if args.plot:
-            print("wrote", plot(args.out, args.plot))
+            print("wrote", plot(args.out, args.plot, args.out.parent / "reference.jsonl"))
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import ray
 
+    overrides = parse_sets(args.sets)
     for algo in args.algos:  # config errors before anything trains
-        config(algo, args.seeds[0], args.steps).check()
+        config(algo, args.seeds[0], args.steps, overrides).check()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     for seed in args.seeds:
         for algo in args.algos:
-            run(algo, seed, args.steps, args.eval_every, args.eval_episodes, args.out)
+            run(
+                algo,
+                seed,
+                args.steps,
+                args.eval_every,
+                args.eval_episodes,
+                args.out,
+                overrides,
+                args.tag,
+            )
     report(args.out)
 
 

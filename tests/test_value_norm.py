@@ -166,3 +166,35 @@ def test_learner_classes_and_the_flag(sections: dict, want: str) -> None:
     on = cfg.algorithm.value_norm  # type: ignore[attr-defined]
     assert issubclass(config.learner_class, ValueNormPPOLearner) is on
     assert config.learner_config_dict[VALUE_NORM_KEY] is on
+
+
+def test_value_norm_beta_is_a_checked_knob() -> None:
+    """``algorithm.value_norm_beta`` (issue #27): 0.99 by default; MAPPO's 0.99999 makes the
+    debiased statistics the plain mean over the batches so far; a beta outside [0, 1) is a
+    ConfigError naming the choices."""
+    from trainers.learners.value_norm import BETA
+
+    algo = ExperimentConfig.from_dict({"algorithm": "MAPPO"}).algorithm
+    assert algo.value_norm_beta == BETA == 0.99  # type: ignore[attr-defined]
+    assert ValueNorm().beta == BETA
+    mappo = ExperimentConfig.from_dict({"algorithm": {"value_norm_beta": 0.99999}})
+    slow = ValueNorm(beta=mappo.algorithm.value_norm_beta)  # type: ignore[attr-defined]
+    for batch in ([-10.0, -30.0], [-50.0], [-70.0, -90.0, -110.0]):
+        slow.update(batch)
+    # equal weight per batch: the mean of the batch means (−20, −50, −90)
+    assert slow.mean == pytest.approx(-160 / 3, rel=1e-4)
+    with pytest.raises(ConfigError, match=r"value_norm_beta must be in \[0, 1\).*0.99999"):
+        ExperimentConfig.from_dict({"algorithm": {"value_norm_beta": 1.0}}).check()
+
+
+def test_value_norm_beta_reaches_the_learners_normalisers() -> None:
+    pytest.importorskip("ray")
+    from trainers.algo import to_algorithm_config
+    from trainers.learners.value_norm import VALUE_NORM_BETA_KEY
+    from trainers.learners.value_norm_learner import ValueNormGAE
+
+    cfg = ExperimentConfig.from_dict({"algorithm": {"value_norm_beta": 0.9}})
+    assert to_algorithm_config(cfg).learner_config_dict[VALUE_NORM_BETA_KEY] == 0.9
+    piece = ValueNormGAE(gamma=0.99, lambda_=0.95, beta=0.9)
+    assert piece.norm("team").beta == 0.9
+    assert ValueNormGAE(gamma=0.99, lambda_=0.95).norm("team").beta == 0.99

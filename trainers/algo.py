@@ -33,7 +33,7 @@ from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.runner import RunnerSpec
 from trainers.configs.typed import ConfigError
-from trainers.learners.value_norm import VALUE_NORM_KEY
+from trainers.learners.value_norm import VALUE_NORM_BETA_KEY, VALUE_NORM_KEY
 from trainers.plan import Plan, resolve
 from trainers.signals.episode_metrics import EpisodeMetrics
 from trainers.signals.monitors import KL_TO_START
@@ -130,6 +130,7 @@ def to_algorithm_config(cfg: ExperimentConfig, plan: Plan | None = None) -> Any:
         config.learner_config_dict = {
             **config.learner_config_dict,
             VALUE_NORM_KEY: algo.value_norm,
+            VALUE_NORM_BETA_KEY: algo.value_norm_beta,
             # read by trainers.learners.critic_input
             CRITIC_KEY: algo.critic,
             AGENTS_KEY: list(plan.agents),

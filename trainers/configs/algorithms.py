@@ -202,12 +202,21 @@ class PPOAlgo(ClippedAlgo):
     critic stops explaining the returns or most of its loss is clipped.
 
     Attributes:
-        minibatch_size: SGD minibatch size (≤ ``train_batch_size``).
+        minibatch_size: SGD minibatch size, in rows of one module's batch (≤
+            ``train_batch_size``). The units differ: ``train_batch_size`` counts env steps,
+            a module's batch holds one row per agent step of the agents it serves (plus one
+            bootstrap row per episode chunk), so with ``N`` agents sharing a pool an epoch
+            is about ``N·train_batch_size / minibatch_size`` SGD steps (simple_spread, 3
+            agents, 3,200 env steps, minibatch 3,200: ~3.1 minibatches per epoch, not one).
         learner: ``lean`` (:mod:`trainers.learners.lean`: the same PPO math, fused Adam, less
             work per minibatch) or ``rllib`` (RLlib's own learner step).
         value_norm: normalise the critic's value targets with a running mean and std per
             module (statistics in the learner state, checkpointed); ``false``: the critic
             learns raw returns, as RLlib does.
+        value_norm_beta: weight of the normaliser's running statistics at each training
+            batch, in ``[0, 1)``: 0.99 (the default) tracks about the last hundred batches;
+            0.99999 (MAPPO's) is the mean over every batch so far, so the statistics settle.
+            On simple_spread 0.99999 did not change the outcome (issue #27, docs/results.md).
         critic: what the critic reads (centralised training, decentralised execution):
             ``local`` (the agent's own observation: IPPO), ``state`` (the scenario's global
             state) or ``state_obs`` (global state + the agent's own observation + a one-hot
@@ -223,11 +232,17 @@ class PPOAlgo(ClippedAlgo):
     minibatch_size: int = 250
     learner: LearnerKind = "lean"
     value_norm: bool = True
+    value_norm_beta: float = 0.99
     critic: CriticInput = "local"
 
     def check(self) -> None:
         super().check()
         check_learner(self.learner)
+        if not 0 <= self.value_norm_beta < 1:
+            raise ConfigError(
+                f"algorithm.value_norm_beta must be in [0, 1), got {self.value_norm_beta}: "
+                "0.99 (the default) or 0.99999 (MAPPO's: the mean over every batch so far)"
+            )
         if self.critic not in CRITIC_INPUTS:
             raise ConfigError(
                 f"algorithm.critic={self.critic!r} is unknown: use local (own observation), "

@@ -10,9 +10,12 @@ move with them, and the next updates correct it.
 
 Statistics: exponential moving averages of the batch mean and of the batch mean square, one
 update per training batch (over its valid rows), debiased as Adam debiases its moments, so the
-first batch sets them exactly. With ``beta = 0.99`` a batch counts for about the last hundred
-updates; at the first ones the debiased average is close to the plain mean of the batches'
-moments. Before any update the normaliser is the identity (``μ = 0``, ``σ = 1``), so a module
+first batch sets them exactly. With ``beta = 0.99`` (the default, ``algorithm.value_norm_beta``)
+a batch counts for about the last hundred updates; at the first ones the debiased average is
+close to the plain mean of the batches' moments. MAPPO's ``ValueNorm`` uses 0.99999: for the
+first ~10⁵ updates the plain mean over all batches, so the statistics settle (measured on
+simple_spread, issue #27: no better than 0.99 there).
+Before any update the normaliser is the identity (``μ = 0``, ``σ = 1``), so a module
 whose normaliser never updates (a frozen pool) is read as it would be without one. The variance
 is floored at ``MIN_VAR`` (σ ≥ 0.1): a batch of equal returns does not blow the targets up.
 
@@ -35,14 +38,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BETA", "MIN_VAR", "VALUE_NORM_KEY", "ValueNorm"]
+__all__ = ["BETA", "MIN_VAR", "VALUE_NORM_BETA_KEY", "VALUE_NORM_KEY", "ValueNorm"]
 
-#: weight of the running statistics at each update (per training batch)
+#: weight of the running statistics at each update (per training batch); MAPPO's is 0.99999
 BETA = 0.99
 #: floor of the variance: σ ≥ 0.1 (MAPPO's ``ValueNorm`` clamps at the same value)
 MIN_VAR = 1e-2
-#: ``learner_config_dict`` key: whether PPO learners normalise value targets
+#: ``learner_config_dict`` keys: whether PPO learners normalise value targets, and the beta
 VALUE_NORM_KEY = "value_norm"
+VALUE_NORM_BETA_KEY = "value_norm_beta"
 
 
 class ValueNorm:

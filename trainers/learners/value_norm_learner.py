@@ -52,7 +52,12 @@ from ray.rllib.utils.postprocessing.zero_padding import (
 from typing_extensions import override
 
 from trainers.learners import critic_input
-from trainers.learners.value_norm import VALUE_NORM_KEY, ValueNorm
+from trainers.learners.value_norm import (
+    BETA,
+    VALUE_NORM_BETA_KEY,
+    VALUE_NORM_KEY,
+    ValueNorm,
+)
 
 __all__ = [
     "STATE_KEY",
@@ -121,6 +126,7 @@ class ValueNormGAE(GeneralAdvantageEstimation):
             without one gets a fresh normaliser on first use.
         learns: whether a module's normaliser updates (the learner's
             ``should_module_be_updated``); None: every module's.
+        beta: the ``beta`` of the normalisers it makes (``algorithm.value_norm_beta``).
     """
 
     def __init__(
@@ -132,15 +138,17 @@ class ValueNormGAE(GeneralAdvantageEstimation):
         lambda_: float,
         norms: dict[str, ValueNorm] | None = None,
         learns: Callable[[str], bool] | None = None,
+        beta: float = BETA,
     ) -> None:
         super().__init__(input_observation_space, input_action_space, gamma=gamma, lambda_=lambda_)
         self.norms: dict[str, ValueNorm] = {} if norms is None else norms
         self.learns = learns
+        self.beta = beta
 
     def norm(self, module_id: str) -> ValueNorm:
         """The normaliser of ``module_id`` (made on first use)."""
         if module_id not in self.norms:
-            self.norms[module_id] = ValueNorm()
+            self.norms[module_id] = ValueNorm(beta=self.beta)
         return self.norms[module_id]
 
     def updates(self, module_id: str) -> bool:
@@ -230,6 +238,7 @@ class ValueNormPPOLearner(PPOTorchLearner):
                 lambda_=gae.lambda_,
                 norms=self.value_norms,
                 learns=self.should_module_be_updated,
+                beta=float(settings.get(VALUE_NORM_BETA_KEY, BETA)),
             )
             pipeline.insert_after(GeneralAdvantageEstimation, piece)
             pipeline.remove(GeneralAdvantageEstimation)
