@@ -2,7 +2,8 @@
 (``tests/apps/openai_router.py``, an ``AppScenario``) trained with LoRA adapters per agent on
 one base (the trained adapter changes; the frozen one and the base stay bit-identical), and in
 one ``train()`` run with monitors, transcripts, a learnability curriculum and loo credit —
-whose run is then evaluated with pass@k. Tiny models, 2 iterations of 2 groups of 2.
+whose run is then evaluated with pass@k. Tiny models, 2 iterations of 2 groups of 2. And a
+client gone mid-request (a command app killed at its episode's end) is logged quietly.
 """
 
 from __future__ import annotations
@@ -237,3 +238,36 @@ def test_marl_eval_k_prints_pass_at_k_of_the_run(trained: Any) -> None:
     assert result.exit_code == 0, result.output
     assert "pass@k" in result.output and "baseline (init)" in result.output
     assert "pass@2" in result.output
+
+
+# ----- an app killed mid-request ------------------------------------------------------------------
+def test_a_client_gone_mid_request_is_logged_quietly_not_a_traceback(capfd, caplog) -> None:
+    """An episode cut off by its step limit (or timed out, or aborted) kills its command app,
+    whose request may be in flight: the server thread then finds the connection reset. That is
+    routine (debug log), never a traceback on the run's stderr (socketserver's default)."""
+    import logging
+    import socket
+    import struct
+    import time
+
+    from marl_agents.gateway.server import LOOPBACK, gateway
+
+    caplog.set_level(logging.DEBUG, logger="marl.gateway")
+    gw = gateway()
+    port = int(gw.base_url.split(":")[-1].split("/")[0])
+    with socket.create_connection((LOOPBACK, port)) as s:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{"
+        )
+        s.sendall(head.encode())
+        time.sleep(0.2)  # the server thread waits for the rest of the body
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+    for _ in range(200):  # the server thread logs once it meets the reset
+        if any("went away" in r.getMessage() for r in caplog.records):
+            break
+        time.sleep(0.05)
+    assert any("went away" in r.getMessage() for r in caplog.records), caplog.records
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records), caplog.records
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err
