@@ -1,9 +1,11 @@
 """Everything trains through the gateway (issue #29 item 4): the ``openai``-SDK router app
 (``tests/apps/openai_router.py``, an ``AppScenario``) trained with LoRA adapters per agent on
-one base (the trained adapter changes; the frozen one and the base stay bit-identical), and in
-one ``train()`` run with monitors, transcripts, a learnability curriculum and loo credit —
-whose run is then evaluated with pass@k. Tiny models, 2 iterations of 2 groups of 2. And a
-client gone mid-request (a command app killed at its episode's end) is logged quietly.
+one base, local and remote env runner (the trained adapter changes; the frozen one and the
+base stay bit-identical); one ``train()`` of it (a LoRA router, a frozen full-model worker)
+with monitors, transcripts, a learnability curriculum and loo credit, then evaluated with
+pass@k (``evaluate(k=...)`` and ``marl eval --k``); the Agents SDK app's transcript shows a
+request's tools and the reply's tool call; a client gone mid-request (a command app killed at
+its episode's end) is logged quietly. Tiny models, 2 iterations of 2 groups of 2.
 """
 
 from __future__ import annotations
@@ -113,13 +115,14 @@ def test_lora_adapters_per_agent_on_one_base_train_through_the_gateway(
 # ----- (b)–(e) monitors, transcripts, curriculum, loo credit; pass@k of the run --------------
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, ray_session: Any) -> Any:
-    """One ``train()`` of the app with every one of these paths on."""
+    """One ``train()`` of the app with every one of these paths on: the router a LoRA
+    adapter (checkpointed, and loaded back by the evaluation), the worker a frozen full
+    model."""
     from trainers.run.loop import train
 
-    tiny = {"type": "llm", "path": "tiny"}
     pools = {
-        "router": {"agents": ["router"], "model": {**tiny, "tiny_seed": 0}},
-        "worker": {"agents": ["worker"], "model": {**tiny, "tiny_seed": 1}},
+        "router": {"agents": ["router"], "model": {"type": "llm", "lora": LORA}},
+        "worker": {"agents": ["worker"], "model": {"type": "llm", "tiny_seed": 1}},
     }
     cfg = app_config(
         tmp_path_factory.mktemp("paths"),
@@ -203,6 +206,29 @@ def test_transcripts_show_the_apps_requests_as_decisions_with_their_text(trained
     md = (trained.run_dir / "transcripts" / "iter_000001.md").read_text()
     assert md.startswith("# iteration 1: 2 episode(s)") and "**router**" in md
     assert "credit (loo):" in md
+
+
+def test_a_transcript_shows_a_requests_tools_and_the_reply_as_a_tool_call() -> None:
+    """The Agents SDK app (``tests/apps/agents_sdk_handoff.py``): the triage request's handoff
+    tools are in its observation, its reply is rendered as the handoff call, and the
+    specialist's request holds the task."""
+    pytest.importorskip("agents")
+    from test_agents_sdk_app import play
+
+    from scenarios.toolcalls import render_tool_call
+    from tests.apps import agents_sdk_handoff
+
+    task = agents_sdk_handoff.TASKS[0]
+    sc = agents_sdk_handoff.scenario(tasks=[task])
+    replies = {"triage": [render_tool_call("transfer_to_billing", {})], "billing": ["On it."]}
+    t = play(sc, replies, task).transcript()
+    json.dumps(t)  # plain data
+    triage, billing = [d for s in t["steps"] for d in s["decisions"]]
+    assert triage["agent"] == "triage" and billing["agent"] == "billing"
+    assert "transfer_to_billing" in triage["observation"] and task in triage["observation"]
+    assert triage["tool_calls"] == ["transfer_to_billing({})"]
+    assert task in billing["observation"] and billing["action"] == "On it."
+    assert t["outcome"]["reward"] == 1.0 and t["failure"] is None
 
 
 def test_the_curriculum_samples_the_apps_tasks(trained: Any) -> None:
