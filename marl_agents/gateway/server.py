@@ -28,6 +28,7 @@ import atexit
 import ipaddress
 import json
 import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -124,6 +125,15 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__(address, handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (an app killed when its episode ended: cut off,
+        timed out, aborted) is routine: logged at debug level, not a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            log.debug("gateway client %s went away: %r", client_address, exc)
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -158,6 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, chat_response(request, reply))
         except GatewayError as exc:
             self._send(exc.status, exc.body())
+        except ConnectionError:  # the client went away: nobody to answer (handle_error)
+            raise
         except Exception as exc:  # a bug here: answer 500 rather than drop the connection
             log.exception("gateway request failed")
             self._send(500, GatewayError(f"internal error: {exc}", 500, "server_error").body())

@@ -130,6 +130,9 @@ def supervisor_tutorial(**kwargs: Any) -> AppScenario:
         max_prompt_tokens=256,
         max_new_tokens=64,
         truncate_prompts=True,  # the in-process tutorial's prompts keep their last tokens too
+        # a supervisor that never says FINISH is cut off here (failure "limit", as in process)
+        # before the program's own recursion_limit of 60 makes the app raise (an error)
+        max_supersteps=48,
         env={"PYTHONPATH": root},
         cwd=root,
     )
