@@ -177,20 +177,8 @@ def train(
         state_t = obs_t.reshape(batch_eps, T + 1, 1, state_dim).expand(-1, -1, n, -1)
         with torch.no_grad():
             V = critic(state_t).squeeze(-1).numpy()
-        if value_norm:  # the framework's normaliser: the critic learns normalised targets
-            V = vnorm.denormalize(V)
-        adv = np.zeros((batch_eps, T, n), np.float32)
-        gae = np.zeros((batch_eps, n), np.float32)
-        for t in reversed(range(T)):
-            delta = R[:, t] + 0.99 * V[:, t + 1] - V[:, t]
-            gae = delta + 0.99 * 0.95 * gae
-            adv[:, t] = gae
-        target_np = adv + V[:, :T]
-        if value_norm:
-            vnorm.update(target_np)
-            target_np = vnorm.normalize(target_np)
-        target = torch.as_tensor(target_np)
-        adv_t = torch.as_tensor((adv - adv.mean()) / (adv.std() + 1e-5))
+        adv_np, target_np = advantages(R, V, vnorm if value_norm else None)
+        adv_t, target = torch.as_tensor(adv_np), torch.as_tensor(target_np)
         a_t, lp_t = torch.as_tensor(A), torch.as_tensor(LP)
         B = batch_eps
         flat_obs = obs_t[:, :T].reshape(B * T * n, obs_dim)
@@ -201,27 +189,84 @@ def train(
             # minibatches of whole episodes in a fixed order (the recipe's), or of rows
             # shuffled across episodes and agents every epoch (as RLlib's learner does)
             if shuffle_rows:
-                rows = B * T * n
-                split = np.array_split(
-                    np.random.default_rng(rng.integers(2**31)).permutation(rows), minibatches
-                )
-                cols = [flat_obs, flat_state, flat_a, flat_lp, flat_adv, flat_target]
-            else:
-                split = np.array_split(np.arange(batch_eps), minibatches)
-                cols = [obs_t[:, :T], state_t[:, :T], a_t, lp_t, adv_t, target]
-            for idx in split:
-                o, st, a, lp, ad, tg = (c[idx] for c in cols)
-                dist = torch.distributions.Categorical(logits=actor(o))
-                ratio = torch.exp(dist.log_prob(a) - lp)
-                surr = torch.min(ratio * ad, ratio.clamp(0.8, 1.2) * ad)
-                v = critic(st).squeeze(-1)
-                ent = dist.entropy().mean()
-                loss = (-surr).mean() - 0.01 * ent + ((v - tg) ** 2).mean()
-                entropy = float(ent.detach())
-                optim.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 10.0)
-                optim.step()
+                order = np.random.default_rng(rng.integers(2**31)).permutation(B * T * n)
+            else:  # row (e, t, i) of the flat arrays is e·T·n + t·n + i
+                order = np.arange(B * T * n)
+            split = np.array_split(order, minibatches)
+            cols = {
+                "obs": flat_obs,
+                "state": flat_state,
+                "actions": flat_a,
+                "logp": flat_lp,
+                "adv": flat_adv,
+                "target": flat_target,
+            }
+            entropy = update(actor, critic, optim, params, cols, split)
+
+
+def advantages(R: np.ndarray, V: np.ndarray, vnorm: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(advantages standardised over the batch, value targets)`` of rewards ``R`` ``[B, T, n]``
+    and critic outputs ``V`` ``[B, T + 1, n]`` (the last step bootstraps the time limit): GAE
+    (γ 0.99, λ 0.95). ``vnorm`` (the framework's ``ValueNorm``, ``--value-norm``): ``V`` is
+    de-normalised first, the targets update it and come back normalised."""
+    if vnorm is not None:
+        V = vnorm.denormalize(V)
+    B, T, n = R.shape
+    adv = np.zeros((B, T, n), np.float32)
+    gae = np.zeros((B, n), np.float32)
+    for t in reversed(range(T)):
+        delta = R[:, t] + 0.99 * V[:, t + 1] - V[:, t]
+        gae = delta + 0.99 * 0.95 * gae
+        adv[:, t] = gae
+    target = adv + V[:, :T]
+    if vnorm is not None:
+        vnorm.update(target)
+        target = vnorm.normalize(target)
+    return (adv - adv.mean()) / (adv.std() + 1e-5), target
+
+
+def update(
+    actor: Any,
+    critic: Any,
+    optim: Any,
+    params: list[Any],
+    cols: dict[str, Any],
+    minibatches: list[np.ndarray],
+    record: Any = None,
+) -> float:
+    """One epoch of the recipe's update: per minibatch (row indices into the flat tensors of
+    ``cols``: ``obs``, ``state``, ``actions``, ``logp``, ``adv``, ``target``) the clipped
+    surrogate (0.2), entropy 0.01 and value loss (weight 1), each a mean over the minibatch's
+    rows, one Adam step after clipping the gradient norm of ``params`` at 10. ``record``, when
+    given, is called after ``backward`` (before the clip) with the minibatch's terms. Returns the
+    last minibatch's entropy."""
+    import torch
+
+    entropy = float("nan")
+    for idx in minibatches:
+        index = torch.as_tensor(idx)
+        o, st, a, lp, ad, tg = (
+            cols[k][index] for k in ("obs", "state", "actions", "logp", "adv", "target")
+        )
+        dist = torch.distributions.Categorical(logits=actor(o))
+        ratio = torch.exp(dist.log_prob(a) - lp)
+        surr = torch.min(ratio * ad, ratio.clamp(0.8, 1.2) * ad)
+        v = critic(st).squeeze(-1)
+        ent = dist.entropy().mean()
+        policy_loss, vf_loss = (-surr).mean(), ((v - tg) ** 2).mean()
+        loss = policy_loss - 0.01 * ent + vf_loss
+        entropy = float(ent.detach())
+        optim.zero_grad()
+        loss.backward()
+        if record is not None:
+            record(
+                policy_loss=float(policy_loss.detach()),
+                entropy=entropy,
+                vf_loss=float(vf_loss.detach()),
+            )
+        torch.nn.utils.clip_grad_norm_(params, 10.0)
+        optim.step()
+    return entropy
 
 
 def main() -> None:

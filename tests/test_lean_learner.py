@@ -116,7 +116,9 @@ def test_learner_field_is_typed_and_checked(tmp_path: Path) -> None:
     rllib = ExperimentConfig.from_dict({"algorithm": {"learner": "rllib"}})
     assert learner_class(rllib) is ValueNormPPOLearner  # RLlib's step, normalised targets
     plain = ExperimentConfig.from_dict({"algorithm": {"learner": "rllib", "value_norm": False}})
-    assert learner_class(plain) is None  # the RLlib algorithm's own learner
+    # RLlib's step with time limits bootstrapped (trainers.learners.time_limits); a plain
+    # PPOTorchLearner otherwise
+    assert learner_class(plain) is ValueNormPPOLearner
     grpo_rllib = ExperimentConfig.from_dict({"algorithm": {"name": "GRPO", "learner": "rllib"}})
     assert learner_class(grpo_rllib) is None
     with pytest.raises(ConfigError, match=r"algorithm.learner='fast' is not one of 'lean'"):

@@ -181,7 +181,9 @@ def test_spread_critic_explains_the_returns_with_value_norm(tmp_path: Path) -> N
     over iterations 41–50, the old config below 0.1; the critic monitor with its explained-
     variance rule on (``floor: 0.02``, 10 iterations) alarms on the old config only (at
     iteration 23; seed 2: 26, seed 1: never), as its clipped-loss rule does (at iteration 1 on
-    all three seeds; never on the default's).
+    all three seeds; never on the default's). Since time limits bootstrap from ``V(s_T)``
+    (:mod:`trainers.learners.time_limits`) seed 0's old config alarms stalled at iteration 15
+    and its clipped-loss rule fires again from iteration 16 on; the default still never alarms.
     """
     from trainers.run.loop import train
 
@@ -197,4 +199,5 @@ def test_spread_critic_explains_the_returns_with_value_norm(tmp_path: Path) -> N
     assert ev["new"] > 0.5 and ev["old"] < 0.1, ev
     alarms = {name: [(a["monitor"], a["iteration"]) for a in run.alarms]
               for name, run in runs.items()}  # fmt: skip
-    assert alarms == {"old": [("critic_clipped", 1), ("critic_stalled", 23)], "new": []}
+    assert alarms["new"] == [], alarms
+    assert alarms["old"][:2] == [("critic_clipped", 1), ("critic_stalled", 15)], alarms

@@ -262,11 +262,11 @@ class PPOAlgo(ClippedAlgo):
         return {**kw, "minibatch_size": self.minibatch_size, "vf_clip_param": math.inf}
 
     def learner_ref(self, credit_normalize: bool) -> str | None:
-        """As :meth:`AlgoConfig.learner_ref`; on RLlib's step with ``value_norm`` and no credit
-        learner, RLlib's PPO learner with normalised value targets."""
+        """As :meth:`AlgoConfig.learner_ref`; on RLlib's step without a credit learner, RLlib's
+        PPO learner with normalised value targets when ``value_norm`` is on, and in every case
+        with time limits bootstrapped (:mod:`trainers.learners.time_limits`)."""
         ref = super().learner_ref(credit_normalize)
-        ours = self.value_norm or self.critic != "local"
-        return VALUE_NORM_LEARNER if ref is None and ours else ref
+        return VALUE_NORM_LEARNER if ref is None else ref
 
 
 @dataclasses.dataclass

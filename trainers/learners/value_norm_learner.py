@@ -27,6 +27,9 @@ Contract:
 * The array batch of the lean learner (:mod:`trainers.learners.batch`) calls
   :func:`advantages_and_targets` with the piece's normalisers: both pipelines give the same
   batch.
+* Before its learner pipeline runs, agent episodes flagged both terminated and truncated (RLlib
+  marks an all-truncated multi-agent episode terminated) are made truncations, so GAE
+  bootstraps time limits from ``V(s_T)`` (:mod:`trainers.learners.time_limits`, issue #27).
 * With several learners (``resources.num_learners > 1``) each one folds its own shard of the
   batch into its statistics; they are not averaged across learners.
 """
@@ -52,6 +55,7 @@ from ray.rllib.utils.postprocessing.zero_padding import (
 from typing_extensions import override
 
 from trainers.learners import critic_input
+from trainers.learners.time_limits import bootstrap_time_limits
 from trainers.learners.value_norm import (
     BETA,
     VALUE_NORM_BETA_KEY,
@@ -244,6 +248,12 @@ class ValueNormPPOLearner(PPOTorchLearner):
             pipeline.remove(GeneralAdvantageEstimation)
         # the centralised critic's input column, right before GAE (algorithm.critic)
         critic_input.install(pipeline, settings, type(find_gae(pipeline)))
+
+    @override
+    def _make_batch_if_necessary(self, training_data: Any) -> Any:
+        # time limits bootstrap from V(s_T) (trainers.learners.time_limits)
+        bootstrap_time_limits(training_data.episodes or ())
+        return super()._make_batch_if_necessary(training_data)
 
     @override
     def get_state(

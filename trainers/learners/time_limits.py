@@ -1,0 +1,36 @@
+"""Time limits stay truncations on the learner (issue #27).
+
+RLlib's ``MultiAgentEpisode.add_env_step`` (and the batched sampler's copy of it,
+:mod:`trainers.sampling.episode_build`) declares a multi-agent episode *terminated* as soon as
+every agent is done, in whatever mix of ways — also when every agent was truncated by a time
+limit — and hands that flag to each agent's episode: an agent cut by ``max_cycles`` ends with
+``is_terminated`` **and** ``is_truncated``. RLlib's GAE (``compute_value_targets``) gates the
+bootstrap with ``terminateds``, so the time limit's ``V(s_T)`` was dropped: the last steps'
+value targets were their rewards alone, in states the critic cannot tell from mid-episode ones
+(mpe2's observations hold no time), which biases every advantage of the episode's tail.
+
+Our envs (:mod:`scenarios.rllib_env`) never report an agent both terminated and truncated (an
+episode ends one way or the other), so on the learner an agent episode flagged both is a
+truncation: :func:`bootstrap_time_limits` clears its ``is_terminated`` before the learner
+connector pipeline reads the flags (RLlib's pieces and the lean learner's array batch alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["bootstrap_time_limits"]
+
+
+def bootstrap_time_limits(episodes: Iterable[Any]) -> int:
+    """Clear ``is_terminated`` on every single-agent episode (of multi-agent or single-agent
+    ``episodes``) that is also truncated; returns how many were changed."""
+    changed = 0
+    for episode in episodes:
+        agents = getattr(episode, "agent_episodes", None)
+        for sa in agents.values() if agents is not None else (episode,):
+            if sa.is_terminated and sa.is_truncated:
+                sa.is_terminated = False
+                changed += 1
+    return changed
