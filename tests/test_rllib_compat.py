@@ -63,6 +63,7 @@ SIGNATURES = {
     "_make_on_episode_callback": ["self", "which", "idx", "episodes"],
     "_prune_zero_len_sa_episodes": ["episode"],
     "_set_optimizer_state": ["self", "state"],
+    "_make_batch_if_necessary": ["self", "training_data"],
     "_uncompiled_update": ["self", "batch", "kwargs"],
     "_create_iterator_if_necessary": [
         "self",

@@ -40,6 +40,7 @@ OVERRIDDEN: tuple[tuple[type, str], ...] = (
     (TorchLearner, "_uncompiled_update"),  # one minibatch: forward, loss, grads, step
     (Learner, "_create_iterator_if_necessary"),  # the minibatch iterator of an update
     (TorchLearner, "_compute_off_policyness"),  # logs the off-policyness metric
+    (Learner, "_make_batch_if_necessary"),  # episodes → batch: time limits bootstrapped first
 )
 #: private members our learners, connectors and configs use through ``self`` (instance
 #: attributes set by RLlib's ``build``/``__init__``, methods)
@@ -55,6 +56,10 @@ INHERITED: tuple[tuple[type, str], ...] = (
     (Learner, "_check_component"),  # (name, components, not_components) -> bool
     (TorchLearner, "_compute_off_policyness"),  # called with the minibatch
     (AlgorithmConfig, "_value_error"),  # (errmsg): raise (or warn) as RLlib's validate does
+    (
+        Learner,
+        "_make_batch_if_necessary",
+    ),  # (training_data) -> batch, through the learner connector
 )
 #: RLModule's private forward hooks a module implements (RLlib's documented extension points:
 #: ``forward_*`` call them)
