@@ -147,14 +147,15 @@ def test_value_norm_is_on_by_default_and_clipping_off() -> None:
         ),
         pytest.param(
             {"algorithm": {"learner": "rllib", "value_norm": False}},
-            "PPOTorchLearner",
+            "ValueNormPPOLearner",  # with the flag off: it still bootstraps time limits
             id="rllib-off",
         ),
     ],
 )
 def test_learner_classes_and_the_flag(sections: dict, want: str) -> None:
-    """Every PPO learner but RLlib's own normalises (the credit and lean learners are
-    ValueNormPPOLearners); the flag reaches them in ``learner_config_dict``."""
+    """Every PPO learner is a ValueNormPPOLearner (the credit and lean learners too; with
+    ``value_norm: false`` it only bootstraps time limits, issue #27); the flag reaches them in
+    ``learner_config_dict``."""
     pytest.importorskip("ray")
     from trainers.algo import to_algorithm_config
     from trainers.learners.value_norm import VALUE_NORM_KEY
@@ -164,7 +165,7 @@ def test_learner_classes_and_the_flag(sections: dict, want: str) -> None:
     config = to_algorithm_config(cfg)
     assert config.learner_class.__name__ == want
     on = cfg.algorithm.value_norm  # type: ignore[attr-defined]
-    assert issubclass(config.learner_class, ValueNormPPOLearner) is on
+    assert issubclass(config.learner_class, ValueNormPPOLearner)
     assert config.learner_config_dict[VALUE_NORM_KEY] is on
 
 
