@@ -36,24 +36,26 @@ def learning_rows(run_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-def supervisor_tutorial_config(
-    tmp_path: Path, router: dict[str, Any], workers: dict[str, Any], **sections: Any
+def grpo_app_config(
+    tmp_path: Path,
+    scenario: str,
+    pools: dict[str, Any],
+    train: list[str],
+    lr: float = 1e-2,
+    **sections: Any,
 ) -> ExperimentConfig:
-    """GRPO on LangGraph's supervisor tutorial as written (``tests/apps/supervisor_tutorial.py``):
-    the ``router`` pool (the supervisor) learns, the ``workers`` pool (researcher, coder) is
-    frozen; 2 iterations of 2 groups of 2 unless ``sections`` say otherwise."""
+    """GRPO on a chat app (``scenario`` by reference): ``train`` learns, the other pools are
+    frozen; 2 iterations of 2 groups of 2, seed 0, no wandb, progress bar, checkpoints or plot,
+    run directories under ``tmp_path/runs``; ``sections`` override the rest."""
     return ExperimentConfig.from_dict(
         {
-            "scenario": "tests.apps.supervisor_tutorial:scenario",
+            "scenario": scenario,
             "sharing": "explicit",
-            "pools": {
-                "router": {"agents": ["supervisor"], "model": router},
-                "workers": {"agents": ["researcher", "coder"], "model": workers},
-            },
-            "train": ["router"],
+            "pools": pools,
+            "train": train,
             "algorithm": {
                 "name": "GRPO",
-                "lr": 1e-3,
+                "lr": lr,
                 "num_epochs": 1,
                 "grpo": {"group_size": 2, "groups_per_iteration": 2},
             },
@@ -63,4 +65,24 @@ def supervisor_tutorial_config(
             "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
             **sections,
         }
+    )
+
+
+def supervisor_tutorial_config(
+    tmp_path: Path, router: dict[str, Any], workers: dict[str, Any], **sections: Any
+) -> ExperimentConfig:
+    """GRPO on LangGraph's supervisor tutorial as written (``tests/apps/supervisor_tutorial.py``):
+    the ``router`` pool (the supervisor) learns, the ``workers`` pool (researcher, coder) is
+    frozen; 2 iterations of 2 groups of 2 unless ``sections`` say otherwise."""
+    scenario = sections.pop("scenario", "tests.apps.supervisor_tutorial:scenario")
+    return grpo_app_config(
+        tmp_path,
+        scenario,
+        {
+            "router": {"agents": ["supervisor"], "model": router},
+            "workers": {"agents": ["researcher", "coder"], "model": workers},
+        },
+        ["router"],
+        lr=1e-3,
+        **sections,
     )

@@ -61,32 +61,15 @@ def test_a_handoff_reaches_the_specialist_and_the_verifier_reads_the_last_agent(
 
 
 def test_two_grpo_iterations_train_triage_with_the_specialists_frozen(ray_session, tmp_path):
+    from configs import grpo_app_config
     from test_gateway_apps import trains_with_frozen_pool
 
-    from trainers.configs.experiment import ExperimentConfig
-
     llm = {"type": "llm", "path": "tiny"}
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": "tests.apps.agents_sdk_handoff:scenario",
-            "sharing": "explicit",
-            "pools": {
-                "triage": {"agents": ["triage"], "model": {**llm, "tiny_seed": 0}},
-                "specialists": {"agents": ["billing", "tech"], "model": {**llm, "tiny_seed": 1}},
-            },
-            "train": ["triage"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-2,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
-    )
+    pools = {
+        "triage": {"agents": ["triage"], "model": {**llm, "tiny_seed": 0}},
+        "specialists": {"agents": ["billing", "tech"], "model": {**llm, "tiny_seed": 1}},
+    }
+    cfg = grpo_app_config(tmp_path, "tests.apps.agents_sdk_handoff:scenario", pools, ["triage"])
     result = trains_with_frozen_pool(cfg, "triage", "specialists", changes=True)
     assert result["env_runners"]["num_episodes_lifetime"] >= 8
 

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("langgraph_supervisor")
 
+from configs import grpo_app_config
 from test_train import learner_weights
 
 from trainers.configs.experiment import ExperimentConfig
@@ -26,26 +27,17 @@ APP = "tests.apps.chat_team:supervisor"
 
 
 def app_cfg(tmp_path: Path, **changes: Any) -> ExperimentConfig:
-    cfg = ExperimentConfig.from_dict(
-        {
-            "scenario": APP,
-            "scenario_kwargs": {"max_prompt_tokens": 512, "max_new_tokens": 4},
-            "train": ["supervisor"],
-            "pools": {
-                "orchestrator": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
-                "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
-            },
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-2,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
+    pools = {
+        "orchestrator": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+        "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+    }
+    cfg = grpo_app_config(
+        tmp_path,
+        APP,
+        pools,
+        ["supervisor"],
+        sharing="role",  # the default, over the helper's explicit pools
+        scenario_kwargs={"max_prompt_tokens": 512, "max_new_tokens": 4},
     )
     return cfg.replace(**changes) if changes else cfg
 

@@ -21,6 +21,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("openai")
 pytest.importorskip("peft")
 
+from configs import grpo_app_config
+
 from trainers.configs.experiment import ExperimentConfig
 
 SCENARIO = "tests.apps.openai_router:scenario"
@@ -30,25 +32,7 @@ LORA = {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}
 def app_config(tmp_path: Path, pools: dict[str, Any], **sections: Any) -> ExperimentConfig:
     """GRPO on the router app: ``router`` learns, ``worker`` is frozen; 2 iterations of 2
     groups of 2; ``sections`` override the rest."""
-    return ExperimentConfig.from_dict(
-        {
-            "scenario": SCENARIO,
-            "sharing": "explicit",
-            "pools": pools,
-            "train": ["router"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-2,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-            **sections,
-        }
-    )
+    return grpo_app_config(tmp_path, SCENARIO, pools, ["router"], **sections)
 
 
 def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
