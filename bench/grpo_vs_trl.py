@@ -51,6 +51,23 @@ TRL's here and broken the TRL side until this run.) TRL's defaults (``bf16=True`
 gradient checkpointing) made it ~4× slower on this CPU (32.9 s/update busy), so they are
 turned off here.
 
+On a GPU (``--device cuda --model qwen2-0.5b``: Qwen2-0.5B's 24-layer body built in code,
+358M parameters with the 384-token vocabulary, float32 both sides; ours: a GPU env runner and a
+GPU learner, 0.5 GPU each, TRL in one process), one NVIDIA H200, 2026-11-27, G=8, B=8,
+``--max-new-tokens 32``, one round:
+
+    side        updates timed  s/update  tokens/s
+    ours k=1          5          14.31      128.5
+    ours k=all        2           5.24      378.4
+    TRL               2           1.81     1118.5     ours k=all / TRL: ×0.34
+
+(k=all and TRL in a second call on the same warm machine, 3 updates each, the first left out;
+k=1 in the first call, where k=all and TRL ran out of the call's time.) One ``generate`` of all
+64 rows instead of 8 of 8 made our update 2.7× faster, as expected where a decoding step costs
+latency rather than compute, but the goal (≥ 1.5× TRL) is far off: ours is 2.9× slower. The
+phases were not recorded in that run (this script prints them now, ``timers/…``); see the
+README's GPU paragraph for what we measured of the weight sync since.
+
 TRL is a bench-only dependency, kept out of the shared venv: the bench makes its own venv
 ``.venv-trl`` (gitignored) on first use, which sees the shared venv's packages (a ``.pth``
 file) and adds ``trl`` (the ``bench`` extra's pin); ``--trl-python`` names another
@@ -78,6 +95,41 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGY = "star:8"
 LEVEL = "easy"
+#: ``--model qwen2-0.5b``: Qwen2-0.5B's transformer body (24 layers, hidden 896, 14 query / 2
+#: KV heads of dim 64, MLP 4864, its init range) on the tiny tokenizer's 384-token vocabulary
+#: (sampled ids must be the env's token ids): 0.36B parameters, built in code from the seed
+QWEN2_05B = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    head_dim=64,
+    initializer_range=0.02,
+)
+
+
+def build_model_dir(name: str, seed: int, out: Path) -> str:
+    """``"tiny"`` (built in each side's process), or a directory holding the named model built
+    in code (both sides load the same weights from it)."""
+    if name == "tiny":
+        return "tiny"
+    from marl_agents.llm.tiny import make_tiny_model
+
+    path = out / f"{name}-seed{seed}"
+    _, model = make_tiny_model(path, seed=seed, **QWEN2_05B)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{name}: {n / 1e6:.0f}M parameters (built in code, seed {seed}) in {path}")
+    return str(path)
+
+
+def gpu_resources() -> Any:
+    """Ours on one GPU: the env runner samples and the learner learns on it, half each."""
+    from trainers.configs.experiment import ResourcesConfig
+
+    return ResourcesConfig(
+        num_env_runners=1, num_gpus_per_env_runner=0.5, num_learners=1, num_gpus_per_learner=0.5
+    )
 
 
 # ----- the task (both sides) ------------------------------------------------------------------
@@ -106,8 +158,9 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
     from trainers.run.metrics import RETURN_KEY
+    from trainers.signals.phase_timers import PHASE_KEYS
 
-    orch = OrchestratorConfig(model="tiny", tiny_seed=args.seed, temperature=1.0, top_p=1.0)
+    orch = OrchestratorConfig(model=args.model_dir, tiny_seed=args.seed, temperature=1.0, top_p=1.0)
     if args.sampler != "transformers":
         if "sampler" not in {f.name for f in dataclasses.fields(OrchestratorConfig)}:
             return {"skipped": f"no '{args.sampler}' sampler for trained pools on this branch"}
@@ -126,6 +179,8 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         output=OutputConfig(dir=str(out), name="ours", export_hf=False, checkpoint_every=0),
         seed=args.seed,
     )
+    if args.device == "cuda":
+        job.resources = gpu_resources()
     job.logging.progress, job.logging.wandb = False, "disabled"
     from trainers.grpo.algorithm import GRPO
 
@@ -146,7 +201,10 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         tokens = (
             h.get("losses/orchestrator/grpo/completion_tokens_mean", 0.0) * h["charts/episodes"]
         )
-        per_update.append({"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens})
+        phases = {k.split("/")[1]: h[k] for k in PHASE_KEYS if k in h}  # where the time went
+        per_update.append(
+            {"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens, **phases}
+        )
     return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
 
 
@@ -160,7 +218,13 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     from marl_agents.llm.tiny import make_tiny_model
 
-    tok, model = make_tiny_model(seed=args.seed)
+    if args.model_dir == "tiny":
+        tok, model = make_tiny_model(seed=args.seed)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(args.model_dir)
+        model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
     tok.padding_side = "left"
     env = make_env(args.max_new_tokens)
     spaces = env.scenario.spaces
@@ -212,7 +276,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=args.device == "cpu",
         seed=args.seed,
         shuffle_dataset=False,
         disable_tqdm=True,
@@ -235,12 +299,14 @@ def summary(res: dict[str, Any]) -> dict[str, float]:
     ups = res["updates"][1:] or res["updates"]  # the first update is warm-up
     wall = [u["wall_s"] for u in ups]
     tokens = sum(u["tokens"] for u in ups)
-    return {
+    out = {
         "update_s": statistics.median(wall),
         "tokens_per_s": tokens / sum(wall),
         "tokens_per_cpu_s": tokens / sum(u["cpu_s"] for u in ups),
         "tokens_per_update": tokens / len(ups),
     }
+    phases = [k for k in ups[0] if k.endswith("_s") and k not in ("wall_s", "cpu_s")]
+    return out | {k: statistics.median(u[k] for u in ups) for k in phases}  # ours: timers/…
 
 
 def medians(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -292,6 +358,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampler", default="transformers", choices=["transformers", "vllm"])
     parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: both sides on one GPU (ours: a GPU env runner and a GPU learner, 0.5 each)",
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        choices=["tiny", "qwen2-0.5b"],
+        help="tiny: the 2-layer model; qwen2-0.5b: Qwen2-0.5B's body built in code (0.36B)",
+    )
+    parser.add_argument("--model-dir", default="tiny", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--trl-python", help="an interpreter with trl (default: .venv-trl, made on first use)"
     )
     parser.add_argument(
@@ -318,7 +397,10 @@ def main() -> None:
         Path(args.result).write_text(json.dumps(res))
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
+    keep += ("--device",)
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
+    models = tempfile.TemporaryDirectory()
+    args.passthrough += ["--model-dir", build_model_dir(args.model, args.seed, Path(models.name))]
     in_flight = args.in_flight.split(",")
     sides: list[tuple[tuple[str, str], str, list[str]]] = [
         ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
@@ -333,9 +415,14 @@ def main() -> None:
         for _ in range(args.rounds):  # alternating, so that a change of load hits every side
             for key, python, extra in sides:
                 side = "trl" if key[0] == "trl" else "ours"
-                results[key].append(child(args, side, python, Path(tmp), *extra))
+                res = child(args, side, python, Path(tmp), *extra)
+                results[key].append(res)
+                done = summary(res) if "skipped" not in res else res
+                print(f"{key[0]} ({key[1]}): {done}", flush=True)  # kept if a later side fails
+    models.cleanup()
     print(
-        f"text-delegate {LEVEL} {TOPOLOGY}, tiny model, G={args.group_size}, "
+        f"text-delegate {LEVEL} {TOPOLOGY}, {args.model} model on {args.device}, "
+        f"G={args.group_size}, "
         f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
         f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
@@ -358,10 +445,12 @@ def main() -> None:
         if ours and trl:
             ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
             cpu = ours["tokens_per_cpu_s"] / trl["tokens_per_cpu_s"]
+            # on cuda ours samples and learns in Ray workers: the driver's CPU time is not it
+            per_cpu = f", tokens per CPU second ×{cpu:.2f}" if args.device == "cpu" else ""
             print(
                 f"ours k={k} / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
-                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster), "
-                f"tokens per CPU second ×{cpu:.2f}"
+                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
+                f"{per_cpu}"
             )
     k = in_flight[-1]
     ours, vllm = stats.get((f"ours k={k}", "transformers")), stats.get((f"ours k={k}", "vllm"))

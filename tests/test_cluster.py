@@ -221,6 +221,13 @@ def test_sweep_cli_refuses_bad_files_before_ray(no_ray: None, tmp_path: Path) ->
         {"num_env_runners": 2},
         {"num_env_runners": 1, "num_learners": 2},
         {"num_env_runners": 1, "num_learners": 1, "num_gpus_per_learner": 0.5},
+        {"num_env_runners": 2, "num_gpus_per_env_runner": 0.25},
+        {
+            "num_env_runners": 1,
+            "num_gpus_per_env_runner": 0.5,
+            "num_learners": 1,
+            "num_gpus_per_learner": 0.5,
+        },
     ],
 )
 def test_trial_bundles_match_rllib(resources: dict[str, Any]) -> None:
@@ -231,7 +238,11 @@ def test_trial_bundles_match_rllib(resources: dict[str, Any]) -> None:
     from trainers.configs.algorithms import ALGORITHMS
 
     config = ALGORITHMS["PPO"].algorithm_class().get_default_config()
-    config.env_runners(num_env_runners=cfg.resources.num_env_runners, num_cpus_per_env_runner=1)
+    config.env_runners(
+        num_env_runners=cfg.resources.num_env_runners,
+        num_cpus_per_env_runner=1,
+        num_gpus_per_env_runner=cfg.resources.num_gpus_per_env_runner,
+    )
     config.learners(
         num_learners=cfg.resources.num_learners,
         num_gpus_per_learner=cfg.resources.num_gpus_per_learner,

@@ -319,6 +319,23 @@ def test_gpu_request_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch) -
         to_algorithm_config(cfg)
 
 
+def test_env_runner_gpus_need_a_remote_runner_and_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local = ExperimentConfig(resources=ResourcesConfig(num_gpus_per_env_runner=1))
+    with pytest.raises(ConfigError, match=r"num_env_runners ≥ 1.*num_env_runners=1"):
+        to_algorithm_config(local)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    remote = ExperimentConfig(
+        resources=ResourcesConfig(num_env_runners=1, num_gpus_per_env_runner=1)
+    )
+    with pytest.raises(ConfigError, match=r"no GPU.*num_gpus_per_env_runner=0"):
+        to_algorithm_config(remote)
+    with pytest.raises(ConfigError, match="≥ 0"):
+        ResourcesConfig(num_gpus_per_env_runner=-1).check()
+
+
 def test_train_rejects_a_bad_config_before_creating_anything(tmp_path) -> None:
     from trainers.run.loop import train
 

@@ -74,14 +74,17 @@ def test_grpo_on_the_tiny_llm_learns_on_the_gpu(ray_session: Any, tmp_path: Path
 
 
 def test_grpo_on_a_qwen2_checkpoint_learns_on_the_gpu(ray_session: Any, tmp_path: Path) -> None:
-    """A real decoder family from a ``save_pretrained`` directory (random weights, built in
-    code), memory-checked against the GPU in ``resolve``, trained on the GPU learner."""
-    from test_llm_checkpoints import save_family
-
+    """A Qwen2 model from a ``save_pretrained`` directory (random weights, built in code),
+    memory-checked against the GPU in ``resolve``, trained on the GPU learner. Built with the
+    tiny model's init range: at the family default (0.02) every reply of the random model
+    earns the same reward, GRPO's advantages are all 0 and the weights cannot move (seen on
+    an H200, 2026-11-27)."""
+    from marl_agents.llm.tiny import make_tiny_model
     from trainers.finetune import FinetuneJob
 
     job = FinetuneJob.from_yaml(Path(__file__).parents[1] / "examples" / "finetune_tiny.yaml")
-    job.orchestrator.model = save_family(tmp_path / "qwen2", "qwen2")
+    make_tiny_model(tmp_path / "qwen2", seed=0)
+    job.orchestrator.model = str(tmp_path / "qwen2")
     cfg = job.to_experiment()
     cfg = cfg.replace(output=dataclasses.replace(cfg.output, dir=str(tmp_path)))
     trains_on_gpu(cfg, "orchestrator")
@@ -108,3 +111,37 @@ def test_grpo_with_vllm_sampling_and_a_frozen_vllm_pool_on_the_gpu(
         row = json.loads(line)
         assert row["losses/agent_0/grpo/mismatch_abs_logprob"] < 1e-3
     test_frozen_vllm_pool_stays_bit_identical((cfg, result))
+
+
+def test_grpo_samples_on_a_gpu_env_runner(ray_session: Any, tmp_path: Path) -> None:
+    """``resources.num_gpus_per_env_runner``: the remote env runner's LLM pool generates on the
+    GPU it shares with the learner (0.5 each), the sampled logprobs match the learner's
+    teacher-forced ones (on-policy), and the synced weights reach the runner."""
+    from trainers.algo import to_algorithm_config
+    from trainers.finetune import FinetuneJob
+
+    job = FinetuneJob.from_yaml(Path(__file__).parents[1] / "examples" / "finetune_tiny.yaml")
+    cfg = job.to_experiment()
+    res = dataclasses.replace(
+        cfg.resources,
+        num_env_runners=1,
+        num_gpus_per_env_runner=0.5,
+        num_learners=1,
+        num_gpus_per_learner=0.5,
+    )
+    cfg = cfg.replace(resources=res, output=dataclasses.replace(cfg.output, dir=str(tmp_path)))
+    algo = to_algorithm_config(cfg).build_algo()
+
+    def runner_devices(runner: Any) -> list[str]:
+        return sorted({str(p.device) for m in runner.module.values() for p in m.parameters()})
+
+    try:
+        runners = algo.env_runner_group.foreach_env_runner(runner_devices, local_env_runner=False)
+        assert {d for devices in runners for d in devices} == {"cuda:0"}
+        assert learner_devices(algo) == {"cuda:0"}
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    stats = results[-1]["learners"]["orchestrator"]
+    # the first pass over a fresh batch scores it at the weights that sampled it
+    assert stats["grpo/logprob_gap_fresh"] < 1e-2, stats["grpo/logprob_gap_fresh"]

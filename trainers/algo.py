@@ -184,6 +184,7 @@ def _env_runner_kwargs(
         ),
         "batch_mode": "complete_episodes" if whole else "truncate_episodes",
         "num_cpus_per_env_runner": 1,
+        "num_gpus_per_env_runner": cfg.resources.num_gpus_per_env_runner,
     }
 
 

@@ -255,7 +255,8 @@ def trial_bundles(cfg: Any) -> list[dict[str, float]]:
     gpus = float(res.num_gpus_per_learner)
     learner = {"CPU": 0.0 if gpus else 1.0, "GPU": gpus}
     driver = {"CPU": 1.0, "GPU": 0.0 if res.num_learners else gpus}
-    runners = [{"CPU": 1.0, "GPU": 0.0} for _ in range(res.num_env_runners)]
+    runner = {"CPU": 1.0, "GPU": float(res.num_gpus_per_env_runner)}
+    runners = [dict(runner) for _ in range(res.num_env_runners)]
     bundles = [driver, *runners, *([learner] * res.num_learners)]
     return [{k: v for k, v in b.items() if v} for b in bundles]
 
@@ -284,7 +285,7 @@ def concurrent_trials(need: Mapping[str, float], have: Mapping[str, float]) -> i
             raise ClusterError(
                 f"a trial needs {value:g} {key} (driver + env runners + learners) but the Ray "
                 f"cluster has {available:g}: lower resources.num_env_runners / num_learners / "
-                "num_gpus_per_learner, or add nodes"
+                "num_gpus_per_learner / num_gpus_per_env_runner, or add nodes"
             )
         fits.append(math.floor(available / value + 1e-9))
     return max(1, min(fits, default=1))

@@ -541,15 +541,23 @@ def _check_resources(cfg: ExperimentConfig) -> None:
             "learners in their own processes; with 0 it fails an assertion): set "
             "resources.num_learners=1"
         )
-    if res.num_gpus_per_learner > 0 and not on_cluster:
-        import torch
+    if res.num_gpus_per_env_runner > 0 and res.num_env_runners < 1:
+        raise ConfigError(
+            "resources.num_gpus_per_env_runner > 0 needs resources.num_env_runners ≥ 1 (RLlib "
+            "gives GPUs to remote env runners only; the driver's runner samples on the CPU): "
+            "set resources.num_env_runners=1"
+        )
+    for name in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
+        gpus = getattr(res, name)
+        if gpus > 0 and not on_cluster:
+            import torch
 
-        if torch.cuda.device_count() == 0:
-            raise ConfigError(
-                f"resources.num_gpus_per_learner={res.num_gpus_per_learner} but this machine "
-                "has no GPU (RLlib would wait for one forever): set "
-                "resources.num_gpus_per_learner=0, or set RAY_ADDRESS to a cluster with GPUs"
-            )
+            if torch.cuda.device_count() == 0:
+                raise ConfigError(
+                    f"resources.{name}={gpus} but this machine has no GPU (RLlib would wait for "
+                    f"one forever): set resources.{name}=0, or set RAY_ADDRESS to a cluster "
+                    "with GPUs"
+                )
     if on_cluster:
         return
     machine = os.cpu_count() or 1

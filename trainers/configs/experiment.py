@@ -127,6 +127,9 @@ class ResourcesConfig:
         num_envs_per_env_runner: environments stepped together per runner (batched inference).
         num_learners: remote learner processes (0: learn in the driver).
         num_gpus_per_learner: GPUs per learner (needs a GPU on the machine or cluster).
+        num_gpus_per_env_runner: GPUs per remote env runner: its module (an LLM pool's
+            sampling copy) generates on the GPU (needs ``num_env_runners ≥ 1``; fractions let
+            the runner share one GPU with the learner, e.g. 0.5 each).
         num_cpus: CPUs Ray may use (``None``: all of this machine's).
     """
 
@@ -134,6 +137,7 @@ class ResourcesConfig:
     num_envs_per_env_runner: int = 16
     num_learners: int = 0
     num_gpus_per_learner: float = 0.0
+    num_gpus_per_env_runner: float = 0.0
     num_cpus: int | None = None
 
     def __post_init__(self) -> None:
@@ -141,7 +145,9 @@ class ResourcesConfig:
 
     def check(self) -> None:
         """Non-negative counts."""
-        if self.num_env_runners < 0 or self.num_learners < 0 or self.num_gpus_per_learner < 0:
+        counts = (self.num_env_runners, self.num_learners, self.num_gpus_per_learner,
+                  self.num_gpus_per_env_runner)  # fmt: skip
+        if any(c < 0 for c in counts):
             raise ConfigError("resources: counts must be ≥ 0")
         if self.num_envs_per_env_runner < 1:
             raise ConfigError("resources.num_envs_per_env_runner must be ≥ 1")

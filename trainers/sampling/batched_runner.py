@@ -605,12 +605,16 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         the columns to store and, for a recurrent module, the state after this step."""
         state = self.sampler_state
         stateful = module.is_stateful()
-        obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False))
+        # a runner given a GPU (resources.num_gpus_per_env_runner) holds its modules there
+        device = self._device if any(True for _ in module.parameters()) else "cpu"
+        obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False)).to(device)
         batch: dict[str, Any] = {Columns.OBS: obs[:, None] if stateful else obs}
         if stateful:
             init = module.get_initial_state()
             batch[Columns.STATE_IN] = {
-                k: torch.stack([state.states[i].get(a, {}).get(k, v) for i, a in rows.keys])
+                k: torch.stack([state.states[i].get(a, {}).get(k, v) for i, a in rows.keys]).to(
+                    device
+                )
                 for k, v in init.items()
             }
         out = forward(module, batch, explore)
@@ -626,7 +630,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 act = self._draw(module, logits, rows, explore, columns)
         state_out = None
         if stateful:
-            state_out = {k: v.detach() for k, v in out[Columns.STATE_OUT].items()}
+            state_out = {k: v.detach().cpu() for k, v in out[Columns.STATE_OUT].items()}
         return to_numpy(act), columns, state_out
 
     def _generate_rows(
