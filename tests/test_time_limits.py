@@ -102,3 +102,37 @@ def test_spread_time_limit_bootstraps_from_the_last_value(
         np.testing.assert_allclose(targets[last], want, rtol=1e-4, atol=1e-4)
     finally:
         built.stop()
+
+
+@pytest.mark.parametrize("name", ["APPO", "IMPALA"])
+def test_vtrace_learners_see_time_limits_as_truncations(name: str) -> None:
+    """APPO's and IMPALA's V-trace gates its bootstrap with ``terminateds``: their learners
+    clear the flag RLlib sets on an all-truncated episode, as the PPO learners do."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.learner.training_data import TrainingData
+
+    from trainers.algo import to_algorithm_config
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.learners.time_limits import BootstrapTimeLimits
+
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": "mpe2.simple_spread_v3:parallel_env",
+            "scenario_kwargs": {"N": 3, "max_cycles": 5, "continuous_actions": False},
+            "algorithm": {"name": name, "train_batch_size": 20},
+            "resources": {"num_envs_per_env_runner": 1},
+            "logging": {"wandb": "disabled", "progress": False},
+        }
+    )
+    built = to_algorithm_config(cfg).build_algo()
+    try:
+        learner = built.learner_group._learner
+        assert isinstance(learner, BootstrapTimeLimits)
+        episodes = built.env_runner_group.local_env_runner.sample(num_timesteps=20)
+        assert episodes and all(e.is_truncated for e in episodes if e.is_done)
+        batch = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
+        for cols in batch.policy_batches.values():
+            assert cols[Columns.TRUNCATEDS].numpy().any()
+            assert not cols[Columns.TERMINATEDS].numpy().any()
+    finally:
+        built.stop()

@@ -154,6 +154,12 @@ class IMPALAAlgo(ActorCriticAlgo):
     rllib_algorithm: ClassVar[str] = "ray.rllib.algorithms.impala:IMPALA"
     name: str = dataclasses.field(default="IMPALA", init=False)
 
+    def learner_ref(self, credit_normalize: bool) -> str | None:
+        """As :meth:`AlgoConfig.learner_ref`; else RLlib's IMPALA learner with time limits
+        bootstrapped (:mod:`trainers.learners.async_learners`)."""
+        ref = super().learner_ref(credit_normalize)
+        return "trainers.learners.async_learners:IMPALALearner" if ref is None else ref
+
 
 @dataclasses.dataclass
 class ClippedAlgo(ActorCriticAlgo):
@@ -183,6 +189,12 @@ class APPOAlgo(ClippedAlgo):
 
     rllib_algorithm: ClassVar[str] = "ray.rllib.algorithms.appo:APPO"
     name: str = dataclasses.field(default="APPO", init=False)
+
+    def learner_ref(self, credit_normalize: bool) -> str | None:
+        """As :meth:`AlgoConfig.learner_ref`; else RLlib's APPO learner with time limits
+        bootstrapped (:mod:`trainers.learners.async_learners`)."""
+        ref = super().learner_ref(credit_normalize)
+        return "trainers.learners.async_learners:APPOLearner" if ref is None else ref
 
 
 @dataclasses.dataclass

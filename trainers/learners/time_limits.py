@@ -13,6 +13,10 @@ Our envs (:mod:`scenarios.rllib_env`) never report an agent both terminated and 
 episode ends one way or the other), so on the learner an agent episode flagged both is a
 truncation: :func:`bootstrap_time_limits` clears its ``is_terminated`` before the learner
 connector pipeline reads the flags (RLlib's pieces and the lean learner's array batch alike).
+:class:`BootstrapTimeLimits` does it in a learner's ``_make_batch_if_necessary`` (episodes →
+batch): every PPO learner (:class:`~trainers.learners.value_norm_learner.ValueNormPPOLearner`
+and its subclasses) and the APPO / IMPALA learners (:mod:`trainers.learners.async_learners`,
+whose V-trace gates its bootstrap with the same ``terminateds``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["bootstrap_time_limits"]
+__all__ = ["BootstrapTimeLimits", "bootstrap_time_limits"]
 
 
 def bootstrap_time_limits(episodes: Iterable[Any]) -> int:
@@ -34,3 +38,12 @@ def bootstrap_time_limits(episodes: Iterable[Any]) -> int:
                 sa.is_terminated = False
                 changed += 1
     return changed
+
+
+class BootstrapTimeLimits:
+    """Learner mixin (before the RLlib learner class in the bases): time limits bootstrap from
+    ``V(s_T)`` — :func:`bootstrap_time_limits` on the episodes before the learner connector."""
+
+    def _make_batch_if_necessary(self, training_data: Any) -> Any:
+        bootstrap_time_limits(training_data.episodes or ())
+        return super()._make_batch_if_necessary(training_data)  # type: ignore[misc]

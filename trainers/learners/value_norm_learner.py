@@ -55,7 +55,7 @@ from ray.rllib.utils.postprocessing.zero_padding import (
 from typing_extensions import override
 
 from trainers.learners import critic_input
-from trainers.learners.time_limits import bootstrap_time_limits
+from trainers.learners.time_limits import BootstrapTimeLimits
 from trainers.learners.value_norm import (
     BETA,
     VALUE_NORM_BETA_KEY,
@@ -221,7 +221,7 @@ def find_gae(pipeline: Any) -> Any:
     return next((p for p in pieces if isinstance(p, GeneralAdvantageEstimation)), None)
 
 
-class ValueNormPPOLearner(PPOTorchLearner):
+class ValueNormPPOLearner(BootstrapTimeLimits, PPOTorchLearner):
     """``PPOTorchLearner`` with value-target normalisation when the config asks for it
     (``learner_config_dict["value_norm"]``; ``algorithm.value_norm`` sets it) and the
     centralised critic's input column (``learner_config_dict["critic"]``;
@@ -248,12 +248,6 @@ class ValueNormPPOLearner(PPOTorchLearner):
             pipeline.remove(GeneralAdvantageEstimation)
         # the centralised critic's input column, right before GAE (algorithm.critic)
         critic_input.install(pipeline, settings, type(find_gae(pipeline)))
-
-    @override
-    def _make_batch_if_necessary(self, training_data: Any) -> Any:
-        # time limits bootstrap from V(s_T) (trainers.learners.time_limits)
-        bootstrap_time_limits(training_data.episodes or ())
-        return super()._make_batch_if_necessary(training_data)
 
     @override
     def get_state(

@@ -47,6 +47,7 @@ INHERITED: tuple[tuple[type, str], ...] = (
     (MultiAgentEnvRunner, "_seed"),  # the runner's env seed (None: unseeded)
     (MultiAgentEnvRunner, "_callbacks"),  # list of RLlibCallback instances
     (MultiAgentEnvRunner, "_weights_seq_no"),  # int: the weights' sequence number
+    (MultiAgentEnvRunner, "_device"),  # where its modules live (a GPU: num_gpus_per_env_runner)
     (MultiAgentEnvRunner, "_make_on_episode_callback"),  # (which, env index, episodes)
     (MultiAgentEnvRunner, "_prune_zero_len_sa_episodes"),  # static: drops empty agents
 )
