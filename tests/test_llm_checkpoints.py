@@ -186,6 +186,28 @@ def test_memory_estimate_and_the_budget_error(dirs):
         )
 
 
+def test_gpu_env_runners_count_their_copy_on_the_gpu(dirs):
+    """A runner sharing the learner's GPU adds its sampling copy to the learner's estimate;
+    on its own GPU it needs only the copy; RAM then holds just the driver's copy."""
+    info = inspect_checkpoint(dirs["qwen2"])
+    learn = memory_estimate(info, "float32", trained=True)
+    copy = memory_estimate(info, "float32", trained=False)
+    needs = [LLMPoolNeed("orchestrator", dirs["qwen2"], "float32", True)]
+    gpus = {"num_learners": 1, "num_env_runners": 4}
+    fits = {"gpu": learn + copy, "ram": copy}
+    check_memory(needs, num_gpus_per_learner=0.5, num_gpus_per_env_runner=0.5, available=fits)
+    with pytest.raises(MemoryBudgetError, match=r"per env runner and learner"):
+        check_memory(
+            needs,
+            num_gpus_per_learner=0.5,
+            num_gpus_per_env_runner=0.5,
+            available={"gpu": learn + copy - 1, "ram": copy},
+            **gpus,
+        )
+    own = {"gpu": learn, "ram": copy}  # separate GPUs: the larger of the two needs
+    check_memory(needs, num_gpus_per_learner=1, num_gpus_per_env_runner=1, available=own, **gpus)
+
+
 def test_resolve_checks_the_memory_before_ray_starts(dirs, monkeypatch):
     from marl_agents.llm import checkpoints
     from trainers.finetune import FinetuneJob, OrchestratorConfig

@@ -499,6 +499,7 @@ def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None
             num_learners=res.num_learners,
             num_gpus_per_learner=res.num_gpus_per_learner,
             num_env_runners=res.num_env_runners,
+            num_gpus_per_env_runner=res.num_gpus_per_env_runner,
         )
     except PoolError as exc:
         raise ConfigError(str(exc)) from exc

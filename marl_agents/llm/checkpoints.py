@@ -154,6 +154,7 @@ def check_memory(
     num_learners: int = 0,
     num_gpus_per_learner: float = 0.0,
     num_env_runners: int = 0,
+    num_gpus_per_env_runner: float = 0.0,
     available: Mapping[str, int] | None = None,
 ) -> None:
     """Raise unless the LLM pools fit the configured devices.
@@ -161,8 +162,10 @@ def check_memory(
     GPU learners (``num_gpus_per_learner > 0``): each GPU holds every pool's learner estimate
     and system RAM the sampling copies (weights, one per env runner). CPU: RAM holds the
     learner estimate on each learner process (at least one, the driver's) plus the sampling
-    copies. ``available`` (``{"gpu": bytes, "ram": bytes}``) replaces the measured amounts;
-    a device whose amount cannot be measured is not checked.
+    copies. GPU env runners (``num_gpus_per_env_runner > 0``): each runner's copy is on a GPU
+    (shared with the learner's when the two fractions add up to at most one) and RAM keeps
+    only the driver's copy. ``available`` (``{"gpu": bytes, "ram": bytes}``) replaces the
+    measured amounts; a device whose amount cannot be measured is not checked.
 
     Raises:
         MemoryBudgetError: one line: the pools with their estimates, the total, what the
@@ -184,8 +187,10 @@ def check_memory(
             base = memory_estimate(info, need.dtype, trained=False)
             learn, sample = learn + base, sample + base
         rows.append((need, info, learn, sample))
-    samplers = max(1, num_env_runners)
-    sampling = sum(r[3] for r in rows) * samplers
+    gpu_sampling = num_gpus_per_env_runner > 0
+    samplers = 1 if gpu_sampling else max(1, num_env_runners)  # on GPUs: the driver's copy
+    copy = sum(r[3] for r in rows)
+    sampling = copy * samplers
     learning = sum(r[2] for r in rows)
     copies = f"{samplers} sampling cop{'y' if samplers == 1 else 'ies'} ~{_size(sampling)}"
     if gpu:
@@ -197,6 +202,12 @@ def check_memory(
         learners = max(1, num_learners)
         learning *= learners
         checks = [("ram", learning + sampling, "RAM", f"× {learners} learner(s) + {copies}")]
+    if gpu_sampling:
+        shared = gpu and num_gpus_per_learner + num_gpus_per_env_runner <= 1
+        what = "GPU memory (per env runner" + (" and learner)" if shared else ")")
+        if shared:
+            checks = [c for c in checks if c[0] != "gpu"]
+        checks.append(("gpu", copy + (learning if shared else 0), what, ""))
     for device, need_bytes, what, extra in checks:
         have = measured[device] if device in measured else available_memory(device)
         if have is None or need_bytes <= have:
