@@ -1,8 +1,9 @@
 """Apps trained through the gateway (``AppScenario``): many concurrent episodes never mix;
 failing, non-zero-exit and hanging apps (functions and commands) end their episodes counted as
-errors / timeouts with their stderr; the ``openai``-SDK router app makes the same decisions on
-the same prompts as its in-process ``ChatAppScenario`` twin, so exact Shapley values agree;
-and it trains 2 iterations with ``router`` learning and ``worker`` frozen (bit-identical).
+errors / timeouts with their stderr, also where they fail before their first request; the
+``openai``-SDK router app makes the same decisions on the same prompts as its in-process
+``ChatAppScenario`` twin, so exact Shapley values agree; and it trains 2 iterations with
+``router`` learning and ``worker`` frozen (bit-identical).
 """
 
 from __future__ import annotations
@@ -136,15 +137,80 @@ def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr
     assert env.failure == "timeout" and "timeout_s=10" in env.error, env.error
 
 
-def test_an_app_failing_before_its_first_request_cannot_run():
-    sc = AppScenario(
-        lambda t, llm: 1 / 0,
-        tasks=["x"],
-        verifier=lambda s: True,
-        agents=["a"],
+def test_an_app_failing_before_its_first_request_is_a_counted_failed_episode(tmp_path):
+    """A function raising at once and a command exiting non-zero before calling the endpoint:
+    each such episode is recorded (error text with the traceback / stderr) and ``reset()``
+    runs the app again on the same task; only ``MAX_LOST_IN_A_ROW`` in a row make it raise."""
+    from scenarios.graph_env import MAX_LOST_IN_A_ROW
+
+    starts = []
+
+    def once_broken(task: str, llm: Any) -> Any:
+        starts.append(task)
+        if len(starts) == 1:
+            return 1 / 0
+        return openai_router.run(task, llm)
+
+    settings = {**openai_router.SETTINGS, "verifier": openai_router.routed}
+    sc = AppScenario(once_broken, agents=["router", "worker"], **settings)
+    env = finish(GraphEnv(sc), seed=3)
+    assert env.failure is None and env.outcome is not None, env.error
+    assert len(starts) == 2 and starts[0] == starts[1]  # the same task again
+    (lost,) = env.lost_episodes
+    assert lost.failure == "error" and lost.seed == 3 and lost.outcome.reward == 0.0
+    assert "ZeroDivisionError" in lost.error and "traceback ends" in lost.error, lost.error
+    assert "once_broken" in lost.error  # the traceback's frame
+
+    root = str(Path(__file__).resolve().parents[1])
+    mark = tmp_path / "started"
+    command = openai_router.command_scenario(
+        env={"PYTHONPATH": root, "MARL_TEST_MODE": "early-once", "MARL_TEST_MARK": str(mark)},
+        cwd=root,
     )
-    with pytest.raises(ScenarioError, match=r"ZeroDivisionError.*before any agent acted"):
-        GraphEnv(sc).reset(seed=0)
+    env = finish(GraphEnv(command))
+    assert env.failure is None and env.outcome is not None, env.error
+    (lost,) = env.lost_episodes
+    assert lost.failure == "error" and "exited with status 4" in lost.error, lost.error
+    assert "failed before its first request on purpose" in lost.error  # its stderr
+
+    always = AppScenario(lambda t, llm: 1 / 0, tasks=["x"], verifier=bool, agents=["a"])
+    env = GraphEnv(always)
+    with pytest.raises(ScenarioError, match=rf"{MAX_LOST_IN_A_ROW} episodes in a row failed"):
+        env.reset(seed=0)
+    assert len(env.lost_episodes) == MAX_LOST_IN_A_ROW
+    assert all("ZeroDivisionError" in x.error for x in env.lost_episodes)
+
+
+def test_apps_failing_before_their_first_request_count_in_the_error_rate(ray_session, tmp_path):
+    """Through ``train()``: every third app start raises before its first request; those
+    episodes count in ``charts/error_rate`` with their error, and the run trains on."""
+    from configs import tiny_config
+
+    from trainers.run.loop import train
+
+    cfg = tiny_config(
+        tmp_path,
+        scenario="tests.apps.openai_router:flaky_scenario",
+        train=["router"],
+        pools={
+            "router": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+            "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+        },
+        algorithm={
+            "name": "GRPO",
+            "num_epochs": 1,
+            "grpo": {"group_size": 2, "groups_per_iteration": 2},
+        },
+        seed=0,
+    )
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    for row in result.history:
+        n = row["charts/episodes"]
+        assert n > 4 and 0 < row["charts/error_rate"] < 1, row  # 4 ran, the lost ones too
+        assert row["charts/error_rate"] * n == pytest.approx(n - 4)
+    (error,) = result.errors
+    assert error["kind"] == "error" and "before its first request on purpose" in error["error"]
 
 
 def test_app_scenario_errors_name_the_fix():

@@ -29,8 +29,11 @@ one that runs longer than ``timeout_s`` (its own time: the time its requests wai
 decisions does not count) is stopped — a command is killed, a Python function's thread is
 left behind (it cannot be killed; its key no longer works) — and the episode ends
 ``failure: "timeout"``. Both count in the run's error and timeout rates; a run whose episodes
-all fail stops with ``RunFailed``. An app that fails before its first request has no episode
-to learn from: ``reset()`` raises, naming it (as any graph that cannot run).
+all fail stops with ``RunFailed``. An app that fails (or times out) before its first request
+is counted the same way (``Scenario.counts_early_failures``): it has no decision to learn
+from, so ``reset()`` records it in ``GraphEnv.lost_episodes`` (the trainer counts those as
+failed episodes, with their error text) and runs the app again on the same task; only
+``scenarios.graph_env.MAX_LOST_IN_A_ROW`` such failures in a row make ``reset()`` raise.
 
 Example:
     >>> from openai import OpenAI                                        # doctest: +SKIP
@@ -56,6 +59,7 @@ import os
 import re
 import subprocess
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -135,6 +139,9 @@ class AppScenario(ChatAppScenario):
     """
 
     name = "app"
+    #: the app may fail before its first request: a counted failed episode, not a graph that
+    #: cannot run
+    counts_early_failures = True
 
     def __init__(
         self,
@@ -298,7 +305,11 @@ class _Function:
                 if inspect.isawaitable(out):
                     out = asyncio.run(_awaited(out))
             except BaseException as exc:
-                error = AppFailed(f"the app {name} raised {type(exc).__name__}: {exc}")
+                trace = "".join(traceback.format_exception(exc)).strip()
+                error = AppFailed(
+                    f"the app {name} raised {type(exc).__name__}: {exc}; its traceback ends:\n"
+                    f"{trace[-STDERR_TAIL:]}"
+                )
                 error.__cause__ = exc
                 episode.finish(error=error)
             else:
