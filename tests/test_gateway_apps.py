@@ -1,6 +1,7 @@
 """Apps trained through the gateway (``AppScenario``): many concurrent episodes never mix;
 failing, non-zero-exit and hanging apps (functions and commands) end their episodes counted as
-errors / timeouts with their stderr, also where they fail before their first request; the
+errors / timeouts with their stderr, also where they fail before their first request, and
+function apps that never return are counted and bounded; the
 ``openai``-SDK router app makes the same decisions on the same prompts as its in-process
 ``ChatAppScenario`` twin, so exact Shapley values agree; and it trains 2 iterations with
 ``router`` learning and ``worker`` frozen (bit-identical).
@@ -27,6 +28,7 @@ from marl_agents.llm.env_chat_model import tokens_action
 from scenarios.base import ScenarioError
 from scenarios.graph_env import GraphEnv
 from tests.apps import openai_router
+from topologies.errors import MarlError
 
 
 def client(llm: Any) -> Any:
@@ -211,6 +213,58 @@ def test_apps_failing_before_their_first_request_count_in_the_error_rate(ray_ses
         assert row["charts/error_rate"] * n == pytest.approx(n - 4)
     (error,) = result.errors
     assert error["kind"] == "error" and "before its first request on purpose" in error["error"]
+
+
+@pytest.fixture
+def release() -> Any:
+    """An Event the stuck apps wait on, set at teardown (their threads then end)."""
+    import threading
+
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_function_apps_that_never_return_are_counted_warned_and_bounded(
+    release, monkeypatch, caplog
+):
+    """``run`` blocks on an Event after its request: each episode times out and leaves its
+    thread; the first warns (naming the app and the fix), and once the limit is reached no
+    episode starts (``StuckApps``) until the threads return."""
+    import logging
+
+    from marl_agents.gateway import app_scenario
+
+    def blocked_app(task: str, llm: Any) -> Any:
+        client(llm).chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
+        release.wait()
+
+    caplog.set_level(logging.WARNING, logger="marl.gateway")
+    before = len(app_scenario.stuck_app_threads())  # other tests' apps may still be sleeping
+    monkeypatch.setattr(app_scenario, "MAX_STUCK_APP_THREADS", before + 2)
+    sc = AppScenario(blocked_app, tasks=["t"], verifier=bool, agents=["a"], timeout_s=0.5)
+    env = GraphEnv(sc)
+    for seed in range(2):
+        finish(env, seed)
+        assert env.failure == "timeout" and "timeout_s=0.5" in env.error, env.error
+    mine = [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]
+    assert len(mine) == 2
+    warnings = [r.getMessage() for r in caplog.records if "did not return" in r.getMessage()]
+    assert len(warnings) == 1 and "blocked_app" in warnings[0], warnings  # warned once
+    assert "AppScenario.command" in warnings[0] and "timeout" in warnings[0]
+    with pytest.raises(app_scenario.StuckApps, match=r"never returned.*blocked_app.*command"):
+        env.reset(seed=2)
+    assert isinstance(app_scenario.StuckApps("x"), MarlError)
+    release.set()  # the apps return: their threads end and episodes start again
+    for _ in range(600):
+        if not [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]:
+            break
+        time.sleep(0.05)
+    assert not [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]
+    release.clear()
+    finish(env, 3)  # runs (and times out again: the app blocks)
+    assert env.failure == "timeout"
+    release.set()
 
 
 def test_app_scenario_errors_name_the_fix():
