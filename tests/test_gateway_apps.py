@@ -455,6 +455,36 @@ def test_the_example_yaml_plans_the_triage_agent_learning_and_the_experts_frozen
     assert cfg.credit.method == "shapley"
 
 
+def test_the_example_app_hands_off_with_a_forced_tool_call_as_written(tiny):
+    """``examples/openai_app.py`` sends ``tools`` + ``tool_choice="required"`` and nothing
+    else marl-specific (no prefill, no call completion): an untrained tiny triage policy's
+    reply, decoded under the tools' grammar, is a valid handoff the SDK parses."""
+    import torch
+
+    from examples.openai_app import RIGHT, scenario
+    from marl_agents.llm.env_chat_model import backend_policy
+    from marl_agents.llm.hf_backend import HFBackend
+
+    sc = scenario()
+    assert not sc.prefill and not sc.complete_calls
+    tok, model = tiny
+    policy = backend_policy(HFBackend(model, tok), sc.spaces)
+    env = GraphEnv(sc)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        obs, infos = env.reset(seed=seed)
+        while env.agents:
+            actions = {
+                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
+                for a in env.agents
+            }
+            obs, _, _, _, infos = env.step(actions)
+        assert env.failure is None, env.error
+        result = env.final_state["result"]
+        assert result["expert"] in ("math", "research"), result  # the call parsed
+        assert env.outcome.reward == float(result["expert"] == RIGHT[env.final_state["task"]])
+
+
 def test_truncate_prompts_keeps_the_last_tokens_as_in_process_apps_do():
     def run(task: str, llm: Any) -> Any:
         r = client(llm).chat.completions.create(
