@@ -4,11 +4,14 @@
     marl run examples/openai_app.yaml                 # the same as a YAML experiment
 
 ``run(task, llm)`` is the app as written for OpenAI's API: a triage agent hands the task to
-an expert with a forced tool call, and the expert answers. The only thing it takes from marl
-is ``llm``: the base URL, the episode's key and each agent's model name (an app run as its
-own program reads them from ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``MARL_MODEL_<AGENT>``:
-``AppScenario.command``). Every request is one decision of the agent it names, served by that
-agent's own policy — here tiny in-code models standing in for real ones on a CPU.
+an expert with a forced tool call (``tools`` + ``tool_choice="required"``), and the expert
+answers. The only thing it takes from marl is ``llm``: the base URL, the episode's key and
+each agent's model name (an app run as its own program reads them from ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY`` and ``MARL_MODEL_<AGENT>``: ``AppScenario.command``). Every request is one
+decision of the agent it names, served by that agent's own policy — here tiny in-code models
+standing in for real ones on a CPU. The forced call is decoded under its tools' grammar
+(constrained decoding), so even an untrained model's reply is a valid handoff: the policy
+only learns which expert to call.
 """
 
 from openai import OpenAI
@@ -66,9 +69,8 @@ def scenario(**kwargs):
     settings = dict(
         tasks=TASKS, verifier=routed_right, agents=["triage", "math", "research"],
         default_reply="I cannot help with that.",
-        # a tiny model: the triage reply opens the handoff call and one generated letter
-        # picks the expert (complete_calls); prompts keep their last 64 tokens
-        prefill={"triage": '<tool>{"name": "transfer_to_'}, complete_calls=True,
-        max_prompt_tokens=64, max_new_tokens=2, truncate_prompts=True,
+        # a tiny model: a reply budget the handoff call fits in (at most one token a
+        # character), prompts keep their last 96 tokens
+        max_prompt_tokens=96, max_new_tokens=64, truncate_prompts=True,
     )  # fmt: skip
     return AppScenario(run, **{**settings, **kwargs})

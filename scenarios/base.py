@@ -132,6 +132,11 @@ class Scenario(ABC):
     #: an episode replays exactly from its seed and actions (counterfactual credit needs it);
     #: False for environments the scenario only wraps (:mod:`scenarios.pettingzoo_env`).
     exact_replay: ClassVar[bool] = True
+    #: a node that raises (or times out) before any agent acted ends a counted failed
+    #: episode (``GraphEnv.lost_episodes``; the env starts the next one) instead of making
+    #: ``reset()`` raise: for graphs that run a program which may fail on its own (an app
+    #: behind the gateway), not for graphs that cannot run at all.
+    counts_early_failures: ClassVar[bool] = False
     #: the space of the global state where the scenario declares one (a :meth:`global_state`
     #: projection, or states its graph emits with :func:`scenarios.emit_state`); ``None``: the
     #: default concatenation's (:func:`scenarios.global_state.state_space_of`).

@@ -11,7 +11,12 @@ Nothing fails silently: a graph that cannot run (a node raising, or the wall-clo
 reached, before any agent acted; or a graph that asks no agent at all) makes ``reset()`` raise
 :class:`~scenarios.base.ScenarioError` with the original error chained; later node errors and
 timeouts end the episode truncated, with ``infos[agent]["failure"]`` (``"error"``,
-``"timeout"`` or ``"limit"``) and ``infos[agent]["error"]`` (the text).
+``"timeout"`` or ``"limit"``) and ``infos[agent]["error"]`` (the text). A scenario that runs a
+program which may fail on its own (``Scenario.counts_early_failures``: an app behind the
+gateway) has a node error or timeout before any agent acted counted instead: the episode is
+recorded in ``GraphEnv.lost_episodes`` (what the trainer's episode metrics count as a failed
+episode) and ``reset()`` starts another of the same seed; :data:`MAX_LOST_IN_A_ROW` such
+failures in one ``reset()`` make it raise.
 
 **Wall-clock limit.** ``GraphEnv(episode_timeout_s=...)`` bounds the seconds the graph itself
 runs in an episode (:mod:`scenarios.alarm`: a ``SIGALRM`` in the main thread, else a check each
@@ -24,6 +29,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import time
@@ -73,6 +79,23 @@ def blank_observation(space: gym.Space) -> Any:
     seeded = copy.deepcopy(space)
     seeded.seed(0)
     return seeded.sample()
+
+
+#: episodes in a row that may fail before any agent acted (``Scenario.counts_early_failures``)
+#: in one :meth:`GraphEnv.reset` before it raises
+MAX_LOST_IN_A_ROW = 8
+
+
+@dataclasses.dataclass
+class LostEpisode:
+    """An episode that failed before any agent acted, counted rather than raised
+    (``Scenario.counts_early_failures``): its seed, ``failure`` (``"error"`` or ``"timeout"``),
+    error text and the scenario's failure outcome."""
+
+    seed: int | None
+    failure: str
+    error: str
+    outcome: Outcome
 
 
 @dataclasses.dataclass
@@ -220,6 +243,10 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         #: tools run as they are. ``tool_episode``: the current episode's calls (None: no tools)
         self.tools: ToolSettings | None = tools
         self.tool_episode: ToolEpisode | None = None
+        #: episodes that failed before any agent acted where the scenario counts such failures
+        #: (``Scenario.counts_early_failures``): :meth:`reset` started another one; whoever
+        #: reports episodes drains the list (the trainer's episode metrics do)
+        self.lost_episodes: list[LostEpisode] = []
 
     @property
     def engine(self) -> str:
@@ -275,6 +302,18 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self.seed_used = int(self._np_random.integers(2**31)) if seed is None else int(seed)
         if self._run is not None and not self._run.finished:
             self._run.abort()
+        for attempt in itertools.count(1):
+            pending = self._start_episode()
+            if not self._run.finished:
+                break
+            if not self._counts_early_failure():
+                self._cannot_run()
+            self._lose_episode(attempt)
+        self._absorb(pending)
+        return self._observe(self.agents)
+
+    def _start_episode(self) -> dict[str, Any]:
+        """Start episode :attr:`seed_used`'s graph and run it to its first decisions."""
         self.tool_episode = None if self.tools is None else self.tools.episode(self.seed_used)
         self._run = self._episode_run(self.seed_used)
         self.trace, self.outcome, self._steps = [], None, 0
@@ -286,11 +325,34 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self._acc = dict.fromkeys(self.possible_agents, 0.0)
         if self.rewards is not None:
             self.rewards.start()
-        pending = self._advance(self._run.start, first=True)
-        if self._run.finished:
-            self._cannot_run()
-        self._absorb(pending)
-        return self._observe(self.agents)
+        return self._advance(self._run.start, first=True)
+
+    def _counts_early_failure(self) -> bool:
+        """The graph ended before any agent acted in a way the scenario counts as a failed
+        episode (``Scenario.counts_early_failures``: a node raised or timed out)."""
+        run = self._run
+        assert run is not None
+        failed = self._timeout is not None or run.error is not None
+        return failed and self.scenario.counts_early_failures
+
+    def _lose_episode(self, attempt: int) -> None:
+        """Record the episode that failed before any agent acted (:attr:`lost_episodes`) and
+        let :meth:`reset` start another one of the same seed; raise once
+        :data:`MAX_LOST_IN_A_ROW` in a row failed so."""
+        run = self._run
+        assert run is not None
+        if self._timeout is not None:
+            failure, error = "timeout", str(self._timeout)
+        else:
+            failure, error = "error", _error_text(run.error)
+        outcome = self.scenario.failure_state(None)
+        self.lost_episodes.append(LostEpisode(self.seed_used, failure, error, outcome))
+        if attempt >= MAX_LOST_IN_A_ROW:
+            raise ScenarioError(
+                f"{self.scenario.id()} (episode seed {self.seed_used}): {attempt} episodes in a "
+                f"row failed before any agent acted, so no episode can run; the last one: "
+                f"{error}. Fix what fails there (each was counted as a failed episode)"
+            ) from (self._timeout or run.error)
 
     def _step(self, actions: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         run = self._run
@@ -688,4 +750,4 @@ def _error_text(exc: BaseException) -> str:
 
 _UNSET: Any = object()
 
-__all__ = ["GraphEnv", "TraceStep", "blank_observation"]
+__all__ = ["MAX_LOST_IN_A_ROW", "GraphEnv", "LostEpisode", "TraceStep", "blank_observation"]

@@ -1,8 +1,10 @@
 """Apps trained through the gateway (``AppScenario``): many concurrent episodes never mix;
 failing, non-zero-exit and hanging apps (functions and commands) end their episodes counted as
-errors / timeouts with their stderr; the ``openai``-SDK router app makes the same decisions on
-the same prompts as its in-process ``ChatAppScenario`` twin, so exact Shapley values agree;
-and it trains 2 iterations with ``router`` learning and ``worker`` frozen (bit-identical).
+errors / timeouts with their stderr, also where they fail before their first request, and
+function apps that never return are counted and bounded; the
+``openai``-SDK router app makes the same decisions on the same prompts as its in-process
+``ChatAppScenario`` twin, so exact Shapley values agree; and it trains 2 iterations with
+``router`` learning and ``worker`` frozen (bit-identical).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from marl_agents.llm.env_chat_model import tokens_action
 from scenarios.base import ScenarioError
 from scenarios.graph_env import GraphEnv
 from tests.apps import openai_router
+from topologies.errors import MarlError
 
 
 def client(llm: Any) -> Any:
@@ -136,15 +139,132 @@ def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr
     assert env.failure == "timeout" and "timeout_s=10" in env.error, env.error
 
 
-def test_an_app_failing_before_its_first_request_cannot_run():
-    sc = AppScenario(
-        lambda t, llm: 1 / 0,
-        tasks=["x"],
-        verifier=lambda s: True,
-        agents=["a"],
+def test_an_app_failing_before_its_first_request_is_a_counted_failed_episode(tmp_path):
+    """A function raising at once and a command exiting non-zero before calling the endpoint:
+    each such episode is recorded (error text with the traceback / stderr) and ``reset()``
+    runs the app again on the same task; only ``MAX_LOST_IN_A_ROW`` in a row make it raise."""
+    from scenarios.graph_env import MAX_LOST_IN_A_ROW
+
+    starts = []
+
+    def once_broken(task: str, llm: Any) -> Any:
+        starts.append(task)
+        if len(starts) == 1:
+            return 1 / 0
+        return openai_router.run(task, llm)
+
+    settings = {**openai_router.SETTINGS, "verifier": openai_router.routed}
+    sc = AppScenario(once_broken, agents=["router", "worker"], **settings)
+    env = finish(GraphEnv(sc), seed=3)
+    assert env.failure is None and env.outcome is not None, env.error
+    assert len(starts) == 2 and starts[0] == starts[1]  # the same task again
+    (lost,) = env.lost_episodes
+    assert lost.failure == "error" and lost.seed == 3 and lost.outcome.reward == 0.0
+    assert "ZeroDivisionError" in lost.error and "traceback ends" in lost.error, lost.error
+    assert "once_broken" in lost.error  # the traceback's frame
+
+    root = str(Path(__file__).resolve().parents[1])
+    mark = tmp_path / "started"
+    command = openai_router.command_scenario(
+        env={"PYTHONPATH": root, "MARL_TEST_MODE": "early-once", "MARL_TEST_MARK": str(mark)},
+        cwd=root,
     )
-    with pytest.raises(ScenarioError, match=r"ZeroDivisionError.*before any agent acted"):
-        GraphEnv(sc).reset(seed=0)
+    env = finish(GraphEnv(command))
+    assert env.failure is None and env.outcome is not None, env.error
+    (lost,) = env.lost_episodes
+    assert lost.failure == "error" and "exited with status 4" in lost.error, lost.error
+    assert "failed before its first request on purpose" in lost.error  # its stderr
+
+    always = AppScenario(lambda t, llm: 1 / 0, tasks=["x"], verifier=bool, agents=["a"])
+    env = GraphEnv(always)
+    with pytest.raises(ScenarioError, match=rf"{MAX_LOST_IN_A_ROW} episodes in a row failed"):
+        env.reset(seed=0)
+    assert len(env.lost_episodes) == MAX_LOST_IN_A_ROW
+    assert all("ZeroDivisionError" in x.error for x in env.lost_episodes)
+
+
+def test_apps_failing_before_their_first_request_count_in_the_error_rate(ray_session, tmp_path):
+    """Through ``train()``: every third app start raises before its first request; those
+    episodes count in ``charts/error_rate`` with their error, and the run trains on."""
+    from configs import tiny_config
+
+    from trainers.run.loop import train
+
+    cfg = tiny_config(
+        tmp_path,
+        scenario="tests.apps.openai_router:flaky_scenario",
+        train=["router"],
+        pools={
+            "router": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+            "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+        },
+        algorithm={
+            "name": "GRPO",
+            "num_epochs": 1,
+            "grpo": {"group_size": 2, "groups_per_iteration": 2},
+        },
+        seed=0,
+    )
+    result = train(cfg)
+    assert result.status == "completed", result.status
+    for row in result.history:
+        n = row["charts/episodes"]
+        assert n > 4 and 0 < row["charts/error_rate"] < 1, row  # 4 ran, the lost ones too
+        assert row["charts/error_rate"] * n == pytest.approx(n - 4)
+    (error,) = result.errors
+    assert error["kind"] == "error" and "before its first request on purpose" in error["error"]
+
+
+@pytest.fixture
+def release() -> Any:
+    """An Event the stuck apps wait on, set at teardown (their threads then end)."""
+    import threading
+
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_function_apps_that_never_return_are_counted_warned_and_bounded(
+    release, monkeypatch, caplog
+):
+    """``run`` blocks on an Event after its request: each episode times out and leaves its
+    thread; the first warns (naming the app and the fix), and once the limit is reached no
+    episode starts (``StuckApps``) until the threads return."""
+    import logging
+
+    from marl_agents.gateway import app_scenario
+
+    def blocked_app(task: str, llm: Any) -> Any:
+        client(llm).chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
+        release.wait()
+
+    caplog.set_level(logging.WARNING, logger="marl.gateway")
+    before = len(app_scenario.stuck_app_threads())  # other tests' apps may still be sleeping
+    monkeypatch.setattr(app_scenario, "MAX_STUCK_APP_THREADS", before + 2)
+    sc = AppScenario(blocked_app, tasks=["t"], verifier=bool, agents=["a"], timeout_s=0.5)
+    env = GraphEnv(sc)
+    for seed in range(2):
+        finish(env, seed)
+        assert env.failure == "timeout" and "timeout_s=0.5" in env.error, env.error
+    mine = [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]
+    assert len(mine) == 2
+    warnings = [r.getMessage() for r in caplog.records if "did not return" in r.getMessage()]
+    assert len(warnings) == 1 and "blocked_app" in warnings[0], warnings  # warned once
+    assert "AppScenario.command" in warnings[0] and "timeout" in warnings[0]
+    with pytest.raises(app_scenario.StuckApps, match=r"never returned.*blocked_app.*command"):
+        env.reset(seed=2)
+    assert isinstance(app_scenario.StuckApps("x"), MarlError)
+    release.set()  # the apps return: their threads end and episodes start again
+    for _ in range(600):
+        if not [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]:
+            break
+        time.sleep(0.05)
+    assert not [n for n in app_scenario.stuck_app_threads() if "blocked_app" in n]
+    release.clear()
+    finish(env, 3)  # runs (and times out again: the app blocks)
+    assert env.failure == "timeout"
+    release.set()
 
 
 def test_app_scenario_errors_name_the_fix():
@@ -333,6 +453,36 @@ def test_the_example_yaml_plans_the_triage_agent_learning_and_the_experts_frozen
     assert plan.agents == ["triage", "math", "research"]
     assert plan.trainable == ["triage"] and plan.frozen == ["experts"]
     assert cfg.credit.method == "shapley"
+
+
+def test_the_example_app_hands_off_with_a_forced_tool_call_as_written(tiny):
+    """``examples/openai_app.py`` sends ``tools`` + ``tool_choice="required"`` and nothing
+    else marl-specific (no prefill, no call completion): an untrained tiny triage policy's
+    reply, decoded under the tools' grammar, is a valid handoff the SDK parses."""
+    import torch
+
+    from examples.openai_app import RIGHT, scenario
+    from marl_agents.llm.env_chat_model import backend_policy
+    from marl_agents.llm.hf_backend import HFBackend
+
+    sc = scenario()
+    assert not sc.prefill and not sc.complete_calls
+    tok, model = tiny
+    policy = backend_policy(HFBackend(model, tok), sc.spaces)
+    env = GraphEnv(sc)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        obs, infos = env.reset(seed=seed)
+        while env.agents:
+            actions = {
+                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
+                for a in env.agents
+            }
+            obs, _, _, _, infos = env.step(actions)
+        assert env.failure is None, env.error
+        result = env.final_state["result"]
+        assert result["expert"] in ("math", "research"), result  # the call parsed
+        assert env.outcome.reward == float(result["expert"] == RIGHT[env.final_state["task"]])
 
 
 def test_truncate_prompts_keeps_the_last_tokens_as_in_process_apps_do():

@@ -2,7 +2,8 @@
 (``tests/apps/openai_router.py``, an ``AppScenario``) trained with LoRA adapters per agent on
 one base, local and remote env runner (the trained adapter changes; the frozen one and the
 base stay bit-identical); one ``train()`` of it (a LoRA router, a frozen full-model worker)
-with monitors, transcripts, a learnability curriculum and loo credit, then evaluated with
+with monitors, transcripts, a learnability curriculum and loo credit (and Shapley credit with
+LoRA adapters per agent, equal to the in-process twin's), then evaluated with
 pass@k (``evaluate(k=...)`` and ``marl eval --k``); the Agents SDK app's transcript shows a
 request's tools and the reply's tool call; a client gone mid-request (a command app killed at
 its episode's end) is logged quietly. Tiny models, 2 iterations of 2 groups of 2.
@@ -94,6 +95,103 @@ def test_lora_adapters_per_agent_on_one_base_train_through_the_gateway(
         assert result["env_runners"]["num_episodes_lifetime"] >= 8
     finally:
         algo.stop()
+
+
+def lora_policy(module: Any, seed: int) -> Any:
+    """``obs → action`` sampling with a LoRA module's adapter, each call seeded from ``seed``
+    and its position (the same decisions wherever the same prompts come in the same order)."""
+    import itertools
+
+    import torch
+
+    from marl_agents.llm.rl_module import SAMPLING_SEEDS
+
+    calls = itertools.count()
+
+    def act(obs: Any) -> np.ndarray:
+        batch = {
+            "obs": torch.as_tensor(np.asarray(obs)[None]),
+            SAMPLING_SEEDS: [seed + next(calls)],
+        }
+        return module.forward_exploration(batch)["actions"][0].numpy()
+
+    return act
+
+
+def shapley_per_episode(sc: Any, modules: dict[str, Any], seeds: range) -> list[Any]:
+    """Each seed's episode played by ``modules`` (agent → LoRA module): its reward, decisions
+    and exact Shapley values (the app replayed with absent agents' default replies)."""
+    from scenarios.graph_env import GraphEnv
+    from trainers.credit.values import shapley_exact
+
+    env = GraphEnv(sc)
+    out = []
+    for seed in seeds:
+        policies = {a: lora_policy(m, 1000 * seed) for a, m in modules.items()}
+        obs, infos = env.reset(seed=seed)
+        while env.agents:
+            actions = {
+                a: policies[a](obs[a]) if infos[a]["acting"] else sc.default_action(a)
+                for a in env.agents
+            }
+            obs, _, _, _, infos = env.step(actions)
+        assert env.failure is None, env.error
+        actions = env.episode_actions()
+        trace = [
+            (s.agent, s.observation.tolist(), np.asarray(s.action).tolist()) for s in env.trace
+        ]
+        phi = shapley_exact(
+            sc.possible_agents, lambda S, seed=seed, actions=actions: env.value(seed, S, actions)
+        )
+        out.append((env.outcome.reward, trace, phi))
+    return out
+
+
+def test_shapley_credit_with_lora_adapters_per_agent_through_the_gateway(ray_session, tmp_path):
+    """LoRA adapters per agent on one base, Shapley credit, the app answered through the
+    gateway: 2 iterations train with finite credit and the frozen adapter bit-identical; the
+    trained adapters' Shapley values equal the in-process ``ChatAppScenario``'s on the same
+    seeds (same prompts, same replies)."""
+    from test_train import learner_weights
+
+    from tests.apps import openai_router
+    from tests.apps.router import app
+    from trainers.algo import to_algorithm_config
+    from trainers.run.metrics import flatten_result
+
+    pools = {
+        "router": {"agents": ["router"], "model": {"type": "llm", "lora": LORA}},
+        "worker": {"agents": ["worker"], "model": {"type": "llm", "lora": LORA}},
+    }
+    cfg = app_config(tmp_path, pools, credit={"method": "shapley", "workers": 1})
+    algo = to_algorithm_config(cfg).build_algo()
+    try:
+        before = {p: learner_weights(algo, p) for p in pools}
+        credit: dict[str, float] = {}
+        for _ in range(2):
+            result = algo.train()
+            marl = result["env_runners"].get("marl", {})
+            assert not marl.get("error") and not marl.get("timeout"), marl
+            row = flatten_result(result, {a: a for a in pools}, {"worker"})
+            credit.update({k: v for k, v in row.items() if k.endswith("/credit")})
+        assert "router/credit" in credit and all(np.isfinite(v) for v in credit.values()), credit
+        assert same(learner_weights(algo, "worker"), before["worker"])  # frozen: bit-identical
+        modules = {a: algo.get_module(a) for a in pools}
+        assert all(m.model.shared is modules["router"].model.shared for m in modules.values())
+
+        absent = {"default_reply": "x"}  # an absent router routes lowercase
+        # in-process apps re-tokenise the router's reply the worker sees: so does the gateway
+        gateway = openai_router.scenario(token_fidelity=False, **absent)
+        through = shapley_per_episode(gateway, modules, range(4))
+        in_process = shapley_per_episode(app(max_prompt_tokens=64, **absent), modules, range(4))
+    finally:
+        algo.stop()
+    assert [t for _, t, _ in through] == [t for _, t, _ in in_process]  # same prompts, replies
+    assert [r for r, _, _ in through] == [r for r, _, _ in in_process]
+    assert [p for _, _, p in through] == [p for _, _, p in in_process]
+    assert all(np.isfinite(v) for _, _, p in through for v in p.values())
+    assert any(p["router"] != 0 for _, _, p in through)  # not a trivial game
+    assert all(p["worker"] == 0 for _, _, p in through)  # the worker never changes the reward
 
 
 # ----- (b)–(e) monitors, transcripts, curriculum, loo credit; pass@k of the run --------------

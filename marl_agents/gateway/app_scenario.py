@@ -27,10 +27,21 @@ the rest work as for an in-process app; name it in a config by reference
 (``failure: "error"``, the error text names the app and ends with its stderr's last lines);
 one that runs longer than ``timeout_s`` (its own time: the time its requests wait for their
 decisions does not count) is stopped — a command is killed, a Python function's thread is
-left behind (it cannot be killed; its key no longer works) — and the episode ends
-``failure: "timeout"``. Both count in the run's error and timeout rates; a run whose episodes
-all fail stops with ``RunFailed``. An app that fails before its first request has no episode
-to learn from: ``reset()`` raises, naming it (as any graph that cannot run).
+left behind (it cannot be killed; its key no longer works, so an app that calls the endpoint
+again fails there and ends) — and the episode ends ``failure: "timeout"``. Both count in the
+run's error and timeout rates; a run whose episodes all fail stops with ``RunFailed``. An
+app that fails (or times out) before its first request is counted the same way
+(``Scenario.counts_early_failures``): it has no decision to learn from, so ``reset()``
+records it in ``GraphEnv.lost_episodes`` (the trainer counts those as failed episodes, with
+their error text) and runs the app again on the same task; only
+``scenarios.graph_env.MAX_LOST_IN_A_ROW`` such failures in a row make ``reset()`` raise.
+
+**Stuck threads.** A function app whose ``run`` never returns (it waits on something that
+never comes, without calling the endpoint) keeps its thread: the process counts such threads
+(:func:`stuck_app_threads`), warns once per app naming the fix (make ``run`` honour a
+timeout, or run the app as a command, which is killed), and once
+:data:`MAX_STUCK_APP_THREADS` are stuck refuses to start another episode of a function app
+(:class:`StuckApps` from ``reset()``) instead of leaking threads without limit.
 
 Example:
     >>> from openai import OpenAI                                        # doctest: +SKIP
@@ -52,10 +63,12 @@ import dataclasses
 import inspect
 import itertools
 import json
+import logging
 import os
 import re
 import subprocess
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -70,6 +83,13 @@ from scenarios.base import Outcome, ScenarioError
 DEFAULT_APP_TIMEOUT_S = 120.0
 #: characters of an app's stderr kept in its error text
 STDERR_TAIL = 2000
+#: function-app threads left running past their episodes after which no episode of a function
+#: app starts in this process (:class:`StuckApps`)
+MAX_STUCK_APP_THREADS = 8
+#: seconds an ended episode's function app is given to return before its thread counts as stuck
+STUCK_GRACE_S = 1.0
+
+log = logging.getLogger("marl.gateway")
 
 _EPISODES = itertools.count()
 
@@ -135,6 +155,9 @@ class AppScenario(ChatAppScenario):
     """
 
     name = "app"
+    #: the app may fail before its first request: a counted failed episode, not a graph that
+    #: cannot run
+    counts_early_failures = True
 
     def __init__(
         self,
@@ -212,6 +235,7 @@ class AppScenario(ChatAppScenario):
         return cls(_Command([str(a) for a in argv], dict(env or {}), cwd), **kwargs)
 
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
+        self.runner.check()  # before the episode starts: too many stuck app threads raise here
         return {"task": self._tasks(rng)}
 
     def score(self, state: dict[str, Any]) -> Outcome:
@@ -270,12 +294,63 @@ class _Running:
         raise NotImplementedError
 
 
+class StuckApps(ScenarioError):
+    """Too many function-app threads of this process never returned: no episode of a function
+    app starts until some do."""
+
+
+_STUCK: list[tuple[threading.Thread, str]] = []  # threads left running past their episodes
+_STUCK_LOCK = threading.Lock()
+_WARNED_STUCK: set[str] = set()  # apps already warned about
+
+
+def stuck_app_threads() -> list[str]:
+    """The apps (by name) of this process's function-app threads still running after their
+    episodes ended, one entry a thread (threads that returned since are dropped)."""
+    with _STUCK_LOCK:
+        _STUCK[:] = [(t, name) for t, name in _STUCK if t.is_alive()]
+        return [name for _, name in _STUCK]
+
+
+def _fix_hint() -> str:
+    return (
+        "make run(task, llm) honour a timeout (e.g. the openai client's timeout=..., or "
+        "asyncio.wait_for in an async app) or run the app as a command "
+        "(AppScenario.command([...]), which is killed at its episode's end)"
+    )
+
+
 class _Thread(_Running):
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, thread: threading.Thread, returned: threading.Event) -> None:
+        self.name, self.thread, self.returned = name, thread, returned
 
     def describe(self) -> str:
         return f"the app {self.name}"
+
+    def stop(self) -> None:
+        """The episode ended: a ``run`` that has not returned within :data:`STUCK_GRACE_S`
+        (an aborted app's next request is refused at once, so it usually ends) is left
+        behind, counted."""
+        if not self.returned.is_set():
+            self.thread.join(timeout=STUCK_GRACE_S)
+        if self.returned.is_set() or not self.thread.is_alive():
+            return
+        with _STUCK_LOCK:
+            if any(t is self.thread for t, _ in _STUCK):
+                return
+            _STUCK.append((self.thread, self.name))
+        stuck = len(stuck_app_threads())
+        if self.name not in _WARNED_STUCK:
+            _WARNED_STUCK.add(self.name)
+            log.warning(
+                "the app %s did not return by the end of its episode: its thread keeps running "
+                "(Python threads cannot be killed; its key no longer works). %d app thread(s) "
+                "are stuck in this process; at %d no more episodes start. Fix: %s",
+                self.name,
+                stuck,
+                MAX_STUCK_APP_THREADS,
+                _fix_hint(),
+            )
 
 
 class _Function:
@@ -288,9 +363,22 @@ class _Function:
                 "use AppScenario.command([...]) for a program"
             )
         self.fn = fn
+        self.name = getattr(fn, "__qualname__", repr(fn))
+
+    def check(self) -> None:
+        """Raise :class:`StuckApps` once :data:`MAX_STUCK_APP_THREADS` app threads are stuck."""
+        stuck = stuck_app_threads()
+        if len(stuck) >= MAX_STUCK_APP_THREADS:
+            counts = {name: stuck.count(name) for name in dict.fromkeys(stuck)}
+            raise StuckApps(
+                f"{len(stuck)} app threads of this process never returned after their episodes "
+                f"ended (by app: {counts}; the limit is {MAX_STUCK_APP_THREADS}), so no more "
+                f"episodes of the app {self.name} start: {_fix_hint()}"
+            )
 
     def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
-        fn, name = self.fn, getattr(self.fn, "__qualname__", repr(self.fn))
+        fn, name = self.fn, self.name
+        returned = threading.Event()
 
         def target() -> None:
             try:
@@ -298,15 +386,21 @@ class _Function:
                 if inspect.isawaitable(out):
                     out = asyncio.run(_awaited(out))
             except BaseException as exc:
-                error = AppFailed(f"the app {name} raised {type(exc).__name__}: {exc}")
+                trace = "".join(traceback.format_exception(exc)).strip()
+                error = AppFailed(
+                    f"the app {name} raised {type(exc).__name__}: {exc}; its traceback ends:\n"
+                    f"{trace[-STDERR_TAIL:]}"
+                )
                 error.__cause__ = exc
+                returned.set()
                 episode.finish(error=error)
             else:
+                returned.set()
                 episode.finish(result=out)
 
         thread = threading.Thread(target=target, name=f"marl-app-{next(_EPISODES)}", daemon=True)
         thread.start()
-        return _Thread(name)
+        return _Thread(name, thread, returned)
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -318,6 +412,9 @@ class _Command:
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
+
+    def check(self) -> None:
+        """Nothing to check: a command's process is killed at its episode's end."""
 
     def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
         try:
@@ -383,4 +480,12 @@ class _Process(_Running):
         return f"; its stderr ends:\n{err[-STDERR_TAIL:]}" if err else ""
 
 
-__all__ = ["AppFailed", "AppLLM", "AppScenario", "model_variable"]
+__all__ = [
+    "MAX_STUCK_APP_THREADS",
+    "AppFailed",
+    "AppLLM",
+    "AppScenario",
+    "StuckApps",
+    "model_variable",
+    "stuck_app_threads",
+]

@@ -11,6 +11,7 @@ tests.apps.openai_router``) with its settings in the environment.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -77,7 +78,9 @@ def main() -> None:
     """The subprocess form: settings from the environment, the result as the last line.
 
     ``MARL_TEST_MODE=fail`` exits 3 after printing to stderr; ``hang`` sleeps after its
-    first call.
+    first call; ``early`` exits 4 before any call (after printing to stderr), and
+    ``early-once`` does so only where the file ``MARL_TEST_MARK`` does not exist yet (it
+    creates it: the first episode fails, the next ones run).
     """
 
     from types import SimpleNamespace
@@ -89,6 +92,9 @@ def main() -> None:
 
     mode = os.environ.get("MARL_TEST_MODE", "")
     task = json.loads(os.environ["MARL_TASK"])
+    if mode == "early" or (mode == "early-once" and _first(os.environ["MARL_TEST_MARK"])):
+        print("the app failed before its first request on purpose", file=sys.stderr)
+        sys.exit(4)
     if mode == "hang":
         client = client_of(llm)
         client.chat.completions.create(
@@ -100,6 +106,32 @@ def main() -> None:
         print("the app broke on purpose", file=sys.stderr)
         sys.exit(3)
     print(json.dumps(out))
+
+
+def _first(mark: str) -> bool:
+    """True the first time (``mark`` created), False once it exists."""
+    try:
+        with open(mark, "x"):
+            return True
+    except FileExistsError:
+        return False
+
+
+_STARTS = itertools.count()
+
+
+def failing_at_start(task: str, llm: Any) -> dict[str, Any]:
+    """:func:`run`, except that every third start of the app in this process raises before
+    its first request."""
+    if next(_STARTS) % 3 == 0:
+        raise RuntimeError("the app failed before its first request on purpose")
+    return run(task, llm)
+
+
+def flaky_scenario(**kwargs: Any) -> AppScenario:
+    """The app of :func:`failing_at_start` as a scenario."""
+    settings = {**SETTINGS, "verifier": routed, "agents": ["router", "worker"], **kwargs}
+    return AppScenario(failing_at_start, **settings)
 
 
 if __name__ == "__main__":

@@ -121,16 +121,40 @@ class EpisodeMetrics(RLlibCallback):
 
         instrument_env_runner(env_runner)  # the runner-side timers/… (env, forward, sampling)
 
+    def on_episode_start(self, *, episode: Any, **kwargs: Any) -> None:
+        """Count the episodes the env's ``reset()`` lost before this one started (they failed
+        before any agent acted: ``GraphEnv.lost_episodes``) as failed episodes."""
+        try:
+            self._log_lost(kwargs)
+        except Exception as exc:
+            self._callback_error(exc, kwargs)
+
     def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
         try:
             self._log_episode(episode, metrics_logger, kwargs)
         except Exception as exc:
-            runner = kwargs.get("env_runner")
-            if runner is None or getattr(runner, "worker_index", 0) == 0:
-                raise  # the local env runner: the error surfaces from algo.train()
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            where = f"{frame.filename}:{frame.lineno}"
-            JOURNAL.callback_errors.append(f"{type(exc).__name__}: {exc} (at {where})")
+            self._callback_error(exc, kwargs)
+
+    def _callback_error(self, exc: Exception, kwargs: Mapping[str, Any]) -> None:
+        runner = kwargs.get("env_runner")
+        if runner is None or getattr(runner, "worker_index", 0) == 0:
+            raise exc  # the local env runner: the error surfaces from algo.train()
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{frame.filename}:{frame.lineno}"
+        JOURNAL.callback_errors.append(f"{type(exc).__name__}: {exc} (at {where})")
+
+    def _log_lost(self, kwargs: Mapping[str, Any]) -> None:
+        env = _graph_env(kwargs.get("env"), kwargs.get("env_index"))
+        if env is None or not env.lost_episodes:
+            return
+        lost, env.lost_episodes = env.lost_episodes, []
+        sums = self._sums
+        for episode in lost:
+            JOURNAL.record_error(episode.failure, episode.error)
+            values = outcome_values(episode.outcome.reward, False, True, episode.failure)
+            sums["episodes"] = sums.get("episodes", 0) + 1
+            for key, value in values.items():
+                sums[key] = sums.get(key, 0.0) + value
 
     def _log_episode(self, episode: Any, metrics_logger: Any, kwargs: dict[str, Any]) -> None:
         info = _final_outcome(episode)
