@@ -143,8 +143,10 @@ class TrainingConfig:
             of all of them in one batched ``generate`` (``None``: the runner's share of an
             iteration; see :class:`~trainers.configs.grpo.GRPOSettings`). Default 1 here:
             with the whole share in flight, the example job (``examples/finetune_tiny.yaml``)
-            failed to learn on 2 of 6 seeds (0 and 5) where one group at a time learned on
-            all 5 seeds measured (0, 1, 2, 4, 5; issue #29, not yet understood).
+            learned weakly (last-iterations reward ≤ 0.17) on 3 of 10 seeds (0, 5, 9)
+            where one group at a time learned on all 9 seeds measured (0.42–0.65; issue #29,
+            not understood: the first iteration's rewards agree, −0.078 vs −0.086 over
+            seeds 10–15, so the sampling itself is not biased).
         lr: Adam learning rate.
         num_epochs: passes over each iteration's batch.
         minibatch_size: rows per gradient step (``None``: the whole batch).
