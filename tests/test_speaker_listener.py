@@ -73,6 +73,19 @@ def test_pools_by_agent_name_and_critic_widths() -> None:
     assert ippo.critic_dims == {} and set(ippo.pools) == {"speaker", "listener"}
 
 
+def test_the_word_reaches_the_listener_in_the_env_the_trainer_sees() -> None:
+    """The speaker's discrete action is the one-hot message in the listener's next observation
+    (its last 3 entries); the speaker's own observation is the goal's colour."""
+    from scenarios.rllib_env import RLlibGraphEnv
+
+    env = RLlibGraphEnv({"scenario": SL, "kwargs": KW})
+    obs, _ = env.reset(seed=3)
+    assert obs["speaker_0"].shape == (3,) and not obs["listener_0"][-3:].any()
+    for word in (0, 2, 1):
+        obs, *_ = env.step({"speaker_0": word, "listener_0": 0})
+        np.testing.assert_array_equal(obs["listener_0"][-3:], np.eye(3)[word])
+
+
 @pytest.mark.parametrize("algo", ["MAPPO", "IPPO"])
 def test_trains_two_iterations(ray_session: Any, tmp_path: Path, algo: str) -> None:
     from trainers.run.loop import train
