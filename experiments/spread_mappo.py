@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,15 +157,22 @@ def run(
     out: Path,
     overrides: dict[str, Any] | None = None,
     tag: str = "",
+    make_config: Callable[..., Any] | None = None,
+    convert: Callable[[float], float] | None = None,
 ) -> None:
     """Train one run to ``steps`` env steps, evaluating greedily every ``every``; each row also
     holds the stochastic training return (the sampled episodes of the last iteration, same
-    convention) and the learner's KL, KL coefficient, entropy and explained variance."""
+    convention) and the learner's KL, KL coefficient, entropy and explained variance.
+
+    ``make_config`` (default :func:`config`) builds the experiment from ``(algo, seed, steps,
+    overrides)``; ``convert`` (default :func:`experiments.epymarl.team_return`) maps Σ over
+    agents of an episode's mpe2 returns to the row's ``team_return``."""
     from experiments.epymarl import team_return
     from trainers.algo import to_algorithm_config
     from trainers.plan import resolve
 
-    cfg = config(algo_name, seed, steps, overrides)
+    convert = convert or team_return
+    cfg = (make_config or config)(algo_name, seed, steps, overrides)
     plan = resolve(cfg)
     algo = to_algorithm_config(cfg, plan).build_algo()
     done, next_eval, start, result = 0, 0, time.perf_counter(), None
@@ -177,8 +185,8 @@ def run(
                     "tag": tag,
                     "seed": seed,
                     "env_steps": done,
-                    "team_return": float(np.mean([team_return(s) for s in sums])),
-                    **training_stats(result),
+                    "team_return": float(np.mean([convert(s) for s in sums])),
+                    **training_stats(result, convert),
                     "wall_s": time.perf_counter() - start,
                 }
                 with out.open("a") as f:
@@ -197,17 +205,21 @@ def run(
 LEARNER_STATS = ("mean_kl_loss", "curr_kl_coeff", "entropy", "vf_explained_var")
 
 
-def training_stats(result: dict[str, Any] | None) -> dict[str, float]:
-    """The stochastic training team return and :data:`LEARNER_STATS` of the last iteration's
+def training_stats(
+    result: dict[str, Any] | None, convert: Callable[[float], float] | None = None
+) -> dict[str, float]:
+    """The stochastic training team return (``convert`` of the episodes' Σ over agents, default
+    :func:`experiments.epymarl.team_return`) and :data:`LEARNER_STATS` of the last iteration's
     ``result`` (empty before the first)."""
     from experiments.epymarl import team_return
 
     if result is None:
         return {}
+    convert = convert or team_return
     stats: dict[str, float] = {}
     ret = result.get("env_runners", {}).get("episode_return_mean")
     if ret is not None and np.isfinite(ret):
-        stats["train_team_return"] = team_return(float(ret))
+        stats["train_team_return"] = convert(float(ret))
     learners = [v for k, v in result.get("learners", {}).items() if k != "__all_modules__"]
     for key in LEARNER_STATS:
         vals = [float(m[key]) for m in learners if isinstance(m, dict) and key in m]
@@ -216,8 +228,9 @@ def training_stats(result: dict[str, Any] | None) -> dict[str, float]:
     return stats
 
 
-def report(out: Path) -> None:
-    """Mean (min, max over seeds) greedy team return at each evaluation point, per algorithm."""
+def report(out: Path, published: dict[str, float] | None = None) -> None:
+    """Mean (min, max over seeds) greedy team return at each evaluation point, per algorithm,
+    then the ``published`` points (default :data:`PUBLISHED`)."""
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     by: dict[tuple[str, int], list[float]] = {}
     for r in rows:
@@ -229,7 +242,8 @@ def report(out: Path) -> None:
             f"{name:<16} {point:>9}  {np.mean(vals):7.1f}  {min(vals):7.1f}  {max(vals):7.1f}"
             f"  {len(vals)}"
         )
-    print("published:", ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
+    published = PUBLISHED if published is None else published
+    print("published:", ", ".join(f"{k} {v}" for k, v in published.items()))
 
 
 def arm(row: dict[str, Any]) -> str:
