@@ -28,7 +28,6 @@ Run: ``python -m experiments.speaker_listener --algos MAPPO IPPO --seeds 0 1 2 -
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -144,28 +143,12 @@ def baseline_rows(episodes: int, seeds: list[int]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--algos", nargs="*", default=["IPPO", "MAPPO"])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--steps", type=int, default=200_000)
-    p.add_argument("--eval-every", type=int, default=25_000)
-    p.add_argument("--eval-episodes", type=int, default=32)
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="override the experiment (dotted path, JSON value), e.g. algorithm.num_epochs=15",
-    )
-    p.add_argument("--tag", default="", help="a label for this arm in the rows and report")
+    p = spread_mappo.parser(__doc__.split("\n")[0], 200_000, OUT)
     p.add_argument(
         "--baselines",
         action="store_true",
         help="also write the random policy's and the scripted listeners' rows",
     )
-    p.add_argument("--report", action="store_true", help="print the table of --out and exit")
     args = p.parse_args()
     if args.report:
         spread_mappo.report(args.out, PUBLISHED)

@@ -299,14 +299,15 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
     return png
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--algos", nargs="+", default=["IPPO", "MAPPO"])
+def parser(description: str, steps: int, out: Path) -> argparse.ArgumentParser:
+    """The options of a curve experiment on an mpe2 task (this one, speaker-listener)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--algos", nargs="*", default=["IPPO", "MAPPO"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--steps", type=int, default=500_000)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--eval-every", type=int, default=25_000)
     p.add_argument("--eval-episodes", type=int, default=32)
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--out", type=Path, default=out)
     p.add_argument(
         "--set",
         dest="sets",
@@ -317,6 +318,11 @@ def main() -> None:
     )
     p.add_argument("--tag", default="", help="a label for this arm in the rows and report")
     p.add_argument("--report", action="store_true", help="print the table of --out and exit")
+    return p
+
+
+def main() -> None:
+    p = parser(__doc__.split("\n")[0], 500_000, OUT)
     p.add_argument("--plot", type=Path, help="with --report: also write the curve PNG here")
     args = p.parse_args()
     if args.report:
