@@ -186,25 +186,16 @@ def test_an_app_failing_before_its_first_request_is_a_counted_failed_episode(tmp
 def test_apps_failing_before_their_first_request_count_in_the_error_rate(ray_session, tmp_path):
     """Through ``train()``: every third app start raises before its first request; those
     episodes count in ``charts/error_rate`` with their error, and the run trains on."""
-    from configs import tiny_config
+    from configs import grpo_app_config
 
     from trainers.run.loop import train
 
-    cfg = tiny_config(
-        tmp_path,
-        scenario="tests.apps.openai_router:flaky_scenario",
-        train=["router"],
-        pools={
-            "router": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
-            "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
-        },
-        algorithm={
-            "name": "GRPO",
-            "num_epochs": 1,
-            "grpo": {"group_size": 2, "groups_per_iteration": 2},
-        },
-        seed=0,
-    )
+    pools = {
+        "router": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 0}},
+        "worker": {"model": {"type": "llm", "path": "tiny", "tiny_seed": 1}},
+    }
+    app = "tests.apps.openai_router:flaky_scenario"
+    cfg = grpo_app_config(tmp_path, app, pools, ["router"], sharing="role")
     result = train(cfg)
     assert result.status == "completed", result.status
     for row in result.history:
