@@ -29,7 +29,6 @@ Run: ``python -m experiments.speaker_listener --algos MAPPO IPPO --seeds 0 1 2 -
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -153,34 +152,13 @@ def main() -> None:
     if args.report:
         spread_mappo.report(args.out, PUBLISHED)
         return
-    overrides = spread_mappo.parse_sets(args.sets)
-    for algo in args.algos:  # config errors before anything trains
-        config(algo, args.seeds[0], args.steps, overrides).check()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    overrides = spread_mappo.checked_overrides(args, config)
     if args.baselines:
         with args.out.open("a") as f:
             for row in baseline_rows(args.eval_episodes, args.seeds):
                 f.write(json.dumps(row) + "\n")
                 print(row, flush=True)
-    if args.algos:
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        import ray
-
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        for seed in args.seeds:
-            for algo in args.algos:
-                spread_mappo.run(
-                    algo,
-                    seed,
-                    args.steps,
-                    args.eval_every,
-                    args.eval_episodes,
-                    args.out,
-                    overrides,
-                    args.tag,
-                    make_config=config,
-                    convert=speaker_listener_return,
-                )
+    spread_mappo.train_arms(args, overrides, config, speaker_listener_return)
     spread_mappo.report(args.out, PUBLISHED)
 
 

@@ -330,13 +330,37 @@ def main() -> None:
         if args.plot:
             print("wrote", plot(args.out, args.plot, args.out.parent / "reference.jsonl"))
         return
+    overrides = checked_overrides(args)
+    train_arms(args, overrides)
+    report(args.out)
+
+
+def checked_overrides(
+    args: argparse.Namespace, make_config: Callable[..., Any] | None = None
+) -> dict[str, Any]:
+    """The ``--set`` overrides of parsed :func:`parser` options, after every ``--algos``
+    experiment (``make_config``, default :func:`config`) was checked (config errors before
+    anything trains); creates ``--out``'s folder."""
+    overrides = parse_sets(args.sets)
+    for algo in args.algos:
+        (make_config or config)(algo, args.seeds[0], args.steps, overrides).check()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    return overrides
+
+
+def train_arms(
+    args: argparse.Namespace,
+    overrides: dict[str, Any],
+    make_config: Callable[..., Any] | None = None,
+    convert: Callable[[float], float] | None = None,
+) -> None:
+    """:func:`run` for every seed × ``--algos`` of parsed :func:`parser` options, on one local
+    Ray (``make_config`` and ``convert`` as in :func:`run`)."""
+    if not args.algos:
+        return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import ray
 
-    overrides = parse_sets(args.sets)
-    for algo in args.algos:  # config errors before anything trains
-        config(algo, args.seeds[0], args.steps, overrides).check()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     for seed in args.seeds:
         for algo in args.algos:
@@ -349,8 +373,9 @@ def main() -> None:
                 args.out,
                 overrides,
                 args.tag,
+                make_config=make_config,
+                convert=convert,
             )
-    report(args.out)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 import torch
+from episodes import play
 
 pytest.importorskip("xgrammar")
 pytest.importorskip("transformers")
@@ -331,13 +332,7 @@ def test_supervisor_tutorial_episodes_parse_on_every_decision_and_reach_the_veri
     env = GraphEnv(sc)
     torch.manual_seed(0)
     for seed in range(3):
-        obs, infos = env.reset(seed=seed)
-        while env.agents:
-            actions = {
-                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
-                for a in env.agents
-            }
-            obs, _, _, _, infos = env.step(actions)
+        play(env, seed, policy)
         assert env.failure in (None, "limit"), env.error  # never "error": every reply parsed
     assert len(states) == 3
     for state in states:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from episodes import play
 
 pytest.importorskip("transformers")
 pytest.importorskip("openai")
@@ -293,13 +294,7 @@ def episodes_and_shapley(sc: Any, tiny: Any, seeds: range) -> list[Any]:
     out = []
     for seed in seeds:
         torch.manual_seed(seed)
-        obs, infos = env.reset(seed=seed)
-        while env.agents:
-            actions = {
-                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
-                for a in env.agents
-            }
-            obs, _, _, _, infos = env.step(actions)
+        play(env, seed, policy)
         actions = env.episode_actions()
         trace = [
             (s.agent, s.observation.tolist(), np.asarray(s.action).tolist()) for s in env.trace
@@ -463,13 +458,7 @@ def test_the_example_app_hands_off_with_a_forced_tool_call_as_written(tiny):
     env = GraphEnv(sc)
     for seed in range(2):
         torch.manual_seed(seed)
-        obs, infos = env.reset(seed=seed)
-        while env.agents:
-            actions = {
-                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
-                for a in env.agents
-            }
-            obs, _, _, _, infos = env.step(actions)
+        play(env, seed, policy)
         assert env.failure is None, env.error
         result = env.final_state["result"]
         assert result["expert"] in ("math", "research"), result  # the call parsed

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from episodes import play
 
 pytest.importorskip("transformers")
 pytest.importorskip("openai")
@@ -128,13 +129,7 @@ def shapley_per_episode(sc: Any, modules: dict[str, Any], seeds: range) -> list[
     out = []
     for seed in seeds:
         policies = {a: lora_policy(m, 1000 * seed) for a, m in modules.items()}
-        obs, infos = env.reset(seed=seed)
-        while env.agents:
-            actions = {
-                a: policies[a](obs[a]) if infos[a]["acting"] else sc.default_action(a)
-                for a in env.agents
-            }
-            obs, _, _, _, infos = env.step(actions)
+        play(env, seed, lambda a, o, policies=policies: policies[a](o))
         assert env.failure is None, env.error
         actions = env.episode_actions()
         trace = [

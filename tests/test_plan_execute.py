@@ -7,6 +7,7 @@ reaches the verifier, and the app trains 2 iterations with the executor frozen b
 from __future__ import annotations
 
 import pytest
+from episodes import play
 
 pytest.importorskip("xgrammar")
 pytest.importorskip("transformers")
@@ -35,13 +36,7 @@ def test_plan_and_execute_episodes_parse_on_every_decision_and_reach_the_verifie
     env = GraphEnv(sc)
     torch.manual_seed(0)
     for seed in range(6):
-        obs, infos = env.reset(seed=seed)
-        while env.agents:
-            actions = {
-                a: policy(a, obs[a]) if infos[a]["acting"] else sc.default_action(a)
-                for a in env.agents
-            }
-            obs, _, _, _, infos = env.step(actions)
+        play(env, seed, policy)
         assert env.failure is None, env.error  # no node raised on an unparsed reply
         state = env.final_state
         assert state["plan"] and state["response"] and state["past_steps"]
