@@ -32,6 +32,7 @@ import torch
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
 from marl_agents.llm.constraints import RowMatchers, mask_logits
+from marl_agents.llm.prefix import cache_of, distinct, fan_out, left_padded, suffix_logits
 from scenarios.text_space import Prompt
 
 
@@ -101,13 +102,9 @@ class HFBackend:
     ) -> list[Generation]:
         dev = self.device
         n = len(prompt_ids)
-        width = max(len(p) for p in prompt_ids)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
-        mask = torch.zeros((n, width), dtype=torch.long, device=dev)
-        for r, p in enumerate(prompt_ids):  # left padding: every row's last token is at -1
-            input_ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # one prefill per distinct prompt (a GRPO group's rows share one), fanned out below
+        prompts, index = distinct(prompt_ids)
+        input_ids, mask, positions = left_padded(prompts, self.pad_id, dev)
         gens = [_row_generator(p.seed, dev) for p in params]
         stops = [stop_ids(self.tokenizer, p) for p in params]
         limit = max(p.max_new_tokens for p in params)
@@ -124,9 +121,12 @@ class HFBackend:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache_key = "cache" if "cache" in out else "past_key_values"  # transformers ≥ 5.24: cache
-        cache = out[cache_key]
+        cache_key, cache = cache_of(out)
         logits = out.logits[:, -1, :].float()
+        if len(prompts) < n:
+            rows = torch.as_tensor(index, dtype=torch.long, device=dev)
+            cache = fan_out(cache, rows, dev)
+            logits, mask, positions = logits[rows], mask[rows], positions[rows]
         next_pos = positions[:, -1:] + 1
         matchers = _matchers(self.tokenizer, logits.shape[-1], params, stops)
         masks: list[list[torch.Tensor]] = [[] for _ in range(n)]
@@ -249,32 +249,19 @@ def teacher_forced_logprobs(
     dev = next(model.parameters()).device
     n = len(prompt_ids)
     temps = _temperatures(temperature, n)
-    seqs = [list(p) + list(t) for p, t in zip(prompt_ids, token_ids, strict=True)]
-    width = max(len(s) for s in seqs)
     tlen = max((len(t) for t in token_ids), default=0)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=dev)
-    mask = torch.zeros((n, width), dtype=torch.long, device=dev)
-    for r, s in enumerate(seqs):
-        input_ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[r, : len(s)] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    # logits from the first position that predicts a completion token on (the prompt's other
-    # positions would cost [batch, width, vocab] floats: GBs with a 262k-token vocabulary)
-    start = max(0, min((len(p) for p, t in zip(prompt_ids, token_ids, strict=True) if t),
-                       default=1) - 1)  # fmt: skip
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        logits_to_keep=width - start,
-    ).logits
+    # rows sharing a prompt (a GRPO group) run it once (marl_agents.llm.prefix)
+    logits = suffix_logits(model, prompt_ids, token_ids, pad_id=pad_id)
+    if logits is not None:
+        offsets = [0] * n  # logits[r, k] predicts token k
+    else:
+        logits, offsets = _full_logits(model, prompt_ids, token_ids, pad_id=pad_id)
     out = torch.zeros((n, tlen), dtype=torch.float32, device=dev)
     ent = torch.zeros((n, tlen), dtype=torch.float32, device=dev) if with_entropy else None
-    for r, (p, t) in enumerate(zip(prompt_ids, token_ids, strict=True)):
+    for r, t in enumerate(token_ids):
         if not t:
             continue
-        # logits at position j predict token j + 1: completion token k sits at len(p) + k.
-        step_logits = logits[r, len(p) - 1 - start : len(p) + len(t) - 1 - start].float()
+        step_logits = logits[r, offsets[r] : offsets[r] + len(t)].float()
         row_mask = token_masks[r] if token_masks is not None else None
         if row_mask is not None:
             row_mask = torch.as_tensor(row_mask, device=dev)[: len(t)]
@@ -284,6 +271,37 @@ def teacher_forced_logprobs(
         if ent is not None:  # masked tokens (-inf) add nothing
             ent[r, : len(t)] = -(row.exp() * row.clamp(min=torch.finfo(row.dtype).min)).sum(-1)
     return out, ent
+
+
+def _full_logits(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    token_ids: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+) -> tuple[torch.Tensor, list[int]]:
+    """One right-padded forward over each ``prompt + tokens``: the logits from the first
+    position that predicts a completion token on, and per row the column of the logits that
+    predict its token 0 (the prompt's other positions would cost ``[batch, width, vocab]``
+    floats: GBs with a 262k-token vocabulary)."""
+    dev = next(model.parameters()).device
+    seqs = [list(p) + list(t) for p, t in zip(prompt_ids, token_ids, strict=True)]
+    n, width = len(seqs), max(len(s) for s in seqs)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=dev)
+    mask = torch.zeros((n, width), dtype=torch.long, device=dev)
+    for r, s in enumerate(seqs):
+        input_ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[r, : len(s)] = 1
+    start = max(0, min((len(p) for p, t in zip(prompt_ids, token_ids, strict=True) if t),
+                       default=1) - 1)  # fmt: skip
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+        logits_to_keep=width - start,
+    ).logits
+    # logits at position j predict token j + 1: completion token 0 sits at len(p)
+    return logits, [len(p) - 1 - start for p in prompt_ids]
 
 
 def _temperatures(temperature: float | Sequence[float] | torch.Tensor, n: int) -> list[float]:
