@@ -145,6 +145,34 @@ def test_sampling_switches_adapters_per_call():
     assert not torch.equal(out_a, out_b)  # greedy: b's adapter changes the decoding
 
 
+@pytest.mark.parametrize("explore", [True, False])
+def test_pools_on_one_base_sample_in_one_batch_what_each_samples_alone(explore):
+    """act_together (the batched sampler's one generate for LoRA pools on one base): per module
+    the same tokens as its own forward with the same seeds; rows of different adapters with
+    the same prompt are not merged into one prefill."""
+    from marl_agents.llm.rl_module import SAMPLING_SEEDS, TOKEN_LOGP
+    from marl_agents.llm.shared_batch import act_together, batch_key
+
+    a, b, full = module("a"), module("b"), module("full", lora=None, adapter=None)
+    randomize(a, 4)
+    randomize(b, 5)
+    assert batch_key(a) is batch_key(b) is not None and batch_key(full) is None
+    obs, _ = batch(a)
+    batches = [
+        {"obs": obs, SAMPLING_SEEDS: torch.arange(3)},
+        {"obs": obs[[0, 0, 1, 2]], SAMPLING_SEEDS: torch.arange(10, 14)},  # a's prompts too
+    ]
+    together = act_together([a, b], batches, explore)
+    for m, bt, out in zip((a, b), batches, together, strict=True):
+        alone = m.forward_exploration(bt) if explore else m.forward_inference(bt)
+        assert out.keys() == alone.keys()
+        assert torch.equal(out["actions"], alone["actions"])
+        torch.testing.assert_close(out[TOKEN_LOGP], alone[TOKEN_LOGP], rtol=0, atol=1e-4)
+    assert not torch.equal(together[0]["actions"][0], together[1]["actions"][0])
+    with pytest.raises(ValueError, match="LoRA modules on one base"):
+        act_together([a, full], batches, explore)
+
+
 def test_logprobs_with_an_adapter_equal_the_merged_models(tmp_path):
     from marl_agents.llm.rl_module import load_causal_lm
 
@@ -317,10 +345,23 @@ def saved_adapter(tmp_path) -> Path:
 
 
 # ----- GRPO with LoRA pools (Ray) ------------------------------------------------------------
-def test_grpo_trains_only_the_trained_adapter_and_never_the_base(ray_session, tmp_path):
+def test_grpo_trains_only_the_trained_adapter_and_never_the_base(
+    ray_session, tmp_path, monkeypatch
+):
     """Three pools on one base: the supervisor's adapter trained, two expert adapters (one
-    trained, one frozen) — plus the shared base — checked bit for bit, with a KL term."""
+    trained, one frozen) — plus the shared base — checked bit for bit, with a KL term. Rows
+    of different pools waiting at one step are sampled in one generate."""
     from trainers.algo import to_algorithm_config
+    from trainers.sampling import batched_runner
+
+    together: list[list[str]] = []
+    shared_forward = batched_runner.forward_together
+
+    def spy(modules: Any, batches: Any, explore: bool) -> Any:
+        together.append(sorted(m.model.name.split("#")[0] for m in modules))
+        return shared_forward(modules, batches, explore)
+
+    monkeypatch.setattr(batched_runner, "forward_together", spy)
 
     pools = {
         "orchestrator": {"agents": ["supervisor"], "model": {"type": "llm", "lora": LORA}},
@@ -351,6 +392,8 @@ def test_grpo_trains_only_the_trained_adapter_and_never_the_base(ray_session, tm
         # the env runner samples with the learner's adapters
         runner = {k: np.array(v) for k, v in algo.get_module("orchestrator").get_state().items()}
         assert same(runner, after["orchestrator"])
+        assert together, "no step had rows of two LoRA pools: one generate was never shared"
+        assert all(len(names) >= 2 for names in together), together
     finally:
         algo.stop()
 

@@ -76,13 +76,21 @@ class HFBackend:
         return next(self.model.parameters()).device
 
     # ----- generation ----------------------------------------------------------------------
-    def generate(self, prompts: Sequence[Prompt], params: Params = None) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        params: Params = None,
+        adapters: Sequence[str] | None = None,
+    ) -> list[Generation]:
         """Sample one completion per prompt, all prompts in one batched decoding loop.
 
         Args:
             prompts: token ids, text or chat messages
                 (see :data:`~marl_agents.llm.backend.Prompt`).
             params: one :class:`SamplingParams` for all, or one per prompt.
+            adapters: one LoRA adapter name per prompt, the rows of several adapters on one
+                base sampled in one batch (the model is then a
+                :class:`~marl_agents.llm.lora.MixedAdapters`); ``None``: the model as it is.
 
         Returns:
             One :class:`Generation` per prompt, in order.
@@ -90,20 +98,39 @@ class HFBackend:
         ids, plist = encode_batch(self.tokenizer, prompts, params)
         if not ids:
             return []
+        if adapters is not None and len(adapters) != len(ids):
+            raise ValueError(f"{len(adapters)} adapter names for {len(ids)} prompts")
         step = self.max_batch_size or len(ids)
         out: list[Generation] = []
         for i in range(0, len(ids), step):
-            out.extend(self._generate_batch(ids[i : i + step], plist[i : i + step]))
+            names = None if adapters is None else list(adapters[i : i + step])
+            out.extend(self._generate_batch(ids[i : i + step], plist[i : i + step], names))
         return out
+
+    def _model(self, adapters: list[str] | None, **inputs: Any) -> Any:
+        """One forward of the model; with ``adapters``, row ``r`` runs adapter ``adapters[r]``."""
+        if adapters is None:
+            return self.model(**inputs)
+        with self.model.rows(adapters):
+            return self.model(**inputs)
 
     @torch.inference_mode()
     def _generate_batch(
-        self, prompt_ids: list[list[int]], params: list[SamplingParams]
+        self,
+        prompt_ids: list[list[int]],
+        params: list[SamplingParams],
+        adapters: list[str] | None = None,
     ) -> list[Generation]:
         dev = self.device
         n = len(prompt_ids)
-        # one prefill per distinct prompt (a GRPO group's rows share one), fanned out below
-        prompts, index = distinct(prompt_ids)
+        # one prefill per distinct prompt (a GRPO group's rows share one; of one adapter),
+        # fanned out below
+        keyed: list[list[Any]] = list(prompt_ids)
+        if adapters is not None:
+            keyed = [[*p, a] for p, a in zip(prompt_ids, adapters, strict=True)]
+        firsts, index = distinct(keyed)
+        prefill_adapters = None if adapters is None else [adapters[r] for r in firsts]
+        prompts = [prompt_ids[r] for r in firsts]
         input_ids, mask, positions = left_padded(prompts, self.pad_id, dev)
         gens = [_row_generator(p.seed, dev) for p in params]
         stops = [stop_ids(self.tokenizer, p) for p in params]
@@ -114,7 +141,8 @@ class HFBackend:
         reason = ["length"] * n
         done = [False] * n
 
-        out = self.model(  # logits of the last position only (262k-token vocabularies)
+        out = self._model(  # logits of the last position only (262k-token vocabularies)
+            prefill_adapters,
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
@@ -156,7 +184,8 @@ class HFBackend:
             if all(done):
                 break
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
-            out = self.model(
+            out = self._model(
+                adapters,
                 input_ids=chosen,
                 attention_mask=mask,
                 position_ids=next_pos,

@@ -15,6 +15,10 @@ Contract:
   adapter active on each LoRA layer (``_active_adapter``, not peft's ``set_adapter``, which
   also flips ``requires_grad``), so modules in one process never run with another's adapter;
   the autograd graph of a forward keeps the adapter it ran with.
+* **Mixed batches.** :class:`MixedAdapters` runs the base with one adapter per row (peft's
+  mixed-batch LoRA forward, ``adapter_names``): the batched sampler samples the rows of
+  several LoRA pools on one base in one ``generate``
+  (:func:`marl_agents.llm.shared_batch.act_together`).
 * An adapter is dropped when its :class:`AdapterModel` is garbage collected (at the next
   :func:`attach`), and the base with its last adapter.
 * :func:`save_adapter` writes a peft adapter directory (``adapter_config.json`` +
@@ -248,6 +252,38 @@ class AdapterModel:
         state = shared.adapter_state(self.name)
         params = shared.add(name, config, state, trainable=False)
         return AdapterModel(shared, name, params)
+
+
+class MixedAdapters:
+    """The shared base run with one adapter per row: inside :meth:`rows`, a call runs row
+    ``r`` with adapter ``names[r]`` (peft's mixed-batch LoRA forward, under the base's lock;
+    the model must be in eval mode, as samplers keep it). What
+    :class:`~marl_agents.llm.hf_backend.HFBackend` calls to sample several LoRA pools' rows in
+    one batch."""
+
+    def __init__(self, shared: SharedBase) -> None:
+        self.shared = shared
+
+    @contextlib.contextmanager
+    def rows(self, names: list[str]) -> Iterator[None]:
+        """Calls inside run row ``r`` with adapter ``names[r]``."""
+        peft = self.shared.model
+        with self.shared.lock:
+            peft.eval()  # peft refuses adapter_names in train mode; dropout stays off anyway
+            with peft.base_model._enable_peft_forward_hooks(adapter_names=list(names)):
+                yield
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.shared.inner(*args, **kwargs)
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The base's parameters (where it lives)."""
+        return self.shared.inner.parameters()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "shared":
+            raise AttributeError(attr)
+        return getattr(self.shared.inner, attr)
 
 
 def attach(model: LLMModel | dict[str, Any], pool: str = "adapter") -> tuple[Any, AdapterModel]:

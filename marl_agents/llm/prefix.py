@@ -14,22 +14,29 @@ prefill ``G``×.
 
 Example:
     >>> distinct([[1, 2], [3], [1, 2]])
-    ([[1, 2], [3]], [0, 1, 0])
+    ([0, 1], [0, 1, 0])
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
 
-def distinct(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
-    """The distinct rows in first-seen order, and per row the index of its distinct row."""
-    seen: dict[tuple[int, ...], int] = {}
-    index = [seen.setdefault(tuple(r), len(seen)) for r in rows]
-    return [list(r) for r in seen], index
+def distinct(rows: Sequence[Sequence[Hashable]]) -> tuple[list[int], list[int]]:
+    """``(firsts, index)``: the first row of each distinct row, in first-seen order, and per
+    row the number of its distinct row (so ``rows[firsts[index[r]]] == rows[r]``)."""
+    seen: dict[tuple[Hashable, ...], int] = {}
+    firsts: list[int] = []
+    index = []
+    for r, row in enumerate(rows):
+        j = seen.setdefault(tuple(row), len(seen))
+        if j == len(firsts):
+            firsts.append(r)
+        index.append(j)
+    return firsts, index
 
 
 def left_padded(
@@ -87,11 +94,11 @@ def suffix_logits(
     n = len(prompt_ids)
     if n < 2 or min(len(p) for p in prompt_ids) < 2:
         return None
-    prefixes, index = distinct([p[:-1] for p in prompt_ids])
-    if len(prefixes) == n:
+    firsts, index = distinct([p[:-1] for p in prompt_ids])
+    if len(firsts) == n:
         return None
     dev = next(model.parameters()).device
-    ids, mask, positions = left_padded(prefixes, pad_id, dev)
+    ids, mask, positions = left_padded([prompt_ids[r][:-1] for r in firsts], pad_id, dev)
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
     )

@@ -298,24 +298,7 @@ class CausalLMModule(TorchRLModule):
         ``seeds``: one per prompt (its own ``SamplingParams.seed``), or None.
         ``constraints``: one :class:`~marl_agents.llm.constraints.Constraint` (or ``None``)
         per prompt, or None."""
-        one = SamplingParams(
-            temperature=temperature,
-            top_p=self.top_p if temperature > 0 else 1.0,
-            max_new_tokens=self.spaces.max_new_tokens,
-        )
-        params: SamplingParams | list[SamplingParams] = one
-        if seeds is not None or constraints is not None:
-            for name, given in (("sampling seeds", seeds), ("constraints", constraints)):
-                if given is not None and len(given) != len(prompts):
-                    raise ValueError(f"{len(given)} {name} for {len(prompts)} prompts")
-            params = [
-                dataclasses.replace(
-                    one,
-                    seed=None if seeds is None else int(seeds[r]),
-                    constraint=None if constraints is None else constraints[r],
-                )
-                for r in range(len(prompts))
-            ]
+        params = self.sampling_params(len(prompts), temperature, seeds, constraints)
         if self.sampler == "vllm":
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
@@ -325,6 +308,34 @@ class CausalLMModule(TorchRLModule):
         from marl_agents.llm.hf_backend import HFBackend
 
         return HFBackend(self.model, self.tokenizer).generate(prompts, params)
+
+    def sampling_params(
+        self,
+        n: int,
+        temperature: float,
+        seeds: Sequence[int] | None = None,
+        constraints: Sequence[Any] | None = None,
+    ) -> SamplingParams | list[SamplingParams]:
+        """This module's sampling settings for ``n`` prompts: one :class:`SamplingParams`, or
+        one per prompt when ``seeds`` or ``constraints`` (one per prompt) are given."""
+        one = SamplingParams(
+            temperature=temperature,
+            top_p=self.top_p if temperature > 0 else 1.0,
+            max_new_tokens=self.spaces.max_new_tokens,
+        )
+        if seeds is None and constraints is None:
+            return one
+        for name, given in (("sampling seeds", seeds), ("constraints", constraints)):
+            if given is not None and len(given) != n:
+                raise ValueError(f"{len(given)} {name} for {n} prompts")
+        return [
+            dataclasses.replace(
+                one,
+                seed=None if seeds is None else int(seeds[r]),
+                constraint=None if constraints is None else constraints[r],
+            )
+            for r in range(n)
+        ]
 
     def vllm_sampler(self) -> Any:
         """This module's :class:`~marl_agents.llm.vllm_sampler.VLLMSampler`, holding the
@@ -349,12 +360,27 @@ class CausalLMModule(TorchRLModule):
         return sampler
 
     def _act(self, batch: Mapping[str, Any], temperature: float) -> dict[str, Any]:
-        obs = batch[Columns.OBS]
+        seeds, constraints = self.row_settings(batch)
+        gens = self.generate(self.prompts(batch[Columns.OBS]), temperature, seeds, constraints)
+        return self.act_outputs(batch, gens, temperature, constraints)
+
+    def row_settings(self, batch: Mapping[str, Any]) -> tuple[list[int] | None, list[Any] | None]:
+        """A forward batch's per-row sampling seeds (:data:`SAMPLING_SEEDS`) and constraints
+        (:meth:`row_constraints`), each ``None`` where there are none."""
         seeds = batch.get(SAMPLING_SEEDS)
         if seeds is not None:
             seeds = np.asarray(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds).tolist()
-        constraints = self.row_constraints(obs)
-        gens = self.generate(self.prompts(obs), temperature, seeds, constraints)
+        return seeds, self.row_constraints(batch[Columns.OBS])
+
+    def act_outputs(
+        self,
+        batch: Mapping[str, Any],
+        gens: Sequence[Generation],
+        temperature: float,
+        constraints: Sequence[Any] | None,
+    ) -> dict[str, Any]:
+        """The exploration / inference forward's outputs for ``batch`` sampled as ``gens``."""
+        obs = batch[Columns.OBS]
         width = self.spaces.max_new_tokens
         actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
         token_lp = np.zeros((len(gens), width), dtype=np.float32)

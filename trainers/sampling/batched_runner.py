@@ -82,6 +82,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from marl_agents.llm.rl_module import SAMPLING_SEEDS
+from marl_agents.llm.shared_batch import batch_key
 from scenarios.env_spec import EnvSpec
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
 from trainers.configs.runner import RunnerSpec
@@ -89,7 +90,7 @@ from trainers.learners.categorical import categorical_lens
 from trainers.rllib_compat.runner import log_env_steps_sampled, metrics_lock, set_episode_class
 from trainers.sampling.action_rows import categorical_rows, sample_rows
 from trainers.sampling.episode_build import add_env_reset, add_env_step
-from trainers.sampling.forward import forward, seeds_rows, to_numpy
+from trainers.sampling.forward import forward, forward_together, seeds_rows, to_numpy
 from trainers.sampling.runner_metrics import episode_totals
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
@@ -102,6 +103,13 @@ _NOT_EXTRAS = frozenset({Columns.ACTIONS, Columns.ACTIONS_FOR_ENV, Columns.STATE
 #: runner metric: rows per LLM ``generate`` call (one forward of an LLM module), the mean
 #: over the forwards since the last ``get_metrics()``
 ROWS_PER_GENERATE = ("marl", "llm", "rows_per_generate")
+
+
+def _acted(out: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray], None]:
+    """An LLM module's forward outputs as the runner stores them: the actions, every other
+    output as a column under its own name, no recurrent state."""
+    columns = {k: to_numpy(v) for k, v in out.items() if k not in _NOT_EXTRAS}
+    return to_numpy(out[Columns.ACTIONS]), columns, None
 
 
 class OrderedEpisode(MultiAgentEpisode):
@@ -563,8 +571,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         actions: dict[int, dict] = {i: {} for i in ready}
         for_env: dict[int, dict] = {i: {} for i in ready}
         extras: dict[int, dict] = {i: {} for i in ready}
+        together = self._generate_together(rows, explore)
         for mid, r in rows.items():
-            self._act_module(mid, r, explore, actions, for_env, extras)
+            self._act_module(mid, r, explore, actions, for_env, extras, together.get(mid))
         return actions, for_env, extras
 
     def _act_module(
@@ -575,9 +584,14 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         actions: dict[int, dict],
         for_env: dict[int, dict],
         extras: dict[int, dict],
+        acted: tuple[np.ndarray, dict[str, np.ndarray], None] | None = None,
     ) -> None:
+        """Store ``mid``'s actions and extra outputs for its rows; ``acted``: its rows' forward
+        result when already sampled (:meth:`_generate_together`), else its forward now."""
         module = self.module[mid]
-        if getattr(module, "acts_with_token_ids", False):
+        if acted is not None:
+            act_np, columns, state_out = acted
+        elif getattr(module, "acts_with_token_ids", False):
             act_np, columns, state_out = self._generate_rows(module, rows, explore)
         else:
             act_np, columns, state_out = self._forward_rows(module, rows, explore)
@@ -645,6 +659,13 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         (``action_logp``, ``token_logp``, ``sampling_temperature``) is a column stored under its
         own name, as RLlib's sampler stores it.
         """
+        out = forward(module, self._llm_batch(module, rows), explore)
+        self.metrics.log_value(ROWS_PER_GENERATE, len(rows.keys), reduce="mean")
+        return _acted(out)
+
+    def _llm_batch(self, module: Any, rows: _Rows) -> dict[str, Any]:
+        """An LLM module's forward batch: the rows' token ids and, unless vLLM samples it,
+        a sampling seed per row from its env's stream."""
         dtype = getattr(module.observation_space, "dtype", None) or np.int64
         obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
         batch: dict[str, Any] = {Columns.OBS: obs}
@@ -652,10 +673,30 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             rngs = self.sampler_state.rngs
             seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], np.int64)
             batch[SAMPLING_SEEDS] = torch.from_numpy(seeds)
-        out = forward(module, batch, explore)
-        self.metrics.log_value(ROWS_PER_GENERATE, len(rows.keys), reduce="mean")
-        columns = {k: to_numpy(v) for k, v in out.items() if k not in _NOT_EXTRAS}
-        return to_numpy(out[Columns.ACTIONS]), columns, None
+        return batch
+
+    def _generate_together(
+        self, rows: dict[str, _Rows], explore: bool
+    ) -> dict[str, tuple[np.ndarray, dict[str, np.ndarray], None]]:
+        """LoRA pools on one base with rows this step: all their rows in **one** ``generate``
+        (:func:`marl_agents.llm.shared_batch.act_together`), per module the forward result
+        :meth:`_generate_rows` would give. Modules alone on their base are left out."""
+        by_base: dict[int, list[str]] = defaultdict(list)
+        for mid in rows:
+            base = batch_key(self.module[mid])
+            if base is not None:
+                by_base[id(base)].append(mid)
+        done: dict[str, tuple[np.ndarray, dict[str, np.ndarray], None]] = {}
+        for mids in by_base.values():
+            if len(mids) < 2:
+                continue
+            modules = [self.module[m] for m in mids]
+            batches = [self._llm_batch(self.module[m], rows[m]) for m in mids]
+            outs = forward_together(modules, batches, explore)
+            n = sum(len(rows[m].keys) for m in mids)
+            self.metrics.log_value(ROWS_PER_GENERATE, n, reduce="mean")
+            done.update({m: _acted(out) for m, out in zip(mids, outs, strict=True)})
+        return done
 
     def _draw(
         self, module: Any, logits: torch.Tensor, rows: _Rows, explore: bool, columns: dict

@@ -18,6 +18,7 @@ from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.models.torch.encoder import TorchActorCriticEncoder
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
+from marl_agents.llm.shared_batch import act_together
 from trainers.rllib_compat.learner import module_hook
 from trainers.signals.phase_timers import FORWARD_CLOCK
 
@@ -41,6 +42,19 @@ def forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any]
     start = time.perf_counter()
     with torch.no_grad():
         out = forward_fn(module, explore)(batch)
+    FORWARD_CLOCK.add(time.perf_counter() - start)
+    return out
+
+
+def forward_together(
+    modules: list[Any], batches: list[dict[str, Any]], explore: bool
+) -> list[dict[str, Any]]:
+    """Several LoRA modules on one base, each ``forward_exploration`` (``forward_inference``)
+    on its batch, sampled in one ``generate``
+    (:func:`marl_agents.llm.shared_batch.act_together`), without gradients, timed."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = act_together(modules, batches, explore)
     FORWARD_CLOCK.add(time.perf_counter() - start)
     return out
 
