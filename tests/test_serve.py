@@ -207,7 +207,9 @@ def test_the_marl_serve_command_prints_its_url_and_key_and_answers(run_dir):
 
 
 def test_dozens_of_requests_opening_at_once_are_all_answered(served):
-    """48 clients, each on its own connection, send at once (the listen backlog holds them)."""
+    """48 clients, each on its own connection, send at once (the listen backlog holds them);
+    requests waiting together are sampled in shared ``generate`` calls, and a batched greedy
+    reply is the one the same request gets alone."""
     import concurrent.futures
     import threading
 
@@ -222,9 +224,19 @@ def test_dozens_of_requests_opening_at_once_are_all_answered(served):
         )
         return r.choices[0].message.content
 
+    batches = served.team.policy.batchers["worker"].batch_sizes
+    before = len(batches)
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
         replies = list(pool.map(ask, range(n)))
     assert len(replies) == n and all(isinstance(r, str) for r in replies)
+    sizes = batches[before:]
+    assert sum(sizes) == n and max(sizes) > 1, sizes
+    c = client(served)
+    for i in range(0, n, 8):
+        alone = c.chat.completions.create(
+            model="worker", messages=[{"role": "user", "content": f"q{i}"}]
+        )
+        assert alone.choices[0].message.content == replies[i]
 
 
 def test_sampled_replies_are_the_modules_samples_at_the_pools_temperature(run_dir):

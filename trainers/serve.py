@@ -126,26 +126,60 @@ def serve(
     return Served(gateway, team, cfg, greedy)
 
 
-def module_policy(policy: Any, greedy: bool) -> Any:
-    """``(agent, observation) → action`` with the agent's pool's module: an LLM module
-    generates (at its exploration temperature, or 0 with ``greedy``) under the constraint the
-    call declared; another module acts as in evaluation (:class:`TeamPolicy`)."""
-    import torch
+#: most requests of one pool sampled in one ``generate`` by ``marl serve``
+SERVE_BATCH = 32
+#: how long the first of them waits for others (seconds)
+SERVE_WAIT_S = 0.005
 
+
+class _ModuleSampler:
+    """An LLM module as the backend a :class:`~marl_agents.llm.batching.BatchingBackend`
+    wraps: ``generate(prompts, params)`` with the module's own sampler."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.tokenizer = module, module.tokenizer
+
+    def generate(self, prompts: Any, params: Any = None) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.module.sample(list(prompts), params)
+
+
+def module_policy(policy: Any, greedy: bool) -> Any:
+    """``(agent, observation) → action`` with the agent's pool's module, safe to call from
+    many threads: an LLM module generates (at its exploration temperature, or 0 with
+    ``greedy``) under the constraint the call declared, the calls waiting at once for one
+    pool sampled in one ``generate`` (up to :data:`SERVE_BATCH`; the first waits
+    :data:`SERVE_WAIT_S` for others); another module acts as in evaluation
+    (:class:`TeamPolicy`), one call at a time."""
+    import threading
+
+    from marl_agents.llm.batching import BatchingBackend
     from marl_agents.llm.rl_module import CausalLMModule
 
+    batchers = {
+        pool: BatchingBackend(
+            _ModuleSampler(module), max_batch_size=SERVE_BATCH, max_wait_s=SERVE_WAIT_S
+        )
+        for pool, module in policy.modules.items()
+        if isinstance(module, CausalLMModule)
+    }
+    small = threading.Lock()
+
     def act(agent: str, observation: Any) -> Any:
-        module = policy.modules[policy.agent_to_pool[agent]]
-        if not isinstance(module, CausalLMModule):
-            return policy.act({agent: observation}, explore=not greedy)[agent]
+        pool = policy.agent_to_pool[agent]
+        module = policy.modules[pool]
+        if pool not in batchers:
+            with small:
+                return policy.act({agent: observation}, explore=not greedy)[agent]
         rows = np.asarray(observation)[None]
         temperature = 0.0 if greedy else module.temperature
-        with torch.no_grad():
-            [gen] = module.generate(
-                module.prompts(rows), temperature, None, module.row_constraints(rows)
-            )
+        params = module.sampling_params(1, temperature, None, module.row_constraints(rows))
+        [gen] = batchers[pool].generate(module.prompts(rows), params)
         return module.spaces.encode_action(gen.token_ids)
 
+    act.batchers = batchers  # type: ignore[attr-defined]  (batch sizes, for tests and benches)
     return act
 
 

@@ -10,7 +10,10 @@ template, asks ``decide(agent, observation)`` as in an episode, and the bridge a
 ``policy(agent, observation)`` in place — the pool's module sampling the reply. So a served
 reply goes through exactly the rendering and parsing path of an episode's (prompt ids, tool
 calls, constrained decoding for ``tools`` / ``response_format``, ``prefill``). Requests are
-answered one at a time (a lock): the policy's module is not shared across threads.
+rendered and parsed one at a time (a lock: tokenizers are not thread-safe), but the lock is
+released while a request waits for its policy's decision, so concurrent requests wait
+together and a batching policy (``marl serve``'s: one ``generate`` per pool for the requests
+waiting, :func:`trainers.serve.module_policy`) samples them in one batch.
 
 Assistant turns sent back are re-tokenised (there is no episode to keep their sampled ids).
 """
@@ -78,8 +81,16 @@ class ServedTeam:
 
         with self._lock:
             self.requests += 1
-            bridge = InlineBridge(self.policy)
+            bridge = InlineBridge(self._decide)
             return RunnableLambda(call).invoke(None, config={"configurable": {BRIDGE_KEY: bridge}})
+
+    def _decide(self, agent: str, observation: Any) -> Any:
+        """The policy's decision, the lock released meanwhile (called holding it)."""
+        self._lock.release()
+        try:
+            return self.policy(agent, observation)
+        finally:
+            self._lock.acquire()
 
 
 __all__ = ["ServedTeam"]

@@ -298,7 +298,15 @@ class CausalLMModule(TorchRLModule):
         ``seeds``: one per prompt (its own ``SamplingParams.seed``), or None.
         ``constraints``: one :class:`~marl_agents.llm.constraints.Constraint` (or ``None``)
         per prompt, or None."""
-        params = self.sampling_params(len(prompts), temperature, seeds, constraints)
+        return self.sample(
+            prompts, self.sampling_params(len(prompts), temperature, seeds, constraints)
+        )
+
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[Generation]:
+        """Sample one completion per prompt with explicit :class:`SamplingParams` (one, or one
+        per prompt): in process with transformers, or with the module's vLLM engine."""
         if self.sampler == "vllm":
             return self.vllm_sampler().generate(prompts, params, version=self.weights_version)
         if self.sampler != "transformers":
