@@ -7,7 +7,10 @@ Each configuration runs in a fresh Python process that builds N
 forward (the transformers sampler), score it with the training forward, back-propagate a
 policy-gradient loss and take an Adam step over the module's parameters (what the learner's
 optimizer sees). Printed per model size and N: the process's peak RSS (``VmHWM``) after the
-last iteration, the mean time of an iteration after the first, and the full/LoRA ratios.
+last iteration, the mean time of an iteration after the first, and the full/LoRA ratios;
+``lora-1gen`` is the LoRA pools with every pool's rows sampled in one ``generate`` (one
+adapter per row, :func:`~marl_agents.llm.shared_batch.act_together`, as the batched sampler
+does for pools whose rows wait at one step) instead of one per pool.
 
 Models: ``tiny`` (378k parameters) and ``medium``, a bigger Qwen2 built in code (hidden 512,
 8 layers, ~26M parameters), saved once to a temporary directory.
@@ -51,7 +54,7 @@ spaces = TextSpaces(vocab_size=384, max_prompt_tokens=32, max_new_tokens=8)
 modules, optims = [], []
 for i in range(n):
     config = {"model": path, "pool": f"p{i}"}
-    if kind == "lora":
+    if kind != "full":
         config["lora"] = lora
     m = RLModuleSpec(module_class=CausalLMModule, observation_space=spaces.observation_space,
                      action_space=spaces.action_space, model_config=config).build()
@@ -63,8 +66,12 @@ obs = torch.as_tensor(np.stack([spaces.encode_prompt(rng.integers(5, 300, 24).to
 times = []
 for it in range(iterations):
     t0 = time.perf_counter()
-    for m, opt in zip(modules, optims):
-        out = m.forward_exploration({"obs": obs})
+    if kind == "lora-1gen":  # every pool's rows in one generate (the batched sampler's way)
+        from marl_agents.llm.shared_batch import act_together
+        outs = act_together(modules, [{"obs": obs}] * n, True)
+    else:
+        outs = [m.forward_exploration({"obs": obs}) for m in modules]
+    for m, opt, out in zip(modules, optims, outs):
         lp = m.forward_train({"obs": obs, "actions": out["actions"]})["token_logp"]
         adv = torch.as_tensor(rng.standard_normal(len(obs)), dtype=torch.float32)
         loss = -(lp.sum(-1) * adv).mean()
@@ -113,19 +120,23 @@ def main() -> None:
         print(f"LoRA {LORA}; {args.iterations} iterations, time = mean after the first")
         print(
             f"{'model':<8}{'N':>3} {'RSS full':>10} {'RSS lora':>10} {'ratio':>6} "
-            f"{'it full s':>10} {'it lora s':>10} {'ratio':>6} {'trained full/lora':>20}"
+            f"{'it full s':>10} {'it lora s':>10} {'ratio':>6} {'trained full/lora':>20} "
+            f"{'it lora 1-gen s':>16} {'lora/1-gen':>10}"
         )
         for size in args.sizes:
             for n in args.pools:
                 full = run(paths[size], "full", n, args.iterations)
                 lora = run(paths[size], "lora", n, args.iterations)
+                one = run(paths[size], "lora-1gen", n, args.iterations)
                 mib = 1024**2
                 print(
                     f"{size:<8}{n:>3} {full['rss'] / mib:>9.0f}M {lora['rss'] / mib:>9.0f}M "
                     f"{full['rss'] / lora['rss']:>6.2f} {full['iteration_s']:>10.3f} "
                     f"{lora['iteration_s']:>10.3f} "
                     f"{full['iteration_s'] / lora['iteration_s']:>6.2f} "
-                    f"{full['trainable'] / 1e6:>9.2f}M/{lora['trainable'] / 1e6:.3f}M",
+                    f"{full['trainable'] / 1e6:>9.2f}M/{lora['trainable'] / 1e6:.3f}M "
+                    f"{one['iteration_s']:>16.3f} "
+                    f"{lora['iteration_s'] / one['iteration_s']:>10.2f}",
                     flush=True,
                 )
 
