@@ -200,7 +200,12 @@ def discover(
         runner.check()
         run = DryRun(reply_of)
         server.registry.add(run)
-        running = runner.start(task, llm_of(server.base_url, run.key, ModelNames({}, True)), run)
+        llm = llm_of(server.base_url, run.key, ModelNames({}, True))
+        try:
+            running = runner.start(task, llm, run)
+        except BaseException:
+            server.registry.remove(run.key)
+            raise
         what = running.describe()
         try:
             names = run.wait(timeout_s)
