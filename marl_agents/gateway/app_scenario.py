@@ -16,6 +16,24 @@ agent; every request it sends with an agent's model name is one decision of that
   ``MARL_TASK`` (the task as JSON) in its environment; the last line it prints is the result
   (parsed as JSON if it is JSON, else the text).
 
+**Agents found on a dry run.** Without ``agents`` (or with ``agents=None``) the agents are
+discovered when the scenario is built (once per process for the same app, tasks and replies):
+the app runs on the first ``discovery_tasks`` tasks (default 4) against the gateway in a
+dry-run mode that answers every request, for any model name, with that name's default reply
+(``default_reply``, as an absent agent answers in loo / Shapley replays) and records the model
+names requested, in first-use order (their union over the tasks, logged where they differ).
+The agent ids are those names (sanitised where a name has characters other than letters,
+digits, ``_``, ``.`` and ``-``; :attr:`AppScenario.model_names` maps each id to its name,
+:attr:`AppScenario.discovered` holds it). A function app's ``llm.models`` answers any key with
+the key itself, so an app reading ``llm.models["router"]`` (or sending its own names) works
+unchanged; a command app gets no ``MARL_MODEL_<AGENT>`` in its dry run (no agent is known):
+it must fall back to its own names (``os.environ.get("MARL_MODEL_ROUTER", "router")``).
+An app that requests no model, fails or times out in its dry run raises
+:class:`~scenarios.base.ScenarioError` (with the app's error text) naming ``agents=[...]`` as
+the fix. Agents reached only after other replies than the default ones are not found:
+declare them, or choose a ``default_reply`` that reaches them
+(:mod:`marl_agents.gateway.discovery`).
+
 The verifier gets the final state ``{"task": task, "result": result}``. The scenario is a
 :class:`~marl_agents.llm.chat_app.ChatAppScenario` whose app is one LangGraph node running
 the app and answering its requests, so pools, frozen agents, GRPO groups, loo / Shapley
@@ -74,6 +92,13 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from marl_agents.gateway.discovery import (
+    DEFAULT_DISCOVERY_TASKS,
+    DryRun,
+    ModelNames,
+    agent_ids,
+    discover,
+)
 from marl_agents.gateway.episodes import AppTimedOut, Episode
 from marl_agents.gateway.protocol import GatewayError
 from marl_agents.llm.chat_app import ChatAppScenario, TaskSource
@@ -136,8 +161,10 @@ class AppScenario(ChatAppScenario):
         tasks: ``rng → task`` or a sequence of tasks (any JSON-serialisable value for a
             command).
         verifier: final state ``{"task", "result"}`` → ``Outcome`` | float | bool.
-        agents: the agent ids (required: the app's calls are not visible before it runs).
-        model_names: agent id → the model name the app sends for it (default: the id).
+        agents: the agent ids; ``None`` (the default): discovered when the scenario is built,
+            on a dry run of the app (see "Agents found on a dry run" in the module docstring).
+        model_names: agent id → the model name the app sends for it (default: the id; with
+            discovered agents: what the dry run found).
         timeout_s: seconds an episode's app may run (its own time); ``None``: no limit.
         truncate_prompts: keep the last ``max_prompt_tokens`` tokens of a longer prompt (as
             ``ChatAppScenario`` does; handy for tiny models); default: such a request is
@@ -148,6 +175,9 @@ class AppScenario(ChatAppScenario):
             ``False``: re-tokenise, as an in-process ``ChatAppScenario`` does.
         host: the address of the process's gateway (default: loopback only; another address
             is exposed beyond this machine: see :mod:`marl_agents.gateway.server`).
+        discovery_tasks: with ``agents=None``, the dry run runs the app on this many tasks:
+            the first ones of a list (all of it if shorter), or drawn from a task function
+            with a generator seeded 0.
         **settings: :class:`~marl_agents.llm.chat_app.ChatAppScenario`'s other settings
             (``roles``, ``default_reply``, ``prefill``, ``tokenizer``, ``max_prompt_tokens``,
             ``max_new_tokens``, ``format_penalty``, ``complete_calls``, ``name``;
@@ -165,19 +195,34 @@ class AppScenario(ChatAppScenario):
         *,
         tasks: TaskSource,
         verifier: Callable[[dict[str, Any]], Outcome | float | bool],
-        agents: Sequence[str],
+        agents: Sequence[str] | None = None,
         model_names: Mapping[str, str] | None = None,
         timeout_s: float | None = DEFAULT_APP_TIMEOUT_S,
         truncate_prompts: bool = False,
         token_fidelity: bool = True,
         host: str | None = None,
+        discovery_tasks: int = DEFAULT_DISCOVERY_TASKS,
         **settings: Any,
     ) -> None:
         runner = run if isinstance(run, _Command) else _Function(run)
+        if timeout_s is not None and not timeout_s > 0:
+            raise ScenarioError(f"timeout_s must be > 0 seconds or None, got {timeout_s}")
+        #: agent id → model name found on the dry run (``None``: the agents were declared)
+        self.discovered: dict[str, str] | None = None
+        if agents is None:
+            if model_names:
+                raise ScenarioError(
+                    "model_names needs agents=[...]: discovered agents take their model names "
+                    "from the dry run (leave model_names out, or declare the agents)"
+                )
+            model_names = self.discovered = self._discover(
+                runner, tasks, discovery_tasks, timeout_s, host, settings
+            )
+            agents = list(model_names)
         if isinstance(agents, str) or not agents:
             raise ScenarioError(
-                "AppScenario needs agents=[...]: the agent ids whose model names the app uses "
-                "(its requests are not visible before it runs)"
+                "AppScenario's agents=[...] must be a non-empty list of the agent ids whose "
+                "model names the app uses (or leave agents out to discover them on a dry run)"
             )
         agents = [str(a) for a in agents]
         names = {a: a for a in agents}
@@ -187,8 +232,6 @@ class AppScenario(ChatAppScenario):
         names.update({a: str(n) for a, n in (model_names or {}).items()})
         if len(set(names.values())) != len(names):
             raise ScenarioError(f"two agents share a model name in {names}: give each its own")
-        if timeout_s is not None and not timeout_s > 0:
-            raise ScenarioError(f"timeout_s must be > 0 seconds or None, got {timeout_s}")
         self.runner = runner
         self.model_names = names
         self.timeout_s = timeout_s
@@ -234,6 +277,63 @@ class AppScenario(ChatAppScenario):
             raise ScenarioError("argv must be a non-empty list: the command and its arguments")
         return cls(_Command([str(a) for a in argv], dict(env or {}), cwd), **kwargs)
 
+    @staticmethod
+    def _discover(
+        runner: _Function | _Command,
+        tasks: TaskSource,
+        count: int,
+        timeout_s: float | None,
+        host: str | None,
+        settings: Mapping[str, Any],
+    ) -> dict[str, str]:
+        """Agent id → model name, found on a dry run (:mod:`marl_agents.gateway.discovery`)."""
+        from scenarios.text_space import load_tokenizer
+
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ScenarioError(f"discovery_tasks must be an integer >= 1, got {count!r}")
+        if callable(tasks):
+            rng = np.random.default_rng(0)
+            dry = [tasks(rng) for _ in range(count)]
+        elif isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence) or not tasks:
+            raise ScenarioError("tasks must be a function rng → task or a non-empty list of tasks")
+        else:
+            dry = list(tasks)[:count]
+        replies = settings.get("default_reply", "")
+        tok_arg = settings.get("tokenizer", "tiny")
+        tokenizer = load_tokenizer(tok_arg) if isinstance(tok_arg, str) else tok_arg
+        max_new = int(settings.get("max_new_tokens", 64))
+
+        def reply_of(name: str) -> str:
+            """``name``'s default reply as an absent agent gives it: its first tokens."""
+            if isinstance(replies, Mapping):
+                agent = next(iter(agent_ids([name])))
+                text = replies.get(name, replies.get(agent, ""))
+            else:
+                text = replies
+            ids = list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+            return tokenizer.decode(ids[:max_new], skip_special_tokens=True)
+
+        try:
+            key = (
+                runner.identity(),
+                json.dumps(dry, sort_keys=True, default=repr),
+                repr(replies),
+                tok_arg if isinstance(tok_arg, str) else id(tok_arg),
+                max_new,
+            )
+            hash(key)
+        except TypeError:
+            key = None  # not kept: discovered again by the next scenario built from it
+        return discover(
+            runner,
+            dry,
+            reply_of=reply_of,
+            llm_of=lambda url, api_key, models: AppLLM(url, api_key, models),
+            timeout_s=timeout_s,
+            host=host,
+            key=key,
+        )
+
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         self.runner.check()  # before the episode starts: too many stuck app threads raise here
         return {"task": self._tasks(rng)}
@@ -261,7 +361,9 @@ class AppScenario(ChatAppScenario):
             names, truncate_prompts=self.truncate_prompts, fidelity=self.token_fidelity
         )
         server.registry.add(episode)
-        llm = AppLLM(server.base_url, episode.key, dict(self.model_names))
+        llm = AppLLM(
+            server.base_url, episode.key, ModelNames(self.model_names, self.discovered is not None)
+        )
         running = self.runner.start(task, llm, episode)
         try:
             result = episode.serve(chat, self.timeout_s)
@@ -365,6 +467,10 @@ class _Function:
         self.fn = fn
         self.name = getattr(fn, "__qualname__", repr(fn))
 
+    def identity(self) -> Any:
+        """What identifies this app in a process (for what its dry run found)."""
+        return ("function", self.fn)
+
     def check(self) -> None:
         """Raise :class:`StuckApps` once :data:`MAX_STUCK_APP_THREADS` app threads are stuck."""
         stuck = stuck_app_threads()
@@ -376,7 +482,7 @@ class _Function:
                 f"episodes of the app {self.name} start: {_fix_hint()}"
             )
 
-    def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
+    def start(self, task: Any, llm: AppLLM, episode: Episode | DryRun) -> _Running:
         fn, name = self.fn, self.name
         returned = threading.Event()
 
@@ -413,10 +519,14 @@ class _Command:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
 
+    def identity(self) -> Any:
+        """What identifies this app in a process (for what its dry run found)."""
+        return ("command", tuple(self.argv), tuple(sorted(self.env.items())), self.cwd)
+
     def check(self) -> None:
         """Nothing to check: a command's process is killed at its episode's end."""
 
-    def start(self, task: Any, llm: AppLLM, episode: Episode) -> _Running:
+    def start(self, task: Any, llm: AppLLM, episode: Episode | DryRun) -> _Running:
         try:
             payload = json.dumps(task)
         except TypeError as exc:
@@ -439,7 +549,9 @@ class _Command:
 
 
 class _Process(_Running):
-    def __init__(self, proc: subprocess.Popen[str], argv: list[str], episode: Episode) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], argv: list[str], episode: Episode | DryRun
+    ) -> None:
         self.proc, self.argv = proc, argv
         self.stderr = ""
         self._waiter = threading.Thread(target=self._wait, args=(episode,), daemon=True)
@@ -448,7 +560,7 @@ class _Process(_Running):
     def describe(self) -> str:
         return f"the app command {self.argv}"
 
-    def _wait(self, episode: Episode) -> None:
+    def _wait(self, episode: Episode | DryRun) -> None:
         out, err = self.proc.communicate()
         self.stderr = err or ""
         code = self.proc.returncode

@@ -74,6 +74,19 @@ def command_scenario(**kwargs: Any) -> AppScenario:
     return AppScenario.command([sys.executable, "-m", "tests.apps.openai_router"], **settings)
 
 
+def discovered(**kwargs: Any) -> AppScenario:
+    """The app as a scenario whose agents are found on a dry run (no ``agents``): with the
+    default reply ``"-"`` the router routes right on ``TASKS[1]``, so the dry run of both tasks
+    finds ``router`` and then ``worker``."""
+    return AppScenario(run, **{**SETTINGS, "verifier": routed, **kwargs})
+
+
+def discovered_command(**kwargs: Any) -> AppScenario:
+    """The program form, its agents found on a dry run."""
+    argv = [sys.executable, "-m", "tests.apps.openai_router"]
+    return AppScenario.command(argv, **{**SETTINGS, "verifier": routed, **kwargs})
+
+
 def main() -> None:
     """The subprocess form: settings from the environment, the result as the last line.
 
@@ -85,7 +98,8 @@ def main() -> None:
 
     from types import SimpleNamespace
 
-    models = {a: os.environ[f"MARL_MODEL_{a.upper()}"] for a in ("router", "worker")}
+    # its own names where none is set (a dry run discovering its agents sets none)
+    models = {a: os.environ.get(f"MARL_MODEL_{a.upper()}", a) for a in ("router", "worker")}
     llm = SimpleNamespace(
         base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"], models=models
     )

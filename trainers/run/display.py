@@ -121,6 +121,10 @@ def print_plan(console: Any, plan: Any, run: Path) -> None:
             row["model"],
             "yes" if row["trained"] else "frozen",
         )
+    discovered = getattr(plan.env.build_scenario(), "discovered", None)
+    if discovered:  # an app's agents found on a dry run (AppScenario without agents)
+        names = ", ".join(a if a == n else f"{a} ({n})" for a, n in discovered.items())
+        table.caption = f"agents discovered on a dry run of the app: {names}"
     console.print(table)
 
 

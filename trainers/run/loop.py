@@ -17,7 +17,8 @@ order so that a crash loses nothing already done:
   at the end (and ``<checkpoint>/model/<pool>`` in each periodic checkpoint;
   :mod:`trainers.run.export`);
 * ``summary.json`` (status, best/final checkpoints, totals, the distinct errors of failed
-  episodes), ``curve.png``, ``wandb/``.
+  episodes; ``discovered_agents``, agent id → model name, where the scenario found its agents
+  on a dry run), ``curve.png``, ``wandb/``.
 
 **Failures.** Episodes that end in a node error, the wall-clock limit
 (``episodes.timeout_s``) or the step limit (the scenario's ``max_supersteps``) are truncated and
@@ -347,6 +348,7 @@ class _Session:
             self.episodes.error_list(),
             self.models,
             [a.to_dict() for a in self.monitors.alarms],
+            dict(getattr(self.plan.env.build_scenario(), "discovered", None) or {}),
         )
         with logged_os_error("summary.json"):
             write_summary(self.run, result)

@@ -45,6 +45,8 @@ class TrainResult:
             ``error`` (the first text), ``count`` and ``first_iteration``.
         models: pool → its Hugging Face directory saved at the end (``output.export_hf``).
         alarms: the monitors' alarms (:class:`trainers.signals.monitors.Alarm` as dicts), in order.
+        discovered_agents: agent id → model name, where the scenario found its agents on a dry
+            run (``AppScenario`` without ``agents``); empty where they were declared.
     """
 
     run_dir: Path
@@ -57,6 +59,7 @@ class TrainResult:
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     models: dict[str, Path] = dataclasses.field(default_factory=dict)
     alarms: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    discovered_agents: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def final(self) -> dict[str, Any]:

@@ -224,4 +224,6 @@ def write_summary(run: Path, result: TrainResult) -> None:
         "models": {pool: str(path) for pool, path in result.models.items()},
         "alarms": result.alarms,
     }
+    if result.discovered_agents:
+        data["discovered_agents"] = result.discovered_agents
     (run / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
