@@ -16,6 +16,12 @@ Models: ``tiny`` (378k parameters) and ``medium``, a bigger Qwen2 built in code 
 8 layers, ~26M parameters), saved once to a temporary directory.
 
     .venv/bin/python bench/lora_pools.py [--pools 2 4 8] [--sizes tiny medium] [--iterations 3]
+
+One generate for all pools against one per pool (``lora/1-gen``, iteration time ratio, > 1:
+one generate faster), 2026-11-27, 2-core box under load 5–10 from other jobs (±30%),
+``--iterations 4``: tiny ×1.18 / ×0.91 / ×1.10 at N = 2 / 4 / 8; medium ×1.74 / ×1.03 / ×1.50
+(8 prompts of 24 tokens per pool, 8 new tokens; the iteration includes each pool's learner
+step, which is unchanged).
 """
 
 from __future__ import annotations
