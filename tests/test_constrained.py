@@ -72,7 +72,7 @@ def chat(tiny) -> PolicyChatModel:
     tok, model = tiny
     return PolicyChatModel(
         backend=HFBackend(model, tok),
-        params=SamplingParams(temperature=TEMPERATURE, max_new_tokens=96),
+        params=SamplingParams(temperature=TEMPERATURE, max_new_tokens=128),  # a whole Plan fits
     )
 
 
@@ -245,7 +245,8 @@ def spaces(tiny):
     from scenarios.text_space import TextSpaces
 
     tok, _ = tiny
-    return TextSpaces.for_tokenizer(tok, max_prompt_tokens=32, max_new_tokens=48)
+    # room for a whole Router call (truncated ones fail to parse)
+    return TextSpaces.for_tokenizer(tok, max_prompt_tokens=32, max_new_tokens=72)
 
 
 def constrained_batch(module: Any, spaces: Any, tok: Any) -> dict[str, torch.Tensor]:

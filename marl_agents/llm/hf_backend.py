@@ -33,6 +33,7 @@ import torch
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
 from marl_agents.llm.constraints import RowMatchers, mask_logits
 from marl_agents.llm.prefix import cache_of, distinct, fan_out, left_padded, suffix_logits
+from marl_agents.llm.row_sampling import RowDraws
 from scenarios.text_space import Prompt
 
 
@@ -132,7 +133,6 @@ class HFBackend:
         prefill_adapters = None if adapters is None else [adapters[r] for r in firsts]
         prompts = [prompt_ids[r] for r in firsts]
         input_ids, mask, positions = left_padded(prompts, self.pad_id, dev)
-        gens = [_row_generator(p.seed, dev) for p in params]
         stops = [stop_ids(self.tokenizer, p) for p in params]
         limit = max(p.max_new_tokens for p in params)
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -158,25 +158,32 @@ class HFBackend:
         next_pos = positions[:, -1:] + 1
         matchers = _matchers(self.tokenizer, logits.shape[-1], params, stops)
         masks: list[list[torch.Tensor]] = [[] for _ in range(n)]
-        for _ in range(limit):
+        draws = RowDraws(params, limit, dev)
+        for step in range(limit):
             logp = torch.log_softmax(logits, dim=-1)
             step_masks = None
             if matchers is not None:  # one masking op for the batch (-1 rows: free)
                 step_masks = matchers.next_masks(done)
                 logits = mask_logits(logits, step_masks.to(dev))
-            chosen = torch.full((n, 1), self.pad_id, dtype=torch.long, device=dev)
+            # every row's token in a few batched ops, one host sync (marl_agents.llm.row_sampling)
+            toks, samp = draws.draw(logits, step)
+            raw = logp.gather(1, toks[:, None]).squeeze(1)
+            live = torch.tensor([not d for d in done], device=dev)
+            chosen = torch.where(live, toks, self.pad_id)[:, None]
+            step_toks, step_raw, step_samp = torch.stack(
+                [toks.double(), raw.double(), samp.double()]
+            ).tolist()
             for r in range(n):
                 if done[r]:
                     continue
                 if step_masks is not None and matchers.matchers[r] is not None:  # type: ignore[union-attr]
                     masks[r].append(step_masks[r])
-                tok, slp = _sample(logits[r], params[r], gens[r])
+                tok = int(step_toks[r])
                 if matchers is not None:
                     matchers.accept(r, tok)
                 tokens[r].append(tok)
-                raw_lp[r].append(float(logp[r, tok]))
-                samp_lp[r].append(slp)
-                chosen[r, 0] = tok
+                raw_lp[r].append(step_raw[r])
+                samp_lp[r].append(step_samp[r])
                 if tok in stops[r]:
                     done[r], reason[r] = True, "stop"
                 elif len(tokens[r]) >= params[r].max_new_tokens:
@@ -358,30 +365,3 @@ def _matchers(
     return RowMatchers(
         tokenizer, vocab_size, [p.constraint for p in params], sorted(set().union(*stops))
     )
-
-
-def _row_generator(seed: int | None, device: torch.device) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    if seed is None:  # follow torch's global RNG, so torch.manual_seed makes runs repeatable
-        seed = int(torch.randint(0, 2**62, (1,)).item())
-    gen.manual_seed(int(seed))
-    return gen
-
-
-def _sample(
-    logits: torch.Tensor, params: SamplingParams, gen: torch.Generator
-) -> tuple[int, float]:
-    """Draw one token from 1-D float32 ``logits``; return it and its sampling logprob."""
-    if params.greedy:
-        return int(torch.argmax(logits)), 0.0
-    logp = torch.log_softmax(logits / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sorted_lp, order = torch.sort(logp, descending=True)
-        cum = sorted_lp.exp().cumsum(-1)
-        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-        drop = (cum - sorted_lp.exp()) >= params.top_p
-        sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
-        logp = torch.full_like(logp, float("-inf")).scatter(0, order, sorted_lp)
-        logp = torch.log_softmax(logp, dim=-1)
-    tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
-    return tok, float(logp[tok])
