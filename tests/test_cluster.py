@@ -5,7 +5,9 @@ Ray starts, placement groups laid out as RLlib expects, a sweep whose trials fai
 errors shown) and one with a remote env runner. ``--slow`` adds a two-node Ray cluster
 started on this host (``ray start --head`` + ``ray start --address``, each with its own temp
 dir and ports, stopped by the PIDs they started, never ``ray stop``): a `ray start` cluster is
-joined without ``num_cpus``, and a two-trial sweep runs both trials at once.
+joined without ``num_cpus``, a two-trial sweep runs both trials at once, and an app trained
+through the gateway (``marl run --address``) runs its episodes in the env runners on both
+nodes.
 """
 
 from __future__ import annotations
@@ -478,3 +480,64 @@ def test_two_nodes_run_two_trials_at_once(two_nodes: LocalCluster, tmp_path: Pat
     assert len(spans) == 2
     (a0, a1), (b0, b1) = spans
     assert min(a1, b1) - max(a0, b0) > 1.0, spans  # the trials overlapped: one node each
+
+
+@pytest.mark.slow
+def test_an_app_trains_on_the_cluster_through_its_env_runners_gateways(
+    two_nodes: LocalCluster, tmp_path: Path
+) -> None:
+    """``marl run --address`` trains the ``openai``-SDK router app (an ``AppScenario``: the
+    router learns, the worker is frozen) for 2 iterations with two remote env runners, one on
+    each node of the cluster: every episode's app ran inside an env runner's Ray actor (never
+    the driver) and reached that runner's own gateway on the loopback address; both runners
+    (both nodes) ran episodes."""
+    log = tmp_path / "where.jsonl"
+    config = {
+        "scenario": "tests.apps.openai_router:located_scenario",
+        "scenario_kwargs": {"log": str(log)},
+        "sharing": "explicit",
+        "pools": {
+            "router": {"agents": ["router"], "model": {"type": "llm"}},
+            "worker": {"agents": ["worker"], "model": {"type": "llm", "tiny_seed": 1}},
+        },
+        "train": ["router"],
+        "algorithm": {
+            "name": "GRPO",
+            "lr": 1e-2,
+            "num_epochs": 1,
+            "grpo": {"group_size": 2, "groups_per_iteration": 2},
+        },
+        "budget": {"iterations": 2},
+        "seed": 0,
+        "resources": {"num_env_runners": 2},  # one CPU each: one on each node
+        "logging": {"wandb": "disabled", "progress": False},
+        "output": {"dir": str(tmp_path / "runs"), "name": "app", "checkpoint_every": 0,
+                   "plot": False},
+    }  # fmt: skip
+    path = tmp_path / "app.yaml"
+    path.write_text(json.dumps(config))
+    cmd = [sys.executable, "-m", "trainers.cli", "run", "--config", str(path),
+           "--address", two_nodes.address]  # fmt: skip
+    driver = subprocess.Popen(
+        cmd, env=two_nodes.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out = driver.communicate(timeout=900)[0].decode()
+    assert driver.returncode == 0, out[-4000:]
+    run_dir = tmp_path / "runs" / "app"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["iterations"] == 2, summary
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["charts/episodes"] for r in rows] == [4, 4], rows
+    assert all(r["charts/error_rate"] == 0 for r in rows), rows
+    for r in rows:  # the router learnt (in the driver), the frozen worker did not
+        assert any(k.startswith("losses/router/") for k in r), sorted(r)
+        assert not any(k.startswith("losses/worker/") for k in r), sorted(r)
+    where = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(where) == 8, where  # one app run per episode
+    assert driver.pid not in {w["pid"] for w in where}
+    assert all(w["actor"] and w["node"] for w in where), where  # inside Ray actors
+    runners = {(w["pid"], w["actor"], w["node"], w["base_url"]) for w in where}
+    assert len(runners) == 2, runners  # two runners, each app at its own runner's gateway
+    assert len({node for _, _, node, _ in runners}) == 2, runners  # one on each node
+    assert len({url for *_, url in runners}) == 2, runners
+    assert all(url.startswith("http://127.0.0.1:") for *_, url in runners), runners

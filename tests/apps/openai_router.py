@@ -6,7 +6,8 @@ trained through the gateway (``tests.apps.openai_router:scenario``).
 reward is 1 for a right route. With the same tiny policies and seeds it makes the same
 decisions, on the same prompts, as the in-process ``ChatAppScenario`` twin, so their credit
 values agree. ``command_scenario`` runs the same app as a subprocess (``python -m
-tests.apps.openai_router``) with its settings in the environment.
+tests.apps.openai_router``) with its settings in the environment; ``located_scenario`` logs
+where each episode's app ran (the Ray cluster test).
 """
 
 from __future__ import annotations
@@ -146,6 +147,29 @@ def flaky_scenario(**kwargs: Any) -> AppScenario:
     """The app of :func:`failing_at_start` as a scenario."""
     settings = {**SETTINGS, "verifier": routed, "agents": ["router", "worker"], **kwargs}
     return AppScenario(failing_at_start, **settings)
+
+
+def located_scenario(log: str, **kwargs: Any) -> AppScenario:
+    """:func:`scenario`, except that each episode's app appends where it ran to the file
+    ``log`` (a JSON line: process id, Ray node and actor ids, the base URL it was handed), so a
+    test sees which process answered the app: the gateway lives in the env runner's process."""
+
+    def located(task: str, llm: Any) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context() if ray.is_initialized() else None
+        where = {
+            "pid": os.getpid(),
+            "node": ctx.get_node_id() if ctx else None,
+            "actor": ctx.get_actor_id() if ctx else None,
+            "base_url": llm.base_url,
+        }
+        with open(log, "a") as f:
+            f.write(json.dumps(where) + "\n")
+        return run(task, llm)
+
+    settings = {**SETTINGS, "verifier": routed, "agents": ["router", "worker"], **kwargs}
+    return AppScenario(located, **settings)
 
 
 if __name__ == "__main__":

@@ -193,7 +193,11 @@ class GRPO(PPO):
 
     def _sync_weights(self, learner_results: Any) -> None:
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            modules = set(learner_results[0].keys()) - {ALL_MODULES}
+            # frozen modules show in the learner's results too, but their weights never
+            # change: a sync would only copy them again (and make a vLLM sampler reload them)
+            modules = {m for m in learner_results[0] if m != ALL_MODULES and self._trains(m)}
+            if not modules:  # RLlib reads an empty list as "every module"
+                return
             self.env_runner_group.sync_weights(
                 from_worker_or_learner_group=self.learner_group,
                 policies=modules,
