@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -153,7 +154,108 @@ def env_reward(env: Any, seed: int, completion_ids: list[int]) -> float:
     return total
 
 
-# ----- ours -----------------------------------------------------------------------------------
+# ----- the endpoint side's app ------------------------------------------------------------------
+#: the scenario reference of the endpoint side (env runners import it by this name)
+ENDPOINT_SCENARIO = "bench.grpo_vs_trl:endpoint_scenario"
+#: the one agent of both sides (the pool a fine-tuning job trains)
+AGENT = "orchestrator"
+
+
+@functools.cache
+def openai_client() -> Any:
+    """The app's one ``openai`` client, made once per process as apps make theirs (at import);
+    each episode uses it with its own base URL and key (``with_options``: the same connection
+    pool). A client made per episode costs ~47 ms here (its TLS context), more than the rest of
+    the episode."""
+    from openai import OpenAI
+
+    return OpenAI(base_url="http://127.0.0.1/v1", api_key="per-episode", max_retries=0)
+
+
+def endpoint_scenario(topology: str = TOPOLOGY, api: str = "chat", **kwargs: Any) -> Any:
+    """``text-delegate`` as an app of our OpenAI-compatible gateway (an ``AppScenario``).
+
+    Takes text-delegate's arguments (``topology``, ``level``, ``max_new_tokens``, ``tokenizer``,
+    ``subagents``...). Per episode the app sends the orchestrator's prompt with the official
+    ``openai`` client and returns the sampled ids (``return_token_ids``); the verifier scores
+    them with the env's reward (:func:`env_reward`, from the episode's task state). The task
+    is text-delegate's own: ``tasks(rng)`` draws it from the rng ``GraphEnv`` seeds with the
+    episode's seed, as text-delegate's ``initial_state`` does. ``api``:
+
+    * ``"chat"``: ``chat.completions.create`` with text-delegate's system and user messages;
+      the gateway renders them with the chat template and the scenario's ``prefill`` (the
+      opened call, read off the user message) ends the prompt. The ids equal the built-in
+      env's prompt ids (checked for 2000 seeds of ``easy``: the template and the prefill
+      tokenise at a token boundary).
+    * ``"completions"``: ``completions.create`` with the prompt as the built-in env's token ids
+      (no chat template at the gateway): the same ids by construction, but the client's
+      request typing walks every id (~7 ms a request here, under load).
+    """
+    import copy
+    import re
+    import threading
+
+    from marl_agents.gateway.app_scenario import AppScenario
+    from scenarios.graph_env import GraphEnv
+    from scenarios.text_delegate import TextDelegate
+    from scenarios.text_delegate_prompts import TYPE_NAMES
+
+    if api not in ("chat", "completions"):
+        raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+    prompts = TextDelegate(topology, **kwargs)
+    scorer = TextDelegate(topology, **kwargs)
+    given: dict[str, Any] = {}
+    scorer.initial_state = lambda rng: copy.deepcopy(given["state"])  # type: ignore[method-assign]
+    env, lock = GraphEnv(scorer), threading.Lock()
+    max_new = prompts.spaces.max_new_tokens
+
+    def tasks(rng: Any) -> dict[str, Any]:
+        state = prompts.initial_state(rng)
+        if api == "chat":
+            return {"state": state, "messages": prompts.orchestrator_messages(state)}
+        return {"state": state, "prompt_ids": prompts.prompt_ids(state)}
+
+    def prefill(chat: list[dict[str, Any]]) -> str:
+        """text-delegate's opened call for the first part not solved (in the user message)."""
+        found = re.search(r"part (\d+): (\w+) (pending|failed)", chat[-1]["content"])
+        if found is None:
+            return ""
+        part, kind = int(found.group(1)), TYPE_NAMES.index(found.group(2))
+        return prompts.prefill_text(part, {"types": {part: kind}})
+
+    def run(task: dict[str, Any], llm: Any) -> list[int]:
+        client = openai_client().with_options(base_url=llm.base_url, api_key=llm.api_key)
+        sampling = dict(max_tokens=max_new, temperature=1.0, top_p=1.0)
+        extra = {"return_token_ids": True}  # vLLM's extension: the sampled ids
+        if api == "chat":
+            chat = client.chat.completions.create(
+                model=llm.models[AGENT], messages=task["messages"], extra_body=extra, **sampling
+            )
+            return list(chat.choices[0].model_extra["token_ids"])
+        done = client.completions.create(
+            model=llm.models[AGENT], prompt=task["prompt_ids"], extra_body=extra, **sampling
+        )
+        return list(done.choices[0].model_extra["token_ids"])
+
+    def verifier(final: dict[str, Any]) -> float:
+        with lock:
+            given["state"] = final["task"]["state"]
+            return env_reward(env, 0, final["result"])
+
+    return AppScenario(
+        run,
+        tasks=tasks,
+        verifier=verifier,
+        agents=[AGENT],
+        prefill={AGENT: prefill} if api == "chat" and prompts.prefill else None,
+        tokenizer=kwargs.get("tokenizer", "tiny"),
+        max_prompt_tokens=prompts.spaces.max_prompt_tokens,
+        max_new_tokens=max_new,
+        name="text-delegate-app",
+    )
+
+
+# ----- ours (built-in path, or through the endpoint) --------------------------------------------
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
@@ -167,8 +269,13 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         orch = dataclasses.replace(orch, sampler=args.sampler)  # type: ignore[call-arg]
     job = FinetuneJob(
         orchestrator=orch,
+        scenario=ENDPOINT_SCENARIO if args.side == "endpoint" else "text-delegate",
         topology=TOPOLOGY,
-        scenario_kwargs={"level": LEVEL, "max_new_tokens": args.max_new_tokens},
+        scenario_kwargs={
+            "level": LEVEL,
+            "max_new_tokens": args.max_new_tokens,
+            **({"api": args.api} if args.side == "endpoint" else {}),
+        },
         training=TrainingConfig(
             group_size=args.group_size,
             groups_per_iteration=args.prompts,
@@ -203,7 +310,13 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         )
         phases = {k.split("/")[1]: h[k] for k in PHASE_KEYS if k in h}  # where the time went
         per_update.append(
-            {"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens, **phases}
+            {
+                "wall_s": h["charts/iteration_s"],
+                "cpu_s": c,
+                "tokens": tokens,
+                "rows": h.get("charts/rows_per_generate", float("nan")),
+                **phases,
+            }
         )
     return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
 
@@ -306,6 +419,7 @@ def summary(res: dict[str, Any]) -> dict[str, float]:
         "tokens_per_update": tokens / len(ups),
     }
     phases = [k for k in ups[0] if k.endswith("_s") and k not in ("wall_s", "cpu_s")]
+    phases += ["rows"] if "rows" in ups[0] else []  # ours: rows per generate
     return out | {k: statistics.median(u[k] for u in ups) for k in phases}  # ours: timers/…
 
 
@@ -385,7 +499,21 @@ def main() -> None:
         default=1,
         help="run every side this many times, alternating (medians are printed)",
     )
-    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--path",
+        default="both",
+        choices=["builtin", "endpoint", "both"],
+        help="our side(s): the built-in text-delegate env, the same task as an app through "
+        "the OpenAI-compatible gateway, or both",
+    )
+    parser.add_argument(
+        "--api",
+        default="chat",
+        choices=["chat", "completions"],
+        help="endpoint side: the app's call (chat: messages, the gateway renders the template; "
+        "completions: the prompt as token ids)",
+    )
+    parser.add_argument("--side", choices=["ours", "endpoint", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -393,28 +521,35 @@ def main() -> None:
 
         torch.set_num_threads(1)
         with tempfile.TemporaryDirectory() as tmp:
-            res = (run_ours if args.side == "ours" else run_trl)(args, Path(tmp))
+            res = (run_trl if args.side == "trl" else run_ours)(args, Path(tmp))
         Path(args.result).write_text(json.dumps(res))
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
-    keep += ("--device",)
+    keep += ("--device", "--api")
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
     models = tempfile.TemporaryDirectory()
     args.passthrough += ["--model-dir", build_model_dir(args.model, args.seed, Path(models.name))]
     in_flight = args.in_flight.split(",")
+    ours_sides = {"builtin": ["ours"], "endpoint": ["endpoint"]}.get(
+        args.path, ["ours", "endpoint"]
+    )
     sides: list[tuple[tuple[str, str], str, list[str]]] = [
-        ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
+        ((f"{side} k={k}", "transformers"), sys.executable, ["--in-flight", k])
+        for side in ours_sides
+        for k in in_flight
     ]
     sides.append((("trl", "transformers"), args.trl_python or str(ensure_trl_venv()), []))
     if args.sampler != "transformers":
         k = in_flight[-1]
         extra = ["--in-flight", k, "--sampler", args.sampler]
-        sides.append(((f"ours k={k}", args.sampler), sys.executable, extra))
+        sides.extend(
+            ((f"{side} k={k}", args.sampler), sys.executable, extra) for side in ours_sides
+        )
     results: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key, _, _ in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):  # alternating, so that a change of load hits every side
             for key, python, extra in sides:
-                side = "trl" if key[0] == "trl" else "ours"
+                side = key[0].split(" ")[0]  # ours | endpoint | trl
                 res = child(args, side, python, Path(tmp), *extra)
                 results[key].append(res)
                 done = summary(res) if "skipped" not in res else res
@@ -426,37 +561,59 @@ def main() -> None:
         f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
         f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
-    head = f"{'trainer':10} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
-    print(f"{head} {'tokens/cpu-s':>12}")
+    if "endpoint" in ours_sides:
+        print(ENDPOINT_NOTE)
+    head = f"{'trainer':14} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
+    print(f"{head} {'tokens/cpu-s':>12}  phases (median s/update)")
     stats = {}
     for (side, sampler), res in results.items():
         skipped = [r["skipped"] for r in res if "skipped" in r]
         if skipped:
-            print(f"{side:10} {sampler:13} n/a ({skipped[0]})")
+            print(f"{side:14} {sampler:13} n/a ({skipped[0]})")
             continue
         s = stats[side, sampler] = medians(res)
+        phases = " ".join(f"{k[:-2]}={v:.3f}" for k, v in s.items() if k in PHASES)
+        phases += f" rows/generate={s['rows']:.1f}" if "rows" in s else ""
         print(
-            f"{side:10} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
-            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}"
+            f"{side:14} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
+            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}  {phases}"
         )
-    trl = stats.get(("trl", "transformers"))
+    # on cuda ours samples and learns in Ray workers: the driver's CPU time is not it
     for k in in_flight:
-        ours = stats.get((f"ours k={k}", "transformers"))
-        if ours and trl:
-            ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
-            cpu = ours["tokens_per_cpu_s"] / trl["tokens_per_cpu_s"]
-            # on cuda ours samples and learns in Ray workers: the driver's CPU time is not it
-            per_cpu = f", tokens per CPU second ×{cpu:.2f}" if args.device == "cpu" else ""
-            print(
-                f"ours k={k} / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
-                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
-                f"{per_cpu}"
-            )
+        for a, b in [("ours", "trl"), ("endpoint", "trl"), ("endpoint", "ours")]:
+            name_a, name_b = f"{a} k={k}", "trl" if b == "trl" else f"{b} k={k}"
+            x, y = stats.get((name_a, "transformers")), stats.get((name_b, "transformers"))
+            if x and y:
+                print(ratio_line(f"{name_a} / {name_b}", x, y, args.device == "cpu"))
     k = in_flight[-1]
-    ours, vllm = stats.get((f"ours k={k}", "transformers")), stats.get((f"ours k={k}", "vllm"))
-    if vllm and ours:
-        ratio = vllm["tokens_per_s"] / ours["tokens_per_s"]
-        print(f"ours k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
+    for side in ours_sides:
+        base, vllm = (
+            stats.get((f"{side} k={k}", "transformers")),
+            stats.get((f"{side} k={k}", "vllm")),
+        )
+        if vllm and base:
+            ratio = vllm["tokens_per_s"] / base["tokens_per_s"]
+            print(f"{side} k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
+
+
+#: the phase timers printed (``timers/…`` of ours; TRL has none)
+PHASES = ("env_s", "forward_s", "sample_overhead_s", "learn_s", "sync_s")
+#: how the endpoint side's prompts relate to the built-in side's (printed with the table)
+ENDPOINT_NOTE = (
+    "endpoint: the same task as an app (AppScenario) sending each prompt as the built-in "
+    "env's token ids to /v1/completions with the openai client; same prompts token for token"
+)
+
+
+def ratio_line(name: str, a: dict[str, float], b: dict[str, float], cpu: bool) -> str:
+    """``a / b``: generated tokens/s, update time (> 1: ``a`` faster), tokens per CPU second."""
+    ratio = a["tokens_per_s"] / b["tokens_per_s"]
+    per_cpu = f", tokens per CPU second ×{a['tokens_per_cpu_s'] / b['tokens_per_cpu_s']:.2f}"
+    return (
+        f"{name} (transformers sampler): tokens/s ×{ratio:.2f}, "
+        f"update time ×{b['update_s'] / a['update_s']:.2f} (> 1: first faster)"
+        f"{per_cpu if cpu else ''}"
+    )
 
 
 if __name__ == "__main__":
