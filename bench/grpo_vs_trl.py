@@ -9,7 +9,19 @@ generation length, learning rate, clip range (0.2 / 0.28), no KL, token-mean los
 epoch over each batch:
 
 * ``ours``: :func:`trainers.finetune.run_finetune` (what ``marl finetune`` runs): RLlib
-  sampling through the LangGraph env, token-level GRPO learner;
+  sampling through the LangGraph env, token-level GRPO learner (the built-in path);
+* ``endpoint``: the same job with the same task as an app talking to our OpenAI-compatible
+  gateway (:func:`endpoint_scenario`, an ``AppScenario``): per episode the app (a plain
+  function on its thread, one ``openai`` client per process, used with the episode's base URL
+  and key) sends the orchestrator's prompt and returns the sampled ids (``return_token_ids``);
+  the verifier scores them with the env's reward. ``--api chat`` (default):
+  ``chat.completions`` with text-delegate's system and user messages, the gateway renders its
+  chat template and the scenario's ``prefill`` (the opened ``assign`` call, read off the user
+  message) ends the prompt; ``--api completions``: ``completions`` with the built-in env's
+  prompt token ids (the gateway's token-id prompts). **The prompts are identical token for
+  token** either way (chat: checked on 2000 seeds; the tasks come from the same seeds, and
+  each run's generated tokens per update equal the built-in run's: same prompts, same
+  samples). ``--path builtin|endpoint|both`` picks our sides (default both);
 * ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
   same env seeds, reward = the env's reward for the completion's token ids.
 
@@ -24,7 +36,35 @@ process (what load on a shared machine changes least), and the ratios ours / TRL
 ``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
 vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
-Measured on the 2-core CPU box (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
+**Through the endpoint** (2026-11-27 17:33–17:47 UTC, the 2-core CPU box, ``uptime`` load
+average 5.5–11 from other jobs, TRL 1.16, G=8, B=8, ``--in-flight all --rounds 3 --updates
+5``; wall times swing ±40% under such load, tokens per CPU second much less):
+
+    tokens  api          tokens/s: ours  endpoint   TRL   endpoint/TRL     endpoint/ours
+                                                            tok/s  tok/CPU-s  tok/s  tok/CPU-s
+    16      chat               2159       873      842      ×1.04  ×0.89      ×0.40  ×0.44
+    16      chat (earlier)     1488       826      538      ×1.54  ×0.93      ×0.56  ×0.48
+    4       chat               1138       254      400      ×0.63  ×0.88      ×0.22  ×0.29
+    16      completions           –       469     1301      ×0.36  ×0.75          –      –
+
+(built-in / TRL in the same runs: ×2.56 / ×2.77 / ×2.84 tokens/s, ×2.03 / ×1.93 / ×3.00 tokens
+per CPU second.) The goal (≥ 1.5× TRL through the endpoint) is **not met**: in CPU terms the
+endpoint is 0.75–0.93× TRL. The endpoint update spends 0.62–0.77 s (16 / 4 tokens, chat) in
+``env`` against the built-in path's 0.04 s; generation and learning are the same
+(``forward`` 0.17–0.19 s and 64 rows per ``generate`` both). Where it goes, per 64 episodes
+of a scripted reply (``GraphEnv`` reset + step, CPU seconds of the process, load ~4):
+built-in on the fast path 0.036; built-in on LangGraph's runtime 0.124 (an app episode needs
+LangGraph's run config: ``needs_langgraph``); endpoint with an app of ``http.client`` 0.27–0.32,
+of a shared ``httpx`` client 0.33, of the ``openai`` client 0.43–0.45 (``chat``) and 0.47
+(``completions``: the client's request typing walks each of the ~128 ids). So ~4 ms CPU per
+episode is ours (LangGraph runtime ~1.4 ms, then app thread, HTTP server, LangChain call) and
+~1.7 ms the ``openai`` client; on top, each reset waits for its app's request (thread
+hand-offs), ~10 ms wall per episode under this load, as the runner resets its envs one after
+another. A client made per episode (``OpenAI(...)`` in ``run``) costs ~47 ms more (its TLS
+context). ``episodes.env_threads`` (tried) overlaps those waits but splits the batch
+(21–32 rows per ``generate`` instead of 64) and gained nothing.
+
+**Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:
 
@@ -75,7 +115,7 @@ interpreter with TRL instead::
 
     PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py
     # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
-    #          --rounds 3 [--sampler vllm]
+    #          --rounds 3 --path builtin|endpoint|both --api chat|completions [--sampler vllm]
 """
 
 from __future__ import annotations
@@ -562,7 +602,7 @@ def main() -> None:
         f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
     if "endpoint" in ours_sides:
-        print(ENDPOINT_NOTE)
+        print(ENDPOINT_NOTE[args.api])
     head = f"{'trainer':14} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
     print(f"{head} {'tokens/cpu-s':>12}  phases (median s/update)")
     stats = {}
@@ -599,10 +639,14 @@ def main() -> None:
 #: the phase timers printed (``timers/…`` of ours; TRL has none)
 PHASES = ("env_s", "forward_s", "sample_overhead_s", "learn_s", "sync_s")
 #: how the endpoint side's prompts relate to the built-in side's (printed with the table)
-ENDPOINT_NOTE = (
-    "endpoint: the same task as an app (AppScenario) sending each prompt as the built-in "
-    "env's token ids to /v1/completions with the openai client; same prompts token for token"
-)
+ENDPOINT_NOTE = {
+    "chat": "endpoint: the same task as an app (AppScenario) calling chat.completions with "
+    "text-delegate's system and user messages through the openai client; the gateway's chat "
+    "template + the opened call as prefill give the built-in env's prompt ids token for token",
+    "completions": "endpoint: the same task as an app (AppScenario) calling completions with "
+    "the built-in env's prompt token ids through the openai client (same prompts token for "
+    "token)",
+}
 
 
 def ratio_line(name: str, a: dict[str, float], b: dict[str, float], cpu: bool) -> str:
