@@ -56,13 +56,16 @@ of a scripted reply (``GraphEnv`` reset + step, CPU seconds of the process, load
 built-in on the fast path 0.036; built-in on LangGraph's runtime 0.124 (an app episode needs
 LangGraph's run config: ``needs_langgraph``); endpoint with an app of ``http.client`` 0.27–0.32,
 of a shared ``httpx`` client 0.33, of the ``openai`` client 0.43–0.45 (``chat``) and 0.47
-(``completions``: the client's request typing walks each of the ~128 ids). So ~4 ms CPU per
-episode is ours (LangGraph runtime ~1.4 ms, then app thread, HTTP server, LangChain call) and
-~1.7 ms the ``openai`` client; on top, each reset waits for its app's request (thread
-hand-offs), ~10 ms wall per episode under this load, as the runner resets its envs one after
-another. A client made per episode (``OpenAI(...)`` in ``run``) costs ~47 ms more (its TLS
-context). ``episodes.env_threads`` (tried) overlaps those waits but splits the batch
-(21–32 rows per ``generate`` instead of 64) and gained nothing.
+(``completions``: the client's request typing walks each of the ~128 ids). Per episode with
+the ``openai`` chat app (CPU ms by thread, ``time.thread_time``): 7.2 in all, of which the
+app's thread (the client) 2.1, the gateway's HTTP thread 0.3, this bench's verifier (it
+replays the text-delegate episode to score the ids) 0.8, and ~4 in the env's thread
+(LangGraph's runtime, LangChain's call of the agent's chat model, the app's thread start,
+the reply's id bookkeeping) against 0.56 for a whole built-in episode. On top, each reset
+waits for its app's request (thread hand-offs), ~10 ms wall per episode under this load, as
+the runner resets its envs one after another. A client made per episode (``OpenAI(...)`` in
+``run``) costs ~47 ms more (its TLS context). ``episodes.env_threads`` (tried) overlaps those
+waits but splits the batch (21–32 rows per ``generate`` instead of 64) and gained nothing.
 
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
