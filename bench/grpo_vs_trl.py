@@ -36,36 +36,41 @@ process (what load on a shared machine changes least), and the ratios ours / TRL
 ``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
 vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
-**Through the endpoint** (2026-11-27 17:33–17:47 UTC, the 2-core CPU box, ``uptime`` load
-average 5.5–11 from other jobs, TRL 1.16, G=8, B=8, ``--in-flight all --rounds 3 --updates
-5``; wall times swing ±40% under such load, tokens per CPU second much less):
+**Through the endpoint** (2026-11-27 17:33–18:01 UTC, the 2-core CPU box, other jobs
+running: ``uptime`` load averages below; TRL 1.16, G=8, B=8, ``--in-flight all --rounds 3
+--updates 5``; wall times swing ±40% under load, tokens per CPU second much less):
 
-    tokens  api          tokens/s: ours  endpoint   TRL   endpoint/TRL     endpoint/ours
-                                                            tok/s  tok/CPU-s  tok/s  tok/CPU-s
-    16      chat               2159       873      842      ×1.04  ×0.89      ×0.40  ×0.44
-    16      chat (earlier)     1488       826      538      ×1.54  ×0.93      ×0.56  ×0.48
-    4       chat               1138       254      400      ×0.63  ×0.88      ×0.22  ×0.29
-    16      completions           –       469     1301      ×0.36  ×0.75          –      –
+    tokens  api          load   tokens/s: ours endpoint  TRL   endpoint/TRL    endpoint/ours
+                                                               tok/s  tok/CPU  tok/s  tok/CPU
+    16      chat         3–5              2389      973  1352  ×0.72  ×0.85    ×0.41  ×0.48
+    4       chat         4–5              1193      350   416  ×0.84  ×0.91    ×0.29  ×0.31
+    16      chat         7–9              2159      873   842  ×1.04  ×0.89    ×0.40  ×0.44
+    16      chat         9–11             1488      826   538  ×1.54  ×0.93    ×0.56  ×0.48
+    4       chat         6–7              1138      254   400  ×0.63  ×0.88    ×0.22  ×0.29
+    16      completions  5–6                 –      469  1301  ×0.36  ×0.75        –      –
 
-(built-in / TRL in the same runs: ×2.56 / ×2.77 / ×2.84 tokens/s, ×2.03 / ×1.93 / ×3.00 tokens
-per CPU second.) The goal (≥ 1.5× TRL through the endpoint) is **not met**: in CPU terms the
-endpoint is 0.75–0.93× TRL. The endpoint update spends 0.62–0.77 s (16 / 4 tokens, chat) in
-``env`` against the built-in path's 0.04 s; generation and learning are the same
-(``forward`` 0.17–0.19 s and 64 rows per ``generate`` both). Where it goes, per 64 episodes
-of a scripted reply (``GraphEnv`` reset + step, CPU seconds of the process, load ~4):
-built-in on the fast path 0.036; built-in on LangGraph's runtime 0.124 (an app episode needs
-LangGraph's run config: ``needs_langgraph``); endpoint with an app of ``http.client`` 0.27–0.32,
-of a shared ``httpx`` client 0.33, of the ``openai`` client 0.43–0.45 (``chat``) and 0.47
-(``completions``: the client's request typing walks each of the ~128 ids). Per episode with
-the ``openai`` chat app (CPU ms by thread, ``time.thread_time``): 7.2 in all, of which the
-app's thread (the client) 2.1, the gateway's HTTP thread 0.3, this bench's verifier (it
-replays the text-delegate episode to score the ids) 0.8, and ~4 in the env's thread
-(LangGraph's runtime, LangChain's call of the agent's chat model, the app's thread start,
-the reply's id bookkeeping) against 0.56 for a whole built-in episode. On top, each reset
-waits for its app's request (thread hand-offs), ~10 ms wall per episode under this load, as
-the runner resets its envs one after another. A client made per episode (``OpenAI(...)`` in
-``run``) costs ~47 ms more (its TLS context). ``episodes.env_threads`` (tried) overlaps those
-waits but splits the batch (21–32 rows per ``generate`` instead of 64) and gained nothing.
+(the built-in path / TRL in the same runs, top down: ×1.77, ×2.87, ×2.56, ×2.77, ×2.84
+tokens/s; ×1.78, ×2.90, ×2.03, ×1.93, ×3.00 tokens per CPU second.) The goal (≥ 1.5× TRL
+through the endpoint) is **not met**: in CPU terms the endpoint is 0.75–0.93× TRL (×1.54 in
+wall time only in the run where TRL's wall time suffered most from the load). The endpoint
+update spends 0.49–0.77 s in ``env`` against the built-in path's 0.03–0.04 s; generation and
+learning are the same (``forward`` and ``learn`` within noise, 64 rows per ``generate`` both).
+Where it goes, per 64 episodes of a scripted reply (``GraphEnv`` reset + step, CPU seconds of
+the process, load ~4): built-in on the fast path 0.036; built-in on LangGraph's runtime 0.124
+(an app episode needs LangGraph's run config: ``needs_langgraph``); endpoint with an app of
+``http.client`` 0.27–0.32, of a shared ``httpx`` client 0.33, of the ``openai`` client
+0.43–0.45 (``chat``) and 0.47 (``completions``: the client's request typing walks each of the
+~128 ids). Per episode with the ``openai`` chat app (CPU ms by thread, ``time.thread_time``):
+7.2 in all, of which the app's thread (the client) 2.1, the gateway's HTTP thread 0.3, this
+bench's verifier (it replays the text-delegate episode to score the ids) 0.8, and ~4 in the
+env's thread, against 0.56 for a whole built-in episode: an in-process ``ChatAppScenario`` twin
+of the app (one LangGraph node calling the agent's chat model) costs 2.1 in all (LangGraph's
+runtime, LangChain's call), the rest is the gateway's side (the app's thread start, the
+episode's queue and hand-offs, the reply's id bookkeeping). On top, each reset waits for its
+app's request (thread hand-offs), ~10 ms wall per episode under this load, as the runner resets
+its envs one after another. A client made per episode (``OpenAI(...)`` in ``run``) costs ~47 ms
+more (its TLS context). ``episodes.env_threads`` (tried) overlaps those waits but splits the
+batch (21–32 rows per ``generate`` instead of 64) and gained nothing.
 
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
