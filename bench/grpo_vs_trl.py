@@ -70,7 +70,13 @@ episode's queue and hand-offs, the reply's id bookkeeping). On top, each reset w
 app's request (thread hand-offs), ~10 ms wall per episode under this load, as the runner resets
 its envs one after another. A client made per episode (``OpenAI(...)`` in ``run``) costs ~47 ms
 more (its TLS context). ``episodes.env_threads`` (tried) overlaps those waits but splits the
-batch (21–32 rows per ``generate`` instead of 64) and gained nothing.
+batch (21–32 rows per ``generate`` instead of 64) and gained nothing. Leads (``py-spy record
+--gil`` of that loop, share of the process's Python time): the app's thread started per episode
+(``Thread.start`` 7%), LangChain's per-call callback set-up (``CallbackManager.configure``, its
+environment-variable checks, 7%; the twin pays it too), the recording copy of the chat model
+made per episode (``Episode._model``: LangChain re-serialises each copy, 4%), the fidelity
+render of the prompt (``TurnIds.prompt`` 6%), and LangGraph's runtime around the app's one
+node.
 
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
