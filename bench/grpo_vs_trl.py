@@ -9,7 +9,19 @@ generation length, learning rate, clip range (0.2 / 0.28), no KL, token-mean los
 epoch over each batch:
 
 * ``ours``: :func:`trainers.finetune.run_finetune` (what ``marl finetune`` runs): RLlib
-  sampling through the LangGraph env, token-level GRPO learner;
+  sampling through the LangGraph env, token-level GRPO learner (the built-in path);
+* ``endpoint``: the same job with the same task as an app talking to our OpenAI-compatible
+  gateway (:func:`endpoint_scenario`, an ``AppScenario``): per episode the app (a plain
+  function on its thread, one ``openai`` client per process, used with the episode's base URL
+  and key) sends the orchestrator's prompt and returns the sampled ids (``return_token_ids``);
+  the verifier scores them with the env's reward. ``--api chat`` (default):
+  ``chat.completions`` with text-delegate's system and user messages, the gateway renders its
+  chat template and the scenario's ``prefill`` (the opened ``assign`` call, read off the user
+  message) ends the prompt; ``--api completions``: ``completions`` with the built-in env's
+  prompt token ids (the gateway's token-id prompts). **The prompts are identical token for
+  token** either way (chat: checked on 2000 seeds; the tasks come from the same seeds, and
+  each run's generated tokens per update equal the built-in run's: same prompts, same
+  samples). ``--path builtin|endpoint|both`` picks our sides (default both);
 * ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
   same env seeds, reward = the env's reward for the completion's token ids.
 
@@ -24,7 +36,49 @@ process (what load on a shared machine changes least), and the ratios ours / TRL
 ``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
 vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
-Measured on the 2-core CPU box (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
+**Through the endpoint** (2026-11-27 17:33–18:01 UTC, the 2-core CPU box, other jobs
+running: ``uptime`` load averages below; TRL 1.16, G=8, B=8, ``--in-flight all --rounds 3
+--updates 5``; wall times swing ±40% under load, tokens per CPU second much less):
+
+    tokens  api          load   tokens/s: ours endpoint  TRL   endpoint/TRL    endpoint/ours
+                                                               tok/s  tok/CPU  tok/s  tok/CPU
+    16      chat         3–5              2389      973  1352  ×0.72  ×0.85    ×0.41  ×0.48
+    4       chat         4–5              1193      350   416  ×0.84  ×0.91    ×0.29  ×0.31
+    16      chat         7–9              2159      873   842  ×1.04  ×0.89    ×0.40  ×0.44
+    16      chat         9–11             1488      826   538  ×1.54  ×0.93    ×0.56  ×0.48
+    4       chat         6–7              1138      254   400  ×0.63  ×0.88    ×0.22  ×0.29
+    16      completions  5–6                 –      469  1301  ×0.36  ×0.75        –      –
+
+(the built-in path / TRL in the same runs, top down: ×1.77, ×2.87, ×2.56, ×2.77, ×2.84
+tokens/s; ×1.78, ×2.90, ×2.03, ×1.93, ×3.00 tokens per CPU second.) The goal (≥ 1.5× TRL
+through the endpoint) is **not met**: in CPU terms the endpoint is 0.75–0.93× TRL (×1.54 in
+wall time only in the run where TRL's wall time suffered most from the load). The endpoint
+update spends 0.49–0.77 s in ``env`` against the built-in path's 0.03–0.04 s; generation and
+learning are the same (``forward`` and ``learn`` within noise, 64 rows per ``generate`` both).
+Where it goes, per 64 episodes of a scripted reply (``GraphEnv`` reset + step, CPU seconds of
+the process, load ~4): built-in on the fast path 0.036; built-in on LangGraph's runtime 0.124
+(an app episode needs LangGraph's run config: ``needs_langgraph``); endpoint with an app of
+``http.client`` 0.27–0.32, of a shared ``httpx`` client 0.33, of the ``openai`` client
+0.43–0.45 (``chat``) and 0.47 (``completions``: the client's request typing walks each of the
+~128 ids). Per episode with the ``openai`` chat app (CPU ms by thread, ``time.thread_time``):
+7.2 in all, of which the app's thread (the client) 2.1, the gateway's HTTP thread 0.3, this
+bench's verifier (it replays the text-delegate episode to score the ids) 0.8, and ~4 in the
+env's thread, against 0.56 for a whole built-in episode: an in-process ``ChatAppScenario`` twin
+of the app (one LangGraph node calling the agent's chat model) costs 2.1 in all (LangGraph's
+runtime, LangChain's call), the rest is the gateway's side (the app's thread start, the
+episode's queue and hand-offs, the reply's id bookkeeping). On top, each reset waits for its
+app's request (thread hand-offs), ~10 ms wall per episode under this load, as the runner resets
+its envs one after another. A client made per episode (``OpenAI(...)`` in ``run``) costs ~47 ms
+more (its TLS context). ``episodes.env_threads`` (tried) overlaps those waits but splits the
+batch (21–32 rows per ``generate`` instead of 64) and gained nothing. Leads (``py-spy record
+--gil`` of that loop, share of the process's Python time): the app's thread started per episode
+(``Thread.start`` 7%), LangChain's per-call callback set-up (``CallbackManager.configure``, its
+environment-variable checks, 7%; the twin pays it too), the recording copy of the chat model
+made per episode (``Episode._model``: LangChain re-serialises each copy, 4%), the fidelity
+render of the prompt (``TurnIds.prompt`` 6%), and LangGraph's runtime around the app's one
+node.
+
+**Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:
 
@@ -75,13 +129,14 @@ interpreter with TRL instead::
 
     PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py
     # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
-    #          --rounds 3 [--sampler vllm]
+    #          --rounds 3 --path builtin|endpoint|both --api chat|completions [--sampler vllm]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -153,7 +208,108 @@ def env_reward(env: Any, seed: int, completion_ids: list[int]) -> float:
     return total
 
 
-# ----- ours -----------------------------------------------------------------------------------
+# ----- the endpoint side's app ------------------------------------------------------------------
+#: the scenario reference of the endpoint side (env runners import it by this name)
+ENDPOINT_SCENARIO = "bench.grpo_vs_trl:endpoint_scenario"
+#: the one agent of both sides (the pool a fine-tuning job trains)
+AGENT = "orchestrator"
+
+
+@functools.cache
+def openai_client() -> Any:
+    """The app's one ``openai`` client, made once per process as apps make theirs (at import);
+    each episode uses it with its own base URL and key (``with_options``: the same connection
+    pool). A client made per episode costs ~47 ms here (its TLS context), more than the rest of
+    the episode."""
+    from openai import OpenAI
+
+    return OpenAI(base_url="http://127.0.0.1/v1", api_key="per-episode", max_retries=0)
+
+
+def endpoint_scenario(topology: str = TOPOLOGY, api: str = "chat", **kwargs: Any) -> Any:
+    """``text-delegate`` as an app of our OpenAI-compatible gateway (an ``AppScenario``).
+
+    Takes text-delegate's arguments (``topology``, ``level``, ``max_new_tokens``, ``tokenizer``,
+    ``subagents``...). Per episode the app sends the orchestrator's prompt with the official
+    ``openai`` client and returns the sampled ids (``return_token_ids``); the verifier scores
+    them with the env's reward (:func:`env_reward`, from the episode's task state). The task
+    is text-delegate's own: ``tasks(rng)`` draws it from the rng ``GraphEnv`` seeds with the
+    episode's seed, as text-delegate's ``initial_state`` does. ``api``:
+
+    * ``"chat"``: ``chat.completions.create`` with text-delegate's system and user messages;
+      the gateway renders them with the chat template and the scenario's ``prefill`` (the
+      opened call, read off the user message) ends the prompt. The ids equal the built-in
+      env's prompt ids (checked for 2000 seeds of ``easy``: the template and the prefill
+      tokenise at a token boundary).
+    * ``"completions"``: ``completions.create`` with the prompt as the built-in env's token ids
+      (no chat template at the gateway): the same ids by construction, but the client's
+      request typing walks every id (~7 ms a request here, under load).
+    """
+    import copy
+    import re
+    import threading
+
+    from marl_agents.gateway.app_scenario import AppScenario
+    from scenarios.graph_env import GraphEnv
+    from scenarios.text_delegate import TextDelegate
+    from scenarios.text_delegate_prompts import TYPE_NAMES
+
+    if api not in ("chat", "completions"):
+        raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+    prompts = TextDelegate(topology, **kwargs)
+    scorer = TextDelegate(topology, **kwargs)
+    given: dict[str, Any] = {}
+    scorer.initial_state = lambda rng: copy.deepcopy(given["state"])  # type: ignore[method-assign]
+    env, lock = GraphEnv(scorer), threading.Lock()
+    max_new = prompts.spaces.max_new_tokens
+
+    def tasks(rng: Any) -> dict[str, Any]:
+        state = prompts.initial_state(rng)
+        if api == "chat":
+            return {"state": state, "messages": prompts.orchestrator_messages(state)}
+        return {"state": state, "prompt_ids": prompts.prompt_ids(state)}
+
+    def prefill(chat: list[dict[str, Any]]) -> str:
+        """text-delegate's opened call for the first part not solved (in the user message)."""
+        found = re.search(r"part (\d+): (\w+) (pending|failed)", chat[-1]["content"])
+        if found is None:
+            return ""
+        part, kind = int(found.group(1)), TYPE_NAMES.index(found.group(2))
+        return prompts.prefill_text(part, {"types": {part: kind}})
+
+    def run(task: dict[str, Any], llm: Any) -> list[int]:
+        client = openai_client().with_options(base_url=llm.base_url, api_key=llm.api_key)
+        sampling = dict(max_tokens=max_new, temperature=1.0, top_p=1.0)
+        extra = {"return_token_ids": True}  # vLLM's extension: the sampled ids
+        if api == "chat":
+            chat = client.chat.completions.create(
+                model=llm.models[AGENT], messages=task["messages"], extra_body=extra, **sampling
+            )
+            return list(chat.choices[0].model_extra["token_ids"])
+        done = client.completions.create(
+            model=llm.models[AGENT], prompt=task["prompt_ids"], extra_body=extra, **sampling
+        )
+        return list(done.choices[0].model_extra["token_ids"])
+
+    def verifier(final: dict[str, Any]) -> float:
+        with lock:
+            given["state"] = final["task"]["state"]
+            return env_reward(env, 0, final["result"])
+
+    return AppScenario(
+        run,
+        tasks=tasks,
+        verifier=verifier,
+        agents=[AGENT],
+        prefill={AGENT: prefill} if api == "chat" and prompts.prefill else None,
+        tokenizer=kwargs.get("tokenizer", "tiny"),
+        max_prompt_tokens=prompts.spaces.max_prompt_tokens,
+        max_new_tokens=max_new,
+        name="text-delegate-app",
+    )
+
+
+# ----- ours (built-in path, or through the endpoint) --------------------------------------------
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from trainers.configs.experiment import BudgetConfig, OutputConfig
     from trainers.finetune import FinetuneJob, OrchestratorConfig, TrainingConfig, run_finetune
@@ -167,8 +323,13 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         orch = dataclasses.replace(orch, sampler=args.sampler)  # type: ignore[call-arg]
     job = FinetuneJob(
         orchestrator=orch,
+        scenario=ENDPOINT_SCENARIO if args.side == "endpoint" else "text-delegate",
         topology=TOPOLOGY,
-        scenario_kwargs={"level": LEVEL, "max_new_tokens": args.max_new_tokens},
+        scenario_kwargs={
+            "level": LEVEL,
+            "max_new_tokens": args.max_new_tokens,
+            **({"api": args.api} if args.side == "endpoint" else {}),
+        },
         training=TrainingConfig(
             group_size=args.group_size,
             groups_per_iteration=args.prompts,
@@ -203,7 +364,13 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         )
         phases = {k.split("/")[1]: h[k] for k in PHASE_KEYS if k in h}  # where the time went
         per_update.append(
-            {"wall_s": h["charts/iteration_s"], "cpu_s": c, "tokens": tokens, **phases}
+            {
+                "wall_s": h["charts/iteration_s"],
+                "cpu_s": c,
+                "tokens": tokens,
+                "rows": h.get("charts/rows_per_generate", float("nan")),
+                **phases,
+            }
         )
     return {"updates": per_update, "reward_last": result.history[-1].get(RETURN_KEY)}
 
@@ -306,6 +473,7 @@ def summary(res: dict[str, Any]) -> dict[str, float]:
         "tokens_per_update": tokens / len(ups),
     }
     phases = [k for k in ups[0] if k.endswith("_s") and k not in ("wall_s", "cpu_s")]
+    phases += ["rows"] if "rows" in ups[0] else []  # ours: rows per generate
     return out | {k: statistics.median(u[k] for u in ups) for k in phases}  # ours: timers/…
 
 
@@ -385,7 +553,21 @@ def main() -> None:
         default=1,
         help="run every side this many times, alternating (medians are printed)",
     )
-    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--path",
+        default="both",
+        choices=["builtin", "endpoint", "both"],
+        help="our side(s): the built-in text-delegate env, the same task as an app through "
+        "the OpenAI-compatible gateway, or both",
+    )
+    parser.add_argument(
+        "--api",
+        default="chat",
+        choices=["chat", "completions"],
+        help="endpoint side: the app's call (chat: messages, the gateway renders the template; "
+        "completions: the prompt as token ids)",
+    )
+    parser.add_argument("--side", choices=["ours", "endpoint", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -393,28 +575,35 @@ def main() -> None:
 
         torch.set_num_threads(1)
         with tempfile.TemporaryDirectory() as tmp:
-            res = (run_ours if args.side == "ours" else run_trl)(args, Path(tmp))
+            res = (run_trl if args.side == "trl" else run_ours)(args, Path(tmp))
         Path(args.result).write_text(json.dumps(res))
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
-    keep += ("--device",)
+    keep += ("--device", "--api")
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
     models = tempfile.TemporaryDirectory()
     args.passthrough += ["--model-dir", build_model_dir(args.model, args.seed, Path(models.name))]
     in_flight = args.in_flight.split(",")
+    ours_sides = {"builtin": ["ours"], "endpoint": ["endpoint"]}.get(
+        args.path, ["ours", "endpoint"]
+    )
     sides: list[tuple[tuple[str, str], str, list[str]]] = [
-        ((f"ours k={k}", "transformers"), sys.executable, ["--in-flight", k]) for k in in_flight
+        ((f"{side} k={k}", "transformers"), sys.executable, ["--in-flight", k])
+        for side in ours_sides
+        for k in in_flight
     ]
     sides.append((("trl", "transformers"), args.trl_python or str(ensure_trl_venv()), []))
     if args.sampler != "transformers":
         k = in_flight[-1]
         extra = ["--in-flight", k, "--sampler", args.sampler]
-        sides.append(((f"ours k={k}", args.sampler), sys.executable, extra))
+        sides.extend(
+            ((f"{side} k={k}", args.sampler), sys.executable, extra) for side in ours_sides
+        )
     results: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key, _, _ in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):  # alternating, so that a change of load hits every side
             for key, python, extra in sides:
-                side = "trl" if key[0] == "trl" else "ours"
+                side = key[0].split(" ")[0]  # ours | endpoint | trl
                 res = child(args, side, python, Path(tmp), *extra)
                 results[key].append(res)
                 done = summary(res) if "skipped" not in res else res
@@ -426,37 +615,63 @@ def main() -> None:
         f"B={args.prompts} prompts/update, max_new_tokens={args.max_new_tokens}, "
         f"{args.updates} updates (first left out), medians of {args.rounds} round(s)"
     )
-    head = f"{'trainer':10} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
-    print(f"{head} {'tokens/cpu-s':>12}")
+    if "endpoint" in ours_sides:
+        print(ENDPOINT_NOTE[args.api])
+    head = f"{'trainer':14} {'sampler':13} {'tokens/update':>13} {'tokens/s':>9} {'s/update':>9}"
+    print(f"{head} {'tokens/cpu-s':>12}  phases (median s/update)")
     stats = {}
     for (side, sampler), res in results.items():
         skipped = [r["skipped"] for r in res if "skipped" in r]
         if skipped:
-            print(f"{side:10} {sampler:13} n/a ({skipped[0]})")
+            print(f"{side:14} {sampler:13} n/a ({skipped[0]})")
             continue
         s = stats[side, sampler] = medians(res)
+        phases = " ".join(f"{k[:-2]}={v:.3f}" for k, v in s.items() if k in PHASES)
+        phases += f" rows/generate={s['rows']:.1f}" if "rows" in s else ""
         print(
-            f"{side:10} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
-            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}"
+            f"{side:14} {sampler:13} {s['tokens_per_update']:13.1f} {s['tokens_per_s']:9.1f} "
+            f"{s['update_s']:9.3f} {s['tokens_per_cpu_s']:12.1f}  {phases}"
         )
-    trl = stats.get(("trl", "transformers"))
+    # on cuda ours samples and learns in Ray workers: the driver's CPU time is not it
     for k in in_flight:
-        ours = stats.get((f"ours k={k}", "transformers"))
-        if ours and trl:
-            ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
-            cpu = ours["tokens_per_cpu_s"] / trl["tokens_per_cpu_s"]
-            # on cuda ours samples and learns in Ray workers: the driver's CPU time is not it
-            per_cpu = f", tokens per CPU second ×{cpu:.2f}" if args.device == "cpu" else ""
-            print(
-                f"ours k={k} / TRL (transformers sampler): tokens/s ×{ratio:.2f}, "
-                f"update time ×{trl['update_s'] / ours['update_s']:.2f} (> 1: ours faster)"
-                f"{per_cpu}"
-            )
+        for a, b in [("ours", "trl"), ("endpoint", "trl"), ("endpoint", "ours")]:
+            name_a, name_b = f"{a} k={k}", "trl" if b == "trl" else f"{b} k={k}"
+            x, y = stats.get((name_a, "transformers")), stats.get((name_b, "transformers"))
+            if x and y:
+                print(ratio_line(f"{name_a} / {name_b}", x, y, args.device == "cpu"))
     k = in_flight[-1]
-    ours, vllm = stats.get((f"ours k={k}", "transformers")), stats.get((f"ours k={k}", "vllm"))
-    if vllm and ours:
-        ratio = vllm["tokens_per_s"] / ours["tokens_per_s"]
-        print(f"ours k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
+    for side in ours_sides:
+        base, vllm = (
+            stats.get((f"{side} k={k}", "transformers")),
+            stats.get((f"{side} k={k}", "vllm")),
+        )
+        if vllm and base:
+            ratio = vllm["tokens_per_s"] / base["tokens_per_s"]
+            print(f"{side} k={k} vllm / transformers tokens/s: ×{ratio:.2f}")
+
+
+#: the phase timers printed (``timers/…`` of ours; TRL has none)
+PHASES = ("env_s", "forward_s", "sample_overhead_s", "learn_s", "sync_s")
+#: how the endpoint side's prompts relate to the built-in side's (printed with the table)
+ENDPOINT_NOTE = {
+    "chat": "endpoint: the same task as an app (AppScenario) calling chat.completions with "
+    "text-delegate's system and user messages through the openai client; the gateway's chat "
+    "template + the opened call as prefill give the built-in env's prompt ids token for token",
+    "completions": "endpoint: the same task as an app (AppScenario) calling completions with "
+    "the built-in env's prompt token ids through the openai client (same prompts token for "
+    "token)",
+}
+
+
+def ratio_line(name: str, a: dict[str, float], b: dict[str, float], cpu: bool) -> str:
+    """``a / b``: generated tokens/s, update time (> 1: ``a`` faster), tokens per CPU second."""
+    ratio = a["tokens_per_s"] / b["tokens_per_s"]
+    per_cpu = f", tokens per CPU second ×{a['tokens_per_cpu_s'] / b['tokens_per_cpu_s']:.2f}"
+    return (
+        f"{name} (transformers sampler): tokens/s ×{ratio:.2f}, "
+        f"update time ×{b['update_s'] / a['update_s']:.2f} (> 1: first faster)"
+        f"{per_cpu if cpu else ''}"
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from marl_agents.gateway.app_scenario import AppScenario
 from marl_agents.gateway.server import LOOPBACK, gateway
 from marl_agents.llm.env_chat_model import tokens_action
 from scenarios.graph_env import GraphEnv
+from scenarios.text_space import make_tiny_tokenizer
 from scenarios.toolcalls import render_tool_call
 
 ADD = {
@@ -269,6 +270,53 @@ def test_errors_are_openai_style():
     stale = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stale.models.list()
+
+
+def test_a_completions_prompt_of_token_ids_is_the_policys_prompt_as_given():
+    """``/v1/completions`` with ``prompt`` as token ids (OpenAI's API allows it): the policy
+    observes exactly those ids (no chat template), the reply's ids are the sampled ones; ids
+    outside the vocabulary, a batch, a non-integer or too many ids are OpenAI-style 400s."""
+    sent: dict[str, Any] = {}
+
+    def run(task: str, llm: Any) -> dict[str, Any]:
+        c = client(llm)
+        out: dict[str, Any] = {}
+        tok = make_tiny_tokenizer()
+        ids = sent["ids"] = tok("<tool>raw ids", add_special_tokens=False)["input_ids"]
+        done = c.completions.create(
+            model="writer", prompt=ids, extra_body={"return_token_ids": True}
+        )
+        choice = done.choices[0]
+        out["done"] = (done.object, choice.text, choice.model_extra["token_ids"])
+        out["prompt_ids"] = done.model_extra["prompt_token_ids"]
+
+        def status(prompt: Any) -> tuple[int, str | None]:
+            try:
+                c.completions.create(model="writer", prompt=prompt)
+            except openai.APIStatusError as exc:
+                return exc.status_code, exc.body.get("param") if isinstance(
+                    exc.body, dict
+                ) else None
+            raise AssertionError("no error")
+
+        out["vocab"] = status([1, 10**6])
+        out["batch"] = status([[1, 2], [3, 4]])
+        out["negative"] = status([1, -2])
+        out["long"] = status([1] * 300)
+        return out
+
+    env = play(app_scenario(run, max_prompt_tokens=256), {"writer": ["a time"]})
+    assert env.failure is None, env.error
+    out = env.final_state["result"]
+    tok = env.scenario.tokenizer
+    [step] = [s for s in env.trace if s.agent == "writer"]
+    assert env.scenario.spaces.decode_prompt(step.observation) == sent["ids"] == out["prompt_ids"]
+    sampled = [*tok("a time", add_special_tokens=False)["input_ids"], tok.eos_token_id]
+    assert out["done"] == ("text_completion", "a time", sampled)
+    assert out["vocab"] == (400, "prompt")
+    assert out["batch"] == (400, "prompt")
+    assert out["negative"] == (400, "prompt")
+    assert out["long"] == (400, "prompt")
 
 
 def test_the_gateway_listens_on_loopback_only_by_default():

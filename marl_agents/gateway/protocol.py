@@ -15,8 +15,12 @@ Supported request fields: ``model``, ``messages`` (``system``/``developer``, ``u
 ``stream`` (+ ``stream_options.include_usage``), ``n`` (only 1), ``seed``,
 ``return_token_ids`` (vLLM's extension: the prompt's and the sampled ids), ``stop``
 (ignored: generation stops at EOS or the action length); unknown fields are ignored, as
-OpenAI-compatible servers do. ``/v1/completions`` takes ``prompt`` (one string), given to the
-agent as one user message.
+OpenAI-compatible servers do. ``/v1/completions`` takes ``prompt``: one string, given to the
+agent as one user message (rendered with the chat template), or one list of token ids (as
+OpenAI's API allows), given to the policy as they are — no chat template, no re-tokenisation;
+the ids must be in the agent's vocabulary and fit its ``max_prompt_tokens`` (a 400 naming the
+fix otherwise; at most :data:`MAX_PROMPT_IDS` ids are read); the reply's text is the sampled
+ids decoded. Batches (several prompts) are refused.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from topologies.errors import MarlError
 
 #: sampling fields a request may set; the policy samples with its pool's own settings
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed")
+#: the most token ids a ``/v1/completions`` prompt may hold (the agent's ``max_prompt_tokens``
+#: is checked when the request is answered; this bounds what is parsed before that)
+MAX_PROMPT_IDS = 1 << 16
 
 
 class GatewayError(MarlError):
@@ -89,6 +96,9 @@ class ChatRequest:
         stream: answer as server-sent events.
         include_usage: with ``stream``, a last chunk carrying ``usage``.
         kind: ``"chat"`` or ``"completion"``.
+        prompt_ids: a ``/v1/completions`` prompt given as token ids (``messages`` is then
+            empty): the policy's prompt as given, no chat template (``None``: render
+            ``messages``).
     """
 
     model: str
@@ -101,6 +111,7 @@ class ChatRequest:
     include_usage: bool = False
     return_token_ids: bool = False
     kind: str = "chat"
+    prompt_ids: list[int] | None = None
 
 
 @dataclasses.dataclass
@@ -157,28 +168,55 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
 
 
 def parse_completion(body: Mapping[str, Any]) -> ChatRequest:
-    """A ``/v1/completions`` body → :class:`ChatRequest` (the prompt is one user message)."""
+    """A ``/v1/completions`` body → :class:`ChatRequest`: a text prompt is one user message, a
+    prompt of token ids is kept as ids (:attr:`ChatRequest.prompt_ids`)."""
     from langchain_core.messages import HumanMessage
 
     model = _model(body)
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt:
-        raise bad_request(
-            "'prompt' must be one non-empty string (batches are not served)", "prompt"
-        )
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
     if body.get("echo") or body.get("suffix") or (body.get("best_of") or 1) != 1:
         raise bad_request("'echo', 'suffix' and 'best_of' are not supported: leave them unset")
+    ids = None
+    if isinstance(prompt, list) and prompt and not any(isinstance(x, str) for x in prompt):
+        ids = _token_ids(prompt)
+    elif not isinstance(prompt, str) or not prompt:
+        raise bad_request(
+            "'prompt' must be one non-empty string or one list of token ids (batches are "
+            "not served)",
+            "prompt",
+        )
     return ChatRequest(
         model=model,
-        messages=[HumanMessage(prompt)],
+        messages=[HumanMessage(prompt)] if ids is None else [],
         sampling=_sampling(body),
         stream=_stream(body),
         include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
         return_token_ids=bool(body.get("return_token_ids", False)),
         kind="completion",
+        prompt_ids=ids,
     )
+
+
+def _token_ids(prompt: list[Any]) -> list[int]:
+    """A prompt's token ids, checked: integers ≥ 0, at most :data:`MAX_PROMPT_IDS` (the
+    vocabulary and ``max_prompt_tokens`` are the agent's, checked when it answers)."""
+    if len(prompt) > MAX_PROMPT_IDS:
+        raise bad_request(
+            f"'prompt' holds {len(prompt)} token ids; at most {MAX_PROMPT_IDS} are read: "
+            "shorten it",
+            "prompt",
+            "context_length_exceeded",
+        )
+    bad = [x for x in prompt if isinstance(x, bool) or not isinstance(x, int) or x < 0]
+    if bad:
+        raise bad_request(
+            f"'prompt' as token ids must be integers >= 0, got {bad[0]!r} (a batch of "
+            "several prompts is not served)",
+            "prompt",
+        )
+    return [int(x) for x in prompt]
 
 
 def _model(body: Mapping[str, Any]) -> str:

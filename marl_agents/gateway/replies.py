@@ -51,8 +51,14 @@ def answer(
     from scenarios.text_space import encode_prompt
 
     check_sampling(agent, request)
-    chat = to_chat_dicts(request.messages, request.tools)
-    prompt = turns.prompt(model.tokenizer, chat) if turns is not None else None
+    messages = request.messages
+    if request.prompt_ids is not None:  # a /v1/completions prompt of token ids: used as given
+        messages = [token_prompt_message(model, request.prompt_ids)]
+    chat = to_chat_dicts(messages, request.tools)
+    if request.prompt_ids is not None:
+        prompt: list[int] | None = list(request.prompt_ids)
+    else:
+        prompt = turns.prompt(model.tokenizer, chat) if turns is not None else None
     length = len(prompt if prompt is not None else encode_prompt(model.tokenizer, chat))
     limit = model.spaces.max_prompt_tokens
     if length > limit and not truncate_prompts:
@@ -61,7 +67,7 @@ def answer(
             "shorten them (or raise the scenario's max_prompt_tokens)",
             400,
             "invalid_request_error",
-            "messages",
+            "messages" if request.prompt_ids is None else "prompt",
             "context_length_exceeded",
         )
     kwargs: dict[str, Any] = {}
@@ -74,11 +80,30 @@ def answer(
     if prompt is not None:
         kwargs["prompt_ids"] = prompt
     try:
-        message = model.invoke(request.messages, **kwargs)
+        message = model.invoke(messages, **kwargs)
     except ConstraintError as exc:
         raise GatewayError(str(exc), 400, param="response_format") from exc
     gen = model.recorder.steps()[-1].generation
     return Reply(message, list(gen.prompt_ids), list(gen.token_ids)), gen, chat
+
+
+def token_prompt_message(model: Any, ids: list[int]) -> Any:
+    """The user message standing for a prompt given as token ids (its text, special tokens
+    kept, for transcripts); a 400 for an id outside the agent's vocabulary."""
+    from langchain_core.messages import HumanMessage
+
+    vocab = model.spaces.vocab_size
+    bad = [i for i in ids if i >= vocab]
+    if bad:
+        raise GatewayError(
+            f"'prompt' token ids {bad[:5]} are outside this model's vocabulary [0, {vocab}): "
+            "send ids of the agent's tokenizer",
+            400,
+            "invalid_request_error",
+            "prompt",
+        )
+    known = [i for i in ids if i < len(model.tokenizer)]  # a padded vocabulary's ids: no text
+    return HumanMessage(model.tokenizer.decode(known, skip_special_tokens=False))
 
 
 def check_sampling(agent: str, request: ChatRequest) -> None:
@@ -108,4 +133,4 @@ def unknown_model(model: str, names: Any, where: str = "this episode") -> Gatewa
     )
 
 
-__all__ = ["answer", "check_sampling", "unknown_model"]
+__all__ = ["answer", "check_sampling", "token_prompt_message", "unknown_model"]
