@@ -78,6 +78,25 @@ made per episode (``Episode._model``: LangChain re-serialises each copy, 4%), th
 render of the prompt (``TurnIds.prompt`` 6%), and LangGraph's runtime around the app's one
 node.
 
+**Built-in path, now** (2026-11-27 18:17–18:22 UTC, 2-core box, load 3–8 from other jobs,
+``--path builtin --in-flight 1,all --rounds 3 --updates 5``; medians, per-update phases):
+
+    max_new_tokens  ours/TRL tokens/s    ours/TRL tokens per CPU s   ours s/update (k=all):
+                     k=1     k=all        k=1     k=all               generate  learn   TRL
+    16               ×1.42   ×2.17        ×1.40   ×2.17                0.106    0.172   0.724
+    4 (the task's)   ×2.51   ×3.03        ×2.37   ×2.75                0.050    0.137   0.878
+
+What changed since the runs below: rows sharing a prompt (a GRPO group's ``G`` rows) run it
+once — the sampler's prefill and the learner's teacher-forced forward/backward
+(:mod:`marl_agents.llm.prefix`; the task's prompts are 128 tokens, the replies 4–16, so the
+learner's work fell ~4×: 0.53 → 0.16 s a step at 16 tokens) — and each decoding step draws
+every row's token in a few batched ops (:mod:`marl_agents.llm.row_sampling`; 0.215 → 0.106 s a
+generate at 16 tokens with both). So the goal (≥ 1.5× TRL) is met on the built-in path in
+wall time and in CPU time with all groups in flight, the default of GRPO experiments (``marl
+finetune`` keeps one group at a time: ×1.40–2.51). TRL runs the prompt once per row (a
+forward over prompt + completion per row); vLLM's prefix cache would give its sampler the
+prefill share, not its learner.
+
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:
