@@ -92,10 +92,10 @@ once — the sampler's prefill and the learner's teacher-forced forward/backward
 learner's work fell ~4×: 0.53 → 0.16 s a step at 16 tokens) — and each decoding step draws
 every row's token in a few batched ops (:mod:`marl_agents.llm.row_sampling`; 0.215 → 0.106 s a
 generate at 16 tokens with both). So the goal (≥ 1.5× TRL) is met on the built-in path in
-wall time and in CPU time with all groups in flight, the default of GRPO experiments (``marl
-finetune`` keeps one group at a time: ×1.40–2.51). TRL runs the prompt once per row (a
-forward over prompt + completion per row); vLLM's prefix cache would give its sampler the
-prefill share, not its learner.
+wall time and in CPU time with all groups in flight, the default of GRPO experiments and
+(since this run) of ``marl finetune`` (one group at a time: ×1.40–2.51). TRL runs the prompt
+once per row (a forward over prompt + completion per row); vLLM's prefix cache would give its
+sampler the prefill share, not its learner.
 
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
