@@ -97,6 +97,27 @@ wall time and in CPU time with all groups in flight, the default of GRPO experim
 once per row (a forward over prompt + completion per row); vLLM's prefix cache would give its
 sampler the prefill share, not its learner.
 
+**Cheaper app episodes** (2026-11-27 18:35–18:39 UTC, the same box at load 8.5–12: the code
+before and after, alternating, two runs each, ``--rounds 1 --updates 4 --max-new-tokens 16``,
+chat): app threads reused (``_Workers``), recording copies of the chat models reused
+(``RecordingCopies``), the model called without LangChain's ``invoke``, rendered prompts kept
+(a GRPO group sends one prompt 8 times), live episodes on LangGraph without the fast path's
+attempt (``Scenario.live_langgraph``):
+
+    code     env s/update   endpoint/TRL tok/s  tok/CPU s   endpoint/ours tok/s  tok/CPU s
+    before   1.020, 0.735   ×0.43, ×0.68        ×0.77, ×0.93  ×0.17, ×0.30       ×0.34, ×0.42
+    after    0.582, 0.374   ×0.53, ×1.10        ×0.94, ×1.16  ×0.27, ×0.54       ×0.48, ×0.56
+
+Per 64 episodes of a scripted reply (``GraphEnv`` reset + step, no model, process CPU): 0.45–0.52
+s before, 0.33–0.36 s after (the env's thread 0.28–0.34 → 0.16–0.17 s); wall under load
+0.7–2.9 s before (a thread started per episode waits to be scheduled), 0.49–0.74 s after.
+Still short of ×1.5 TRL: what is left is the ``openai`` client's own ~2 ms a request (the app's
+thread), LangGraph's runtime around the node (~40% of the env thread's time now), the
+verifier's replay, and ~6 thread hand-offs per episode, one episode after another (resets
+and steps are sequential in the runner's thread; under load each hand-off waits for the
+scheduler). Overlapping them needs the runner to start every sub-env's app before waiting for
+any first request (a reset split into start and finish); not done.
+
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:

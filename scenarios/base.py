@@ -137,6 +137,11 @@ class Scenario(ABC):
     #: ``reset()`` raise: for graphs that run a program which may fail on its own (an app
     #: behind the gateway), not for graphs that cannot run at all.
     counts_early_failures: ClassVar[bool] = False
+    #: live episodes run through LangGraph's runtime from the start, never the fast path
+    #: (``GraphEnv``'s engine ``auto``): for graphs whose first node always needs LangGraph's
+    #: run config (``scenarios.stepped.needs_langgraph``), which would otherwise start each
+    #: episode on the fast path only to fall back to LangGraph there.
+    live_langgraph: ClassVar[bool] = False
     #: the space of the global state where the scenario declares one (a :meth:`global_state`
     #: projection, or states its graph emits with :func:`scenarios.emit_state`); ``None``: the
     #: default concatenation's (:func:`scenarios.global_state.state_space_of`).

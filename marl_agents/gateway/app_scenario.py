@@ -7,9 +7,11 @@ agent; every request it sends with an agent's model name is one decision of that
 (:mod:`marl_agents.gateway.episodes`). Two forms:
 
 * ``AppScenario(run, tasks=..., verifier=..., agents=[...])``: ``run(task, llm)`` — a function
-  or an ``async def`` — is called per episode on a thread of its own; ``llm`` is an
-  :class:`AppLLM` (``base_url``, ``api_key``, ``models``: agent id → model name). What it
-  returns is the episode's result.
+  or an ``async def`` — is called per episode on a thread of its own (a pooled daemon thread,
+  reused once its app returned: a fresh ``contextvars`` context each episode, but
+  ``threading.local`` values stay with the thread); ``llm`` is an :class:`AppLLM`
+  (``base_url``, ``api_key``, ``models``: agent id → model name). What it returns is the
+  episode's result.
 * ``AppScenario.command([...argv...], tasks=..., verifier=..., agents=[...])``: the command
   runs per episode with ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``MARL_MODEL_<AGENT>``
   (the agent id upper-cased, other characters than letters and digits as ``_``) and
@@ -77,12 +79,14 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import itertools
 import json
 import logging
 import os
+import queue
 import re
 import subprocess
 import threading
@@ -113,6 +117,8 @@ STDERR_TAIL = 2000
 MAX_STUCK_APP_THREADS = 8
 #: seconds an ended episode's function app is given to return before its thread counts as stuck
 STUCK_GRACE_S = 1.0
+#: idle function-app worker threads kept for later episodes (:class:`_Workers`)
+MAX_IDLE_APP_WORKERS = 256
 
 log = logging.getLogger("marl.gateway")
 
@@ -188,6 +194,8 @@ class AppScenario(ChatAppScenario):
     #: the app may fail before its first request: a counted failed episode, not a graph that
     #: cannot run
     counts_early_failures = True
+    #: the app's node needs LangGraph's run config: episodes skip the fast path's attempt
+    live_langgraph = True
 
     def __init__(
         self,
@@ -401,16 +409,17 @@ class StuckApps(ScenarioError):
     app starts until some do."""
 
 
-_STUCK: list[tuple[threading.Thread, str]] = []  # threads left running past their episodes
+#: function apps still running past their episodes: (the event set when ``run`` returns, name)
+_STUCK: list[tuple[threading.Event, str]] = []
 _STUCK_LOCK = threading.Lock()
 _WARNED_STUCK: set[str] = set()  # apps already warned about
 
 
 def stuck_app_threads() -> list[str]:
     """The apps (by name) of this process's function-app threads still running after their
-    episodes ended, one entry a thread (threads that returned since are dropped)."""
+    episodes ended, one entry a thread (threads whose app returned since are dropped)."""
     with _STUCK_LOCK:
-        _STUCK[:] = [(t, name) for t, name in _STUCK if t.is_alive()]
+        _STUCK[:] = [(r, name) for r, name in _STUCK if not r.is_set()]
         return [name for _, name in _STUCK]
 
 
@@ -433,14 +442,12 @@ class _Thread(_Running):
         """The episode ended: a ``run`` that has not returned within :data:`STUCK_GRACE_S`
         (an aborted app's next request is refused at once, so it usually ends) is left
         behind, counted."""
-        if not self.returned.is_set():
-            self.thread.join(timeout=STUCK_GRACE_S)
-        if self.returned.is_set() or not self.thread.is_alive():
+        if self.returned.wait(timeout=STUCK_GRACE_S):
             return
         with _STUCK_LOCK:
-            if any(t is self.thread for t, _ in _STUCK):
+            if any(r is self.returned for r, _ in _STUCK):
                 return
-            _STUCK.append((self.thread, self.name))
+            _STUCK.append((self.returned, self.name))
         stuck = len(stuck_app_threads())
         if self.name not in _WARNED_STUCK:
             _WARNED_STUCK.add(self.name)
@@ -456,7 +463,8 @@ class _Thread(_Running):
 
 
 class _Function:
-    """``run(task, llm)`` on a daemon thread per episode."""
+    """``run(task, llm)`` per episode on a daemon thread (:class:`_Workers`: reused once the
+    app returned)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
@@ -504,9 +512,47 @@ class _Function:
                 returned.set()
                 episode.finish(result=out)
 
-        thread = threading.Thread(target=target, name=f"marl-app-{next(_EPISODES)}", daemon=True)
-        thread.start()
-        return _Thread(name, thread, returned)
+        return _Thread(name, _WORKERS.run(target), returned)
+
+
+class _Workers:
+    """Daemon threads running function apps' episodes, each reused once its app returned (a
+    thread started per episode cost more than the rest of a short episode's app side). A job
+    runs in a fresh ``contextvars`` context, as on a new thread; a worker whose app never
+    returns stays with it (:class:`_Thread` counts it as stuck), and the next episode gets
+    another worker. At most :data:`MAX_IDLE_APP_WORKERS` idle workers are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[threading.Thread, queue.SimpleQueue[Callable[[], None]]]] = []
+
+    def run(self, job: Callable[[], None]) -> threading.Thread:
+        """Run ``job`` on an idle worker (or a new one); returns the worker's thread."""
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=self._work, args=(jobs,), name=f"marl-app-{next(_EPISODES)}", daemon=True
+            )
+            worker = (thread, jobs)
+            jobs.put(job)
+            thread.start()
+        else:
+            worker[1].put(job)
+        return worker[0]
+
+    def _work(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        me = (threading.current_thread(), jobs)
+        while True:
+            contextvars.Context().run(jobs.get())
+            with self._lock:
+                if len(self._idle) >= MAX_IDLE_APP_WORKERS:
+                    return
+                self._idle.append(me)
+
+
+_WORKERS = _Workers()
 
 
 async def _awaited(awaitable: Any) -> Any:

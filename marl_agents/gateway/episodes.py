@@ -26,6 +26,7 @@ import queue
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
@@ -72,7 +73,10 @@ class Episode:
     """
 
     def __init__(
-        self, models: Mapping[str, str], truncate_prompts: bool = False, fidelity: bool = True
+        self,
+        models: Mapping[str, str],
+        truncate_prompts: bool = False,
+        fidelity: bool = True,
     ) -> None:
         self.key = secrets.token_urlsafe(24)
         self.models = dict(models)
@@ -80,6 +84,7 @@ class Episode:
         #: the sampled ids of this episode's replies (``None``: assistant turns re-tokenised)
         self.turns = TurnIds() if fidelity else None
         self._recorded: dict[str, Any] = {}  # agent → its model, recording this episode's replies
+        self._sources: dict[str, Any] = {}  # agent → the chat model it is a copy of
         self.requests = 0
         self._queue: queue.Queue[_Call | _Done] = queue.Queue()
         self._lock = threading.Lock()
@@ -169,10 +174,15 @@ class Episode:
         """A copy of ``agent``'s chat model recording this episode's replies (their ids)."""
         model = self._recorded.get(agent)
         if model is None:
-            from marl_agents.llm.chat_model import GenerationRecorder
+            source = chat_models[agent]
+            model = _COPIES.take(source)
+            if model is None:
+                from marl_agents.llm.chat_model import GenerationRecorder
 
-            update = {"record": True, "recorder": GenerationRecorder()}
-            model = self._recorded[agent] = chat_models[agent].model_copy(update=update)
+                update = {"record": True, "recorder": GenerationRecorder()}
+                model = source.model_copy(update=update)
+            self._recorded[agent] = model
+            self._sources[agent] = source
         return model
 
     def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any, gen: Any) -> None:
@@ -192,9 +202,13 @@ class Episode:
             self.turns.remember(content, head + sampled)
 
     def close(self) -> None:
-        """End the episode: requests still queued, and any later, are answered 401."""
+        """End the episode: requests still queued, and any later, are answered 401; its
+        recording copies go to later episodes (:class:`RecordingCopies`)."""
         with self._lock:
             self._closed = True
+        for agent, model in self._recorded.items():
+            _COPIES.give(self._sources[agent], model)
+        self._recorded.clear()
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -212,6 +226,63 @@ def _ended() -> GatewayError:
         None,
         "invalid_api_key",
     )
+
+
+class RecordingCopies:
+    """Recording copies of chat models, handed from ended episodes to later ones (thread-safe;
+    one per process, holding no model alive: its sources are weak references).
+
+    An episode records its replies in a copy of each agent's chat model (its own recorder:
+    the episodes of one env thread interleave). A copy made per episode cost more than the
+    rest of the episode's answer (LangChain serialises each new model object once, for its
+    callbacks); a copy given back is emptied and handed to the next episode of the same
+    model, as long as the model's fields are the ones it was copied with.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: id(source) → (a weak reference to the source, its idle copies)
+        self._free: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
+
+    def take(self, source: Any) -> Any | None:
+        """An idle copy of ``source`` recording nothing yet (``None``: make one)."""
+        with self._lock:
+            entry = self._free.get(id(source))
+            if entry is None or entry[0]() is not source or not entry[1]:
+                return None
+            model = entry[1].pop()
+        fields = type(source).model_fields
+        if any(
+            getattr(model, k) is not getattr(source, k)
+            for k in fields
+            if k not in ("record", "recorder")
+        ):
+            return None  # the model changed since: a fresh copy
+        # private attributes as a fresh copy has them (tool call ids numbered the same)
+        private = source.__pydantic_private__
+        model.__pydantic_private__ = None if private is None else dict(private)
+        return model
+
+    def give(self, source: Any, model: Any) -> None:
+        """``model`` (a copy of ``source``) is no longer used by its episode."""
+        model.recorder.pop_all()
+        key = id(source)
+        with self._lock:
+            entry = self._free.get(key)
+            if entry is None or entry[0]() is not source:
+                ref = weakref.ref(source, lambda _, key=key: self._drop(key))
+                entry = self._free[key] = (ref, [])
+            entry[1].append(model)
+
+    def _drop(self, key: int) -> None:
+        """A source model was collected: its copies go."""
+        with self._lock:
+            entry = self._free.get(key)
+            if entry is not None and entry[0]() is None:
+                del self._free[key]
+
+
+_COPIES = RecordingCopies()
 
 
 class Answers(Protocol):
@@ -272,4 +343,4 @@ class Registry:
             return len(self._episodes)
 
 
-__all__ = ["Answers", "AppTimedOut", "Episode", "Registry"]
+__all__ = ["Answers", "AppTimedOut", "Episode", "RecordingCopies", "Registry"]

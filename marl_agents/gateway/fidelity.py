@@ -15,6 +15,9 @@ episode's, are tokenised as any other message.
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,14 +45,10 @@ class TurnIds:
     def prompt(self, tokenizer: Any, chat: Sequence[Mapping[str, Any]]) -> list[int]:
         """The prompt ids of ``chat``: the chat template's rendering, tokenised, with each
         remembered assistant turn's sampled ids in place of its re-tokenised ones."""
-        from scenarios.text_space import chat_text
-
-        text = chat_text(tokenizer, chat)
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
+        text, rendered, offsets = _render(tokenizer, chat)
+        ids = list(rendered)
         if not self._turns:
             return ids
-        offsets = [tuple(o) for o in enc["offset_mapping"]]
         splices: list[tuple[int, int, list[int]]] = []
         pos = 0
         for message in chat:
@@ -80,6 +79,44 @@ class TurnIds:
         for first, stop, new in reversed(splices):
             ids[first:stop] = new
         return ids
+
+
+#: prompts rendered lately: (id(tokenizer), the chat as JSON) → (tokenizer, text, ids, offsets)
+_RENDERED: OrderedDict[tuple[int, str], tuple[Any, str, tuple[int, ...], tuple[Any, ...]]] = (
+    OrderedDict()
+)
+_RENDERED_MAX = 256
+_RENDERED_LOCK = threading.Lock()
+
+
+def _render(
+    tokenizer: Any, chat: Sequence[Mapping[str, Any]]
+) -> tuple[str, tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """``chat`` rendered with the chat template, its ids and their character offsets; the
+    last :data:`_RENDERED_MAX` renderings are kept (the episodes of a GRPO group send the same
+    first prompt: one rendering serves the group)."""
+    from scenarios.text_space import chat_text
+
+    try:
+        key: tuple[int, str] | None = (id(tokenizer), json.dumps(chat, sort_keys=True))
+    except (TypeError, ValueError):
+        key = None  # not JSON (rendered every time)
+    if key is not None:
+        with _RENDERED_LOCK:
+            hit = _RENDERED.get(key)
+            if hit is not None and hit[0] is tokenizer:
+                _RENDERED.move_to_end(key)
+                return hit[1], hit[2], hit[3]
+    text = chat_text(tokenizer, chat)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = tuple(int(i) for i in enc["input_ids"])
+    offsets = tuple((int(a), int(b)) for a, b in enc["offset_mapping"])
+    if key is not None:
+        with _RENDERED_LOCK:
+            _RENDERED[key] = (tokenizer, text, ids, offsets)
+            while len(_RENDERED) > _RENDERED_MAX:
+                _RENDERED.popitem(last=False)
+    return text, ids, offsets
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:

@@ -5,8 +5,10 @@ Both sides of the gateway answer a request the same way: an app episode's node
 hand the request's messages, ``tools``, ``tool_choice`` and ``response_format`` to the agent's
 :class:`~marl_agents.llm.env_chat_model.EnvChatModel` — chat template → prompt ids → the
 agent's policy → token ids → text → tool calls — after checking the prompt against the agent's
-``max_prompt_tokens``. :func:`answer` does that and returns the :class:`Reply` with the ids
-the policy saw and sampled.
+``max_prompt_tokens``. The model is called directly (its ``_generate``), not through
+LangChain's ``invoke``: no LangChain callbacks or tracers see a gateway's decisions (the app's
+own client traces them, if anything does). :func:`answer` does that and returns the
+:class:`Reply` with the ids the policy saw and sampled.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ def answer(
     if prompt is not None:
         kwargs["prompt_ids"] = prompt
     try:
-        message = model.invoke(messages, **kwargs)
+        # the model's own call, without LangChain's run machinery around it (callback
+        # managers, the model's serialisation for tracers): the same reply, a third of the cost
+        message = model._generate(list(messages), **kwargs).generations[0].message
     except ConstraintError as exc:
         raise GatewayError(str(exc), 400, param="response_format") from exc
     gen = model.recorder.steps()[-1].generation
