@@ -356,3 +356,36 @@ def test_supervisor_tutorial_trains_two_iterations(ray_session, tmp_path: Path, 
     assert all(h["charts/episodes"] > 0 and h["charts/error_rate"] == 0 for h in result.history)
     gaps = [v for h in result.history for k, v in h.items() if k.endswith("logprob_gap_fresh")]
     assert gaps and max(gaps) < AGREEMENT_TOL, gaps
+
+
+def test_sampled_strings_stay_well_formed_utf8(tiny):
+    """xgrammar lets a JSON string hold any byte sequence of UTF-8's shape; a byte-level
+    tokenizer decodes a surrogate (``ED A3 B7``: one character to the grammar) as three
+    U+FFFD, so a ``maxLength`` checked after decoding failed (seen in the plan-and-execute
+    app). The sampler's masks keep the reply well-formed; a replay of another engine's tokens
+    records the grammar's masks alone."""
+    from marl_agents.llm.constraints import RowMatchers
+    from marl_agents.llm.utf8_rule import malformed
+
+    assert malformed(b"\xed\xa3") and malformed(b"a\xc0") and malformed(b"\xe0\x80")
+    assert not malformed(b"\xed\x9f\xbf") and not malformed("é€😀".encode())
+    tok, _ = tiny
+    vocab = 384
+    import xgrammar as xgr
+
+    decoded = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab).decoded_vocab
+    byte = {data: i for i, data in enumerate(decoded) if len(data) == 1}
+    schema = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
+    c = Constraint.for_call(response_format=schema, prefix='{"s": "')
+    stops = [tok.eos_token_id]
+    rows = RowMatchers(tok, vocab, [c], stops)
+    loose = RowMatchers(tok, vocab, [c], stops, strict_utf8=False)
+    # a lead byte 0xED, then 0xA3 (a surrogate: dropped) or 0x80 (U+D000..: kept)
+    lead, surrogate, fine = byte[b"\xed"], byte[b"\xa3"], byte[b"\x80"]
+    for m in (rows, loose):
+        m.accept(0, lead)
+    strict_next = unpack_mask(rows.next_masks([False])[0], vocab)
+    loose_next = unpack_mask(loose.next_masks([False])[0], vocab)
+    assert loose_next[surrogate] and not strict_next[surrogate]
+    assert strict_next[fine] and loose_next[fine]
+    assert strict_next.sum() > 0

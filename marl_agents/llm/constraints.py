@@ -260,11 +260,16 @@ class RowMatchers:
         vocab_size: int,
         constraints: Sequence[Constraint | None],
         stop_ids: Sequence[int],
+        strict_utf8: bool = True,
     ) -> None:
         self.vocab_size = int(vocab_size)
         self.words = mask_words(vocab_size)
         self.matchers: list[Any] = []
         compiler = _compiler(tokenizer, self.vocab_size, tuple(sorted(stop_ids)))
+        # well-formed UTF-8 on top of the grammar (marl_agents.llm.utf8_rule): for sampling;
+        # a replay of another engine's tokens records the grammar's masks alone
+        self.utf8 = compiler.utf8(self.words) if strict_utf8 else None
+        self._last: list[int | None] = [None] * len(constraints)
         xgr = _xgrammar()
         for c in constraints:
             if c is None:
@@ -289,6 +294,10 @@ class RowMatchers:
         for r, m in enumerate(self.matchers):
             if m is not None and not done[r]:
                 m.fill_next_token_bitmask(out, r)
+                if self.utf8 is not None:
+                    both = out[r] & self.utf8.allowed(self._last[r])
+                    if both.any():  # never leave a row without a token
+                        out[r] = both
         return out
 
     def accept(self, row: int, token: int) -> None:
@@ -296,6 +305,8 @@ class RowMatchers:
         m = self.matchers[row]
         if m is not None and not m.is_terminated() and not m.accept_token(int(token)):
             raise ConstraintError(f"row {row}: token {token} is outside its grammar's mask")
+        if self.utf8 is not None:
+            self._last[row] = self.utf8.last_byte(int(token))
 
 
 def replay_masks(
@@ -315,7 +326,7 @@ def replay_masks(
         ConstraintError: a token lies outside its mask (the engine constrained to another
             language than ``constraint``'s grammar).
     """
-    rows = RowMatchers(tokenizer, vocab_size, [constraint], stop_ids)
+    rows = RowMatchers(tokenizer, vocab_size, [constraint], stop_ids, strict_utf8=False)
     out = np.empty((len(token_ids), rows.words), dtype=np.int32)
     for k, token in enumerate(token_ids):
         out[k] = rows.next_masks([False])[0].numpy()
@@ -334,6 +345,17 @@ class _Compiler:
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._cache: dict[Constraint, Any] = {}
         self._lock = threading.Lock()
+        self._vocab = (info.decoded_vocab, int(vocab_size))
+        self._utf8: Any = None
+
+    def utf8(self, words: int) -> Any:
+        """The vocabulary's :class:`~marl_agents.llm.utf8_rule.Utf8Rule` (built once)."""
+        from marl_agents.llm.utf8_rule import Utf8Rule
+
+        with self._lock:
+            if self._utf8 is None:
+                self._utf8 = Utf8Rule(*self._vocab, words)
+            return self._utf8
 
     def compile(self, c: Constraint) -> Any:
         key = dataclasses.replace(c, prefix="")
