@@ -4,9 +4,14 @@
 padding, explicit position ids) instead of ``model.generate``, so that
 
 * each prompt in a batch has its own ``torch.Generator`` seeded from its
-  :class:`~marl_agents.llm.backend.SamplingParams` — a batched call samples the same tokens
-  as the same prompts one by one (exactly so for greedy decoding; for sampling, up to
-  float rounding differences between batch shapes flipping a draw, which we have not seen);
+  :class:`~marl_agents.llm.backend.SamplingParams`, from which its uniform numbers are drawn
+  up front; each step draws every row's token in a few batched ops
+  (:mod:`marl_agents.llm.row_sampling`) — a batched call samples the same tokens as the same
+  prompts one by one (exactly so for greedy decoding; for sampling, up to float rounding
+  differences between batch shapes flipping a draw, which we have not seen);
+* rows with the same prompt (a GRPO group's) are prefilled once, the KV cache fanned out
+  (:mod:`marl_agents.llm.prefix`), and :func:`teacher_forced_logprobs` runs a shared prompt
+  once with gradients;
 * the recorded ``logprobs`` are ``log_softmax`` of the raw float32 logits (temperature 1,
   no top-p), the same quantity :meth:`HFBackend.logprobs` recomputes teacher-forced; and
   ``sampling_logprobs`` are under the temperature / top-p distribution actually sampled
