@@ -37,7 +37,7 @@ import torch
 
 from marl_agents.llm.backend import Generation, Params, SamplingParams, encode_batch, stop_ids
 from marl_agents.llm.constraints import RowMatchers, mask_logits
-from marl_agents.llm.prefix import cache_of, distinct, fan_out, left_padded, suffix_logits
+from marl_agents.llm.prefix import cache_of, distinct, fan_out, padded, suffix_logits
 from marl_agents.llm.row_sampling import RowDraws
 from scenarios.text_space import Prompt
 
@@ -137,7 +137,7 @@ class HFBackend:
         firsts, index = distinct(keyed)
         prefill_adapters = None if adapters is None else [adapters[r] for r in firsts]
         prompts = [prompt_ids[r] for r in firsts]
-        input_ids, mask, positions = left_padded(prompts, self.pad_id, dev)
+        input_ids, mask, positions = padded(prompts, self.pad_id, dev, left=True)
         stops = [stop_ids(self.tokenizer, p) for p in params]
         limit = max(p.max_new_tokens for p in params)
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -327,19 +327,14 @@ def _full_logits(
     floats: GBs with a 262k-token vocabulary)."""
     dev = next(model.parameters()).device
     seqs = [list(p) + list(t) for p, t in zip(prompt_ids, token_ids, strict=True)]
-    n, width = len(seqs), max(len(s) for s in seqs)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long, device=dev)
-    mask = torch.zeros((n, width), dtype=torch.long, device=dev)
-    for r, s in enumerate(seqs):
-        input_ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[r, : len(s)] = 1
+    input_ids, mask, positions = padded(seqs, pad_id, dev, left=False)
     start = max(0, min((len(p) for p, t in zip(prompt_ids, token_ids, strict=True) if t),
                        default=1) - 1)  # fmt: skip
     logits = model(
         input_ids=input_ids,
         attention_mask=mask,
-        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-        logits_to_keep=width - start,
+        position_ids=positions,
+        logits_to_keep=input_ids.shape[1] - start,
     ).logits
     # logits at position j predict token j + 1: completion token 0 sits at len(p)
     return logits, [len(p) - 1 - start for p in prompt_ids]

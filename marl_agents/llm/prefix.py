@@ -39,17 +39,19 @@ def distinct(rows: Sequence[Sequence[Hashable]]) -> tuple[list[int], list[int]]:
     return firsts, index
 
 
-def left_padded(
-    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+def padded(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device, *, left: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask, position_ids)`` ``[n, width]`` with left padding: every
-    row's last token sits at column ``-1`` and its positions count from 0 at its first token."""
+    """``(input_ids, attention_mask, position_ids)`` ``[n, width]``, each row's positions
+    counting from 0 at its first token. ``left``: every row's last token sits at column
+    ``-1`` (a prefill); else every row starts at column 0 (teacher forcing)."""
     n, width = len(rows), max(len(r) for r in rows)
     ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((n, width), dtype=torch.long, device=device)
     for r, row in enumerate(rows):
-        ids[r, width - len(row) :] = torch.tensor(list(row), dtype=torch.long)
-        mask[r, width - len(row) :] = 1
+        cols = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[r, cols] = torch.tensor(list(row), dtype=torch.long)
+        mask[r, cols] = 1
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
@@ -98,7 +100,7 @@ def suffix_logits(
     if len(firsts) == n:
         return None
     dev = next(model.parameters()).device
-    ids, mask, positions = left_padded([prompt_ids[r][:-1] for r in firsts], pad_id, dev)
+    ids, mask, positions = padded([prompt_ids[r][:-1] for r in firsts], pad_id, dev, left=True)
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
     )
@@ -106,14 +108,9 @@ def suffix_logits(
     rows = torch.as_tensor(index, dtype=torch.long, device=dev)
     cache = fan_out(cache, rows, dev)
     suffixes = [[p[-1], *t] for p, t in zip(prompt_ids, token_ids, strict=True)]
-    width = max(len(s) for s in suffixes)
-    sids = torch.full((n, width), pad_id, dtype=torch.long, device=dev)
-    smask = torch.zeros((n, width), dtype=torch.long, device=dev)
-    for r, s in enumerate(suffixes):
-        sids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-        smask[r, : len(s)] = 1
+    sids, smask, _ = padded(suffixes, pad_id, dev, left=False)
     start = torch.tensor([len(p) - 1 for p in prompt_ids], dtype=torch.long, device=dev)
-    spos = start[:, None] + torch.arange(width, device=dev)[None, :]
+    spos = start[:, None] + torch.arange(sids.shape[1], device=dev)[None, :]
     return model(
         input_ids=sids,
         attention_mask=torch.cat([mask[rows], smask], dim=1),

@@ -39,11 +39,7 @@ def seeds_rows(module: Any) -> bool:
 
 def forward(module: Any, batch: dict[str, Any], explore: bool) -> dict[str, Any]:
     """``forward_exploration`` (or ``forward_inference``) without gradients, timed."""
-    start = time.perf_counter()
-    with torch.no_grad():
-        out = forward_fn(module, explore)(batch)
-    FORWARD_CLOCK.add(time.perf_counter() - start)
-    return out
+    return _timed(forward_fn(module, explore), batch)
 
 
 def forward_together(
@@ -52,9 +48,14 @@ def forward_together(
     """Several LoRA modules on one base, each ``forward_exploration`` (``forward_inference``)
     on its batch, sampled in one ``generate``
     (:func:`marl_agents.llm.shared_batch.act_together`), without gradients, timed."""
+    return _timed(act_together, modules, batches, explore)
+
+
+def _timed(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` without gradients, its time added to the sampler's forward clock."""
     start = time.perf_counter()
     with torch.no_grad():
-        out = act_together(modules, batches, explore)
+        out = fn(*args)
     FORWARD_CLOCK.add(time.perf_counter() - start)
     return out
 
