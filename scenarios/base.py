@@ -142,6 +142,10 @@ class Scenario(ABC):
     #: run config (``scenarios.stepped.needs_langgraph``), which would otherwise start each
     #: episode on the fast path only to fall back to LangGraph there.
     live_langgraph: ClassVar[bool] = False
+    #: on the fast path, a lone node that raises ends the episode with its error, as
+    #: LangGraph's run would, instead of replaying the episode through LangGraph (which
+    #: runs the node again): for nodes whose work must not run twice (an app episode).
+    node_errors_end_episode: ClassVar[bool] = False
     #: the space of the global state where the scenario declares one (a :meth:`global_state`
     #: projection, or states its graph emits with :func:`scenarios.emit_state`); ``None``: the
     #: default concatenation's (:func:`scenarios.global_state.state_space_of`).

@@ -480,6 +480,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
             uncounted=self._uncounted,
             tools=tools,
             keep_latest=self.scenario.scores_limit_episodes,
+            errors_end_run=self.scenario.node_errors_end_episode,
         )
 
     @contextlib.contextmanager

@@ -281,6 +281,9 @@ class FastGraph:
             if not (skip and name in self.agent_nodes):
                 raise
             output = None
+        except Exception as exc:
+            bridge.node_error = exc  # the node's own error (not the executor's)
+            raise
         writes, goto_nodes, goto_sends = _updates(output)
         nxt, snd = self._route(name, output, writes, channels, state)
         return writes, nxt | goto_nodes, [*goto_sends, *snd]
@@ -422,6 +425,8 @@ class FastBridge(EmittedRewards):
         #: ``keep_latest``): what a run cut off by a limit reached
         self.keep_values = False
         self.values: dict[str, Any] | None = None
+        #: the last exception a node function raised (``SteppedRun``'s ``errors_end_run``)
+        self.node_error: BaseException | None = None
 
     def new_superstep(self, tasks: list[str]) -> None:
         """Name the superstep's agent tasks (``<node>_<i>`` for fan-out nodes)."""

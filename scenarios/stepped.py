@@ -20,7 +20,9 @@ order), emits the same rewards and ends with the same ``result``/``error`` as ``
   the decisions (as counterfactual credit does); a replay that hands out different decisions
   raises :class:`~scenarios.base.ScenarioError`. The replay runs without tool latency, and a
   tool call that timed out in the fast run raises its ``ToolTimeout`` at once there instead of
-  running again (:mod:`scenarios.tool_latency`): a hung tool is waited for once.
+  running again (:mod:`scenarios.tool_latency`): a hung tool is waited for once. With
+  ``errors_end_run`` (``Scenario.node_errors_end_episode``) a lone task's node that raises ends
+  the run with its error, as LangGraph's run would, and is not run again.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class SteppedRun:
         tools: the episode's tool calls (:class:`scenarios.tool_latency.ToolEpisode`), found
             by ``tool_latency.active()`` on the bridge; None: tools run as they are.
         keep_latest: keep the state after every superstep in :attr:`latest` (``GraphRun``'s).
+        errors_end_run: a lone task's node that raises ends the run with its error (as
+            LangGraph's run ends) instead of falling back, which would run the node again
+            (``Scenario.node_errors_end_episode``).
     """
 
     def __init__(
@@ -143,8 +148,10 @@ class SteppedRun:
         uncounted: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         tools: Any = None,
         keep_latest: bool = False,
+        errors_end_run: bool = False,
     ) -> None:
         self._uncounted = uncounted
+        self._errors_end_run = errors_end_run
         self.fast = fast
         self.inputs = inputs
         self.recursion_limit = recursion_limit
@@ -302,8 +309,10 @@ class SteppedRun:
                     error_code=ErrorCode.GRAPH_RECURSION_LIMIT,
                 )
             )
-        except (Exception, _Fallback):  # a node raised, an invalid update, an unsupported feature
-            return _FALLBACK
+        except (Exception, _Fallback) as exc:  # a node raised, an invalid update, unsupported
+            if not (self._errors_end_run and exc is self.bridge.node_error and not self._tasks):
+                return _FALLBACK
+            self._error = exc  # a lone node's own error: LangGraph's run ends with it too
         self._finished = True
         self._pending = {}
         return None

@@ -122,6 +122,29 @@ def test_a_function_app_that_raises_or_hangs_ends_its_episode_counted(limit):
     assert env.failure == "timeout" and "timeout_s=3" in env.error, env.error
 
 
+def test_app_episodes_run_on_the_fast_path_and_a_failing_app_runs_once():
+    """An app episode answers its requests on the fast path (no LangGraph run), and an app
+    that raises after its request ends its episode with that error: it is never run a second
+    time to replay the episode through LangGraph."""
+    from scenarios.stepped import SteppedRun
+
+    runs = []
+
+    def app(task: str, llm: Any) -> Any:
+        runs.append(task)
+        client(llm).chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
+        if len(runs) > 1:
+            raise RuntimeError("the app broke")
+        return "ok"
+
+    env = finish(GraphEnv(AppScenario(app, tasks=["t"], verifier=bool, agents=["a"])))
+    assert env.failure is None and env.final_state["result"] == "ok", env.error
+    assert isinstance(env._run, SteppedRun) and not env._run.fell_back
+    finish(env, seed=1)
+    assert env.failure == "error" and "RuntimeError: the app broke" in env.error, env.error
+    assert len(runs) == 2 and not env._run.fell_back
+
+
 def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr():
     root = str(Path(__file__).resolve().parents[1])
     env_vars = {"PYTHONPATH": root}
@@ -232,8 +255,9 @@ def test_function_apps_that_never_return_are_counted_warned_and_bounded(
         release.wait()
 
     caplog.set_level(logging.WARNING, logger="marl.gateway")
-    before = len(app_scenario.stuck_app_threads())  # other tests' apps may still be sleeping
-    monkeypatch.setattr(app_scenario, "MAX_STUCK_APP_THREADS", before + 2)
+    # only this test's threads count (other tests' stuck apps may return at any time)
+    monkeypatch.setattr(app_scenario, "_STUCK", [])
+    monkeypatch.setattr(app_scenario, "MAX_STUCK_APP_THREADS", 2)
     sc = AppScenario(blocked_app, tasks=["t"], verifier=bool, agents=["a"], timeout_s=0.5)
     env = GraphEnv(sc)
     for seed in range(2):

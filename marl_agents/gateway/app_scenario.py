@@ -194,8 +194,9 @@ class AppScenario(ChatAppScenario):
     #: the app may fail before its first request: a counted failed episode, not a graph that
     #: cannot run
     counts_early_failures = True
-    #: the app's node needs LangGraph's run config: episodes skip the fast path's attempt
-    live_langgraph = True
+    #: the app's node runs the app: a failed app ends its episode (never a replay that would
+    #: run the app again)
+    node_errors_end_episode = True
 
     def __init__(
         self,
@@ -358,11 +359,7 @@ class AppScenario(ChatAppScenario):
         returns its result and the turns whose sampled ids replaced re-tokenised ones."""
         from marl_agents.gateway.server import gateway
         from scenarios.alarm import EpisodeTimeout
-        from scenarios.stepped import needs_langgraph
 
-        # the decisions find their episode through LangGraph's run config: on the fast path,
-        # fall back before the app starts
-        needs_langgraph("an app episode answers its requests through LangGraph's run config")
         server = gateway(self.host)
         names = {name: agent for agent, name in self.model_names.items()}
         episode = Episode(

@@ -72,7 +72,7 @@ def answer(
             "messages" if request.prompt_ids is None else "prompt",
             "context_length_exceeded",
         )
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"agent": agent}  # named: the fast path answers it (``in_env_run``)
     if request.tools:
         kwargs["tools"] = request.tools
         if request.tool_choice is not None:

@@ -80,13 +80,20 @@ from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import complete_call
 
 
-def in_env_run() -> bool:
-    """Whether the caller runs inside a marl-orchestra episode (GraphEnv or ``run_inline``)."""
+def in_env_run(agent_given: bool = False) -> bool:
+    """Whether the caller runs inside a marl-orchestra episode (GraphEnv or ``run_inline``).
+
+    ``agent_given``: the call names its agent (the gateway's calls do), so a run on the fast
+    path can answer it; a call that would read its agent off LangGraph's run metadata makes
+    the fast run fall back to LangGraph."""
     from langgraph.config import get_config
 
     from scenarios.bridge import BRIDGE_KEY
+    from scenarios.replay import FAST_BRIDGE
     from scenarios.stepped import needs_langgraph
 
+    if agent_given and FAST_BRIDGE.get() is not None:
+        return True
     # the fast executor runs nodes without LangGraph's config: it falls back to LangGraph here
     needs_langgraph("a chat model in a node finds its episode through LangGraph's run config")
     try:
@@ -162,7 +169,7 @@ class EnvChatModel(PolicyChatModel):
     def _reply(
         self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
     ) -> ChatResult:
-        if not in_env_run():
+        if not in_env_run(agent_given="agent" in kwargs):
             if self.backend is None:
                 raise RuntimeError(
                     "EnvChatModel without a backend was called outside a GraphEnv run: give it "
