@@ -491,29 +491,21 @@ def test_an_app_trains_on_the_cluster_through_its_env_runners_gateways(
     each node of the cluster: every episode's app ran inside an env runner's Ray actor (never
     the driver) and reached that runner's own gateway on the loopback address; both runners
     (both nodes) ran episodes."""
+    from configs import grpo_app_config
+
     log = tmp_path / "where.jsonl"
-    config = {
-        "scenario": "tests.apps.openai_router:located_scenario",
-        "scenario_kwargs": {"log": str(log)},
-        "sharing": "explicit",
-        "pools": {
+    config = grpo_app_config(
+        tmp_path,
+        "tests.apps.openai_router:located_scenario",
+        {
             "router": {"agents": ["router"], "model": {"type": "llm"}},
             "worker": {"agents": ["worker"], "model": {"type": "llm", "tiny_seed": 1}},
         },
-        "train": ["router"],
-        "algorithm": {
-            "name": "GRPO",
-            "lr": 1e-2,
-            "num_epochs": 1,
-            "grpo": {"group_size": 2, "groups_per_iteration": 2},
-        },
-        "budget": {"iterations": 2},
-        "seed": 0,
-        "resources": {"num_env_runners": 2},  # one CPU each: one on each node
-        "logging": {"wandb": "disabled", "progress": False},
-        "output": {"dir": str(tmp_path / "runs"), "name": "app", "checkpoint_every": 0,
-                   "plot": False},
-    }  # fmt: skip
+        ["router"],
+        scenario_kwargs={"log": str(log)},
+        resources={"num_env_runners": 2},  # one CPU each: one on each node
+    ).to_dict()
+    config["output"]["name"] = "app"
     path = tmp_path / "app.yaml"
     path.write_text(json.dumps(config))
     cmd = [sys.executable, "-m", "trainers.cli", "run", "--config", str(path),

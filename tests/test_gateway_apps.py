@@ -376,30 +376,18 @@ def trains_with_frozen_pool(
 def test_the_openai_sdk_app_trains_with_the_router_learning_and_the_worker_frozen(
     ray_session, tmp_path, runners
 ):
-    from trainers.configs.experiment import ExperimentConfig
+    from configs import grpo_app_config
 
     llm = {"type": "llm", "path": "tiny"}
-    cfg = ExperimentConfig.from_dict(
+    cfg = grpo_app_config(
+        tmp_path,
+        "tests.apps.openai_router:scenario",
         {
-            "scenario": "tests.apps.openai_router:scenario",
-            "sharing": "explicit",
-            "pools": {
-                "router": {"agents": ["router"], "model": {**llm, "tiny_seed": 0}},
-                "worker": {"agents": ["worker"], "model": {**llm, "tiny_seed": 1}},
-            },
-            "train": ["router"],
-            "algorithm": {
-                "name": "GRPO",
-                "lr": 1e-2,
-                "num_epochs": 1,
-                "grpo": {"group_size": 2, "groups_per_iteration": 2},
-            },
-            "budget": {"iterations": 2},
-            "seed": 0,
-            "resources": {"num_env_runners": runners},
-            "logging": {"wandb": "disabled", "progress": False},
-            "output": {"dir": str(tmp_path / "runs"), "checkpoint_every": 0, "plot": False},
-        }
+            "router": {"agents": ["router"], "model": {**llm, "tiny_seed": 0}},
+            "worker": {"agents": ["worker"], "model": {**llm, "tiny_seed": 1}},
+        },
+        ["router"],
+        resources={"num_env_runners": runners},
     )
     result = trains_with_frozen_pool(cfg, "router", "worker")
     assert result["env_runners"]["num_episodes_lifetime"] >= 8

@@ -189,16 +189,14 @@ class Episode:
         """Keep the ids of the reply ``message`` under the text the app will send back."""
         from marl_agents.llm.backend import stop_ids
         from marl_agents.llm.chat_model import to_chat_dicts
-        from scenarios.text_space import encode_prompt
 
         assert self.turns is not None
         sampled = list(gen.token_ids)
         if sampled and sampled[-1] in stop_ids(model.tokenizer, model.params):
             sampled.pop()
-        prefill = model.prefill(chat) if callable(model.prefill) else model.prefill
+        prefill, head = model.prefill_of(chat)
         content = to_chat_dicts([message])[0]["content"]
         if content == prefill + gen.text:  # else the app sees other text (a completed call)
-            head = encode_prompt(model.tokenizer, prefill) if prefill else []
             self.turns.remember(content, head + sampled)
 
     def close(self) -> None:

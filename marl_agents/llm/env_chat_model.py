@@ -79,6 +79,9 @@ from marl_agents.llm.constraints import declare, declared
 from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import complete_call
 
+#: prefill texts whose ids a model keeps (a prefill function may make many)
+PREFILL_IDS_KEPT = 1024
+
 
 def in_env_run(agent_given: bool = False) -> bool:
     """Whether the caller runs inside a marl-orchestra episode (GraphEnv or ``run_inline``).
@@ -140,6 +143,7 @@ class EnvChatModel(PolicyChatModel):
     prefill: str | Callable[[list[dict[str, Any]]], str] = ""
     complete_calls: bool = False
     _calls: int = PrivateAttr(default=0)
+    _prefill_ids: dict[str, list[int]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> EnvChatModel:
@@ -180,9 +184,8 @@ class EnvChatModel(PolicyChatModel):
 
         given = kwargs.pop("prompt_ids", None)  # the caller's own ids of ``chat`` (the gateway's)
         prompt = list(given) if given is not None else encode_prompt(self.tokenizer, chat)
-        prefill = self.prefill(chat) if callable(self.prefill) else self.prefill
-        if prefill:
-            prompt += encode_prompt(self.tokenizer, prefill)
+        prefill, head = self.prefill_of(chat)
+        prompt += head
         obs = self.spaces.encode_prompt(prompt)
         # the policy's module finds the call's constraint by its observation
         declare(obs, self.constraint_of(tools, kwargs, prefix=prefill))
@@ -196,6 +199,19 @@ class EnvChatModel(PolicyChatModel):
         if not step.format_ok and self.format_penalty:
             emit_reward(-self.format_penalty, [agent])
         return chat_result(step, index, content, self._calls)
+
+    def prefill_of(self, chat: list[dict[str, Any]]) -> tuple[str, list[int]]:
+        """The text an env-mode reply to ``chat`` starts with, and its token ids (kept per
+        text: a prefill is tokenised once, not at every call)."""
+        text = self.prefill(chat) if callable(self.prefill) else self.prefill
+        if not text:
+            return "", []
+        ids = self._prefill_ids.get(text)
+        if ids is None:
+            if len(self._prefill_ids) >= PREFILL_IDS_KEPT:
+                self._prefill_ids.clear()
+            ids = self._prefill_ids[text] = encode_prompt(self.tokenizer, text)
+        return text, list(ids)
 
     async def _agenerate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
