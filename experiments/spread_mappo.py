@@ -202,7 +202,13 @@ def run(
 
 
 #: learner metrics copied into each row (mean over the modules that report them)
-LEARNER_STATS = ("mean_kl_loss", "curr_kl_coeff", "entropy", "vf_explained_var")
+LEARNER_STATS = (
+    "mean_kl_loss",
+    "curr_kl_coeff",
+    "curr_entropy_coeff",
+    "entropy",
+    "vf_explained_var",
+)
 
 
 def training_stats(
