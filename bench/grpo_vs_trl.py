@@ -130,12 +130,16 @@ tokenised once per text. Per 64 episodes of a scripted reply (no model, process 
     4       1      385            252         ×1.53               ×1.24       0.357
     16      2      992            464         ×2.14               ×1.32       0.356
     4       2      295            129         ×2.29               ×1.51       0.446
+    16      quiet 1615           1350        ×1.20               ×1.22       0.330
+    4       quiet  483            399        ×1.21               ×1.22       0.350
 
-(run 1: the fast path, its later children with the prefill change too; run 2: both.) The
-issue's measure, generated tokens/s, is ≥ 1.5× TRL through the endpoint in all four, but under
-load TRL's wall time suffers more than ours (its wall/CPU 1.8–2.8, ours 1.5–1.8), so tokens per
-CPU second (×1.24–1.51) is the fairer figure: on a quiet machine expect about ×1.3–1.5, the goal
-only just. What is left per episode (CPU, ``py-spy --gil``): the app's ``openai`` client ~1 ms
+(run 1: the fast path, its later children with the prefill change too; run 2: both; quiet:
+the final code alone on the box, 22:15–22:18 UTC, load < 1.) Under load TRL's wall time
+suffers more than ours (its wall/CPU 1.8–2.8, ours 1.5–1.8), which made runs 1–2 pass the
+goal in tokens/s; on the quiet box both measures agree at **×1.20–1.22: the goal (≥ 1.5×)
+is not met through the endpoint** (it is on the built-in path). The endpoint's update is
+0.63 s at 16 tokens, 0.33 s of it the 64 app episodes (~5 ms each, CPU-bound): 1.5× TRL needs
+~0.19 s. What is left per episode (CPU, ``py-spy --gil``): the app's ``openai`` client ~1 ms
 (31%: the app's own cost, which TRL does not have), the gateway's answer ~0.75 ms, the reset and
 step around it, the verifier's replay ~0.3 ms (TRL's reward pays it too).
 
