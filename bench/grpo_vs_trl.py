@@ -102,7 +102,8 @@ before and after, alternating, two runs each, ``--rounds 1 --updates 4 --max-new
 chat): app threads reused (``_Workers``), recording copies of the chat models reused
 (``RecordingCopies``), the model called without LangChain's ``invoke``, rendered prompts kept
 (a GRPO group sends one prompt 8 times), live episodes on LangGraph without the fast path's
-attempt (``Scenario.live_langgraph``):
+attempt (a ``Scenario.live_langgraph`` flag, removed since: app episodes now run on the
+fast path, below):
 
     code     env s/update   endpoint/TRL tok/s  tok/CPU s   endpoint/ours tok/s  tok/CPU s
     before   1.020, 0.735   ×0.43, ×0.68        ×0.77, ×0.93  ×0.17, ×0.30       ×0.34, ×0.42

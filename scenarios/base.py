@@ -137,11 +137,6 @@ class Scenario(ABC):
     #: ``reset()`` raise: for graphs that run a program which may fail on its own (an app
     #: behind the gateway), not for graphs that cannot run at all.
     counts_early_failures: ClassVar[bool] = False
-    #: live episodes run through LangGraph's runtime from the start, never the fast path
-    #: (``GraphEnv``'s engine ``auto``): for graphs whose first node always needs LangGraph's
-    #: run config (``scenarios.stepped.needs_langgraph``), which would otherwise start each
-    #: episode on the fast path only to fall back to LangGraph there.
-    live_langgraph: ClassVar[bool] = False
     #: on the fast path, a lone node that raises ends the episode with its error, as
     #: LangGraph's run would, instead of replaying the episode through LangGraph (which
     #: runs the node again): for nodes whose work must not run twice (an app episode).

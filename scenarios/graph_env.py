@@ -148,8 +148,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
             node.
         engine: how live episodes run (:data:`ENGINES`): ``"auto"`` steps the graph with
             :class:`scenarios.stepped.SteppedRun` (no LangGraph runtime: the same episodes,
-            ~3× faster) where it compiles for the fast path and the scenario does not set
-            ``Scenario.live_langgraph``, else through LangGraph;
+            ~3× faster) where it compiles for the fast path, else through LangGraph;
             ``"langgraph"`` always through LangGraph; ``"fast"`` like auto but a graph that
             does not compile raises :class:`ScenarioError`; ``"check"`` runs every episode both
             ways and raises :class:`ScenarioError` at the first observation, reward,
@@ -453,9 +452,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         """The fast graph live episodes step through (None: they run through LangGraph)."""
         if self._stepper is _UNSET:
             fast = None
-            if self.engine != "langgraph" and not (
-                self.engine == "auto" and self.scenario.live_langgraph
-            ):
+            if self.engine != "langgraph":
                 fast = compile_fast(self.scenario.build_graph(), self.agent_nodes, self.agent_ids)
             if fast is None and self.engine == "fast":
                 raise ScenarioError(

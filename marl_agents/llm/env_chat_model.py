@@ -143,7 +143,7 @@ class EnvChatModel(PolicyChatModel):
     prefill: str | Callable[[list[dict[str, Any]]], str] = ""
     complete_calls: bool = False
     _calls: int = PrivateAttr(default=0)
-    _prefill_ids: dict[str, list[int]] = PrivateAttr(default_factory=dict)
+    _prefill_ids: dict[tuple[int, str], list[int]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> EnvChatModel:
@@ -206,11 +206,12 @@ class EnvChatModel(PolicyChatModel):
         text = self.prefill(chat) if callable(self.prefill) else self.prefill
         if not text:
             return "", []
-        ids = self._prefill_ids.get(text)
+        key = (id(self.tokenizer), text)  # a copy with another tokenizer shares the dict
+        ids = self._prefill_ids.get(key)
         if ids is None:
             if len(self._prefill_ids) >= PREFILL_IDS_KEPT:
                 self._prefill_ids.clear()
-            ids = self._prefill_ids[text] = encode_prompt(self.tokenizer, text)
+            ids = self._prefill_ids[key] = encode_prompt(self.tokenizer, text)
         return text, list(ids)
 
     async def _agenerate(

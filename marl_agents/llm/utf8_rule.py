@@ -61,12 +61,13 @@ class Utf8Rule:
         n = min(len(decoded_vocab), vocab_size)
         ok = np.ones(vocab_size, dtype=bool)
         first = np.full(vocab_size, -1)
+        #: each token's last byte (-1: no bytes, or an id past the vocabulary)
+        self.last = np.full(vocab_size, -1)
         for i in range(n):
             data = bytes(decoded_vocab[i])
             ok[i] = not malformed(data)
             if data:
-                first[i] = data[0]
-        self.last = [bytes(decoded_vocab[i])[-1:] for i in range(n)]
+                first[i], self.last[i] = data[0], data[-1]
         self.anywhere = pack(ok, words)
         self.after = {
             lead: pack(ok & ((first < 0) | ((first >= lo) & (first <= hi))), words)
@@ -79,5 +80,5 @@ class Utf8Rule:
 
     def last_byte(self, token: int) -> int | None:
         """``token``'s last byte (``None``: no bytes, or an id past the vocabulary)."""
-        tail = self.last[token] if 0 <= token < len(self.last) else b""
-        return tail[0] if tail else None
+        byte = int(self.last[token]) if 0 <= token < len(self.last) else -1
+        return byte if byte >= 0 else None
