@@ -28,6 +28,7 @@ from scenarios.counterfactual import CoalitionPolicy, Counterfactual, Policy
 from scenarios.replay import (
     DecisionLimit,
     FastGraph,
+    NodeFailed,
     RecursionLimit,
     Unsupported,
     compile_fast,
@@ -219,6 +220,7 @@ class ReplayAPI:
                     max_decisions=self.max_steps,
                     recursion_limit=self.scenario.max_supersteps + 1,
                     keep_values=self.scenario.scores_limit_episodes,
+                    errors_end_run=self.scenario.node_errors_end_episode,
                 )
         except EpisodeTimeout:  # a replay gets the episode's wall-clock limit too
             return self.scenario.failure_state(None)
@@ -226,6 +228,10 @@ class ReplayAPI:
             return self.scenario.limit_state(exc.state)
         except RecursionLimit as exc:  # GraphRun keeps the error: a failure with its rewards
             outcome = self.scenario.limit_state(exc.state)
+            outcome.reward += exc.team_reward
+            return outcome
+        except NodeFailed as exc:  # as the LangGraph replay ends, without running the node again
+            outcome = self.scenario.failure_state(None)
             outcome.reward += exc.team_reward
             return outcome
         outcome = self.scenario.score(state)

@@ -74,6 +74,19 @@ class RecursionLimit(Exception):
         self.state = state
 
 
+class NodeFailed(Exception):
+    """A lone task's node raised and the run was asked to end with that error
+    (``FastGraph.run(errors_end_run=True)``, as ``SteppedRun``'s): LangGraph's run would fail
+    with it too, so the caller scores a failed episode instead of replaying through LangGraph
+    (which would run the node, e.g. a user's app, again). ``team_reward`` was emitted before.
+
+    Internal control flow, not a ``MarlError``."""
+
+    def __init__(self, team_reward: float) -> None:
+        super().__init__(f"a node raised (team reward so far {team_reward})")
+        self.team_reward = team_reward
+
+
 class DecisionLimit(BaseException):
     """The replay needs more decision steps than the environment allows (a BaseException, so
     that a node's own ``except Exception`` cannot swallow it). Internal control flow, not a
@@ -166,6 +179,7 @@ class FastGraph:
         max_decisions: int,
         recursion_limit: int,
         keep_values: bool = False,
+        errors_end_run: bool = False,
     ) -> tuple[dict[str, Any], float]:
         """Run the graph on ``inputs`` with ``act(agent, obs)`` answering every ``decide()``.
 
@@ -177,6 +191,9 @@ class FastGraph:
             recursion_limit: the LangGraph run's recursion limit: a run that executes that many
                 node supersteps raises :class:`RecursionLimit`, as LangGraph fails it.
             keep_values: the limit errors carry the state the run reached (``state``).
+            errors_end_run: a lone task's node that raises ends the run with
+                :class:`NodeFailed` (``Scenario.node_errors_end_episode``), not
+                :class:`Unsupported`.
 
         Returns:
             The final state and the team reward emitted with ``emit_reward`` during the run.
@@ -194,6 +211,8 @@ class FastGraph:
         except (Unsupported, RecursionLimit):
             raise
         except Exception as exc:  # a node raised, an invalid update, ...: LangGraph decides
+            if errors_end_run and exc is bridge.node_error and len(bridge.task_names) == 1:
+                raise NodeFailed(bridge.team_reward) from exc
             raise Unsupported(f"{type(exc).__name__}: {exc}") from exc
         finally:
             FAST_BRIDGE.reset(token)

@@ -145,6 +145,39 @@ def test_app_episodes_run_on_the_fast_path_and_a_failing_app_runs_once():
     assert len(runs) == 2 and not env._run.fell_back
 
 
+def test_a_replay_where_the_app_fails_runs_the_app_once_and_scores_a_failure():
+    """loo / Shapley replays: an app that raises when an agent is absent (its default reply)
+    makes the coalition's value a failed episode's, and past the fast path's first checks
+    (which replay through LangGraph too, by design) each such replay runs the app once."""
+    from scenarios.counterfactual import Counterfactual
+    from scenarios.env_replays import FAST_REPLAY_CHECKS
+
+    runs = []
+
+    def app(task: str, llm: Any) -> Any:
+        runs.append(task)
+        c = client(llm)
+        reply = c.chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
+        if reply.choices[0].message.content != "go":
+            raise RuntimeError("a was not there")
+        return "ok"
+
+    sc = AppScenario(app, tasks=["t"], verifier=bool, agents=["a"], default_reply="stop")
+    env = GraphEnv(sc)
+    env.reset(seed=0)
+    env.step({"a": tokens_action(sc.spaces, sc.tokenizer, "go")})
+    assert env.failure is None and env.outcome.reward == 1.0, env.error
+    rule = Counterfactual(sc, env.episode_actions())
+    for _ in range(FAST_REPLAY_CHECKS):  # checked against LangGraph: the app runs twice
+        assert env.replay(0, rule.coalition(frozenset())).reward == 0.0
+    assert env.fast_graph() is not None  # the fast replays agreed with LangGraph's
+    runs.clear()
+    for _ in range(3):
+        assert env.replay(0, rule.coalition(frozenset())).reward == 0.0
+        assert env.replay(0, rule.coalition(frozenset({"a"}))).reward == 1.0
+    assert len(runs) == 6
+
+
 def test_command_apps_run_per_episode_and_fail_or_hang_counted_with_their_stderr():
     root = str(Path(__file__).resolve().parents[1])
     env_vars = {"PYTHONPATH": root}
