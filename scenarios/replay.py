@@ -122,6 +122,8 @@ def compile_fast(
             return None
         if any(p is not None for p in policies):
             return None
+        if isinstance((spec.metadata or {}).get("agent"), str):
+            return None  # chat models read it off LangGraph's run metadata (PolicyChatModel)
         node = compiled.nodes[name]
         if node.mapper is not None or isinstance(node.channels, str):
             return None

@@ -56,6 +56,38 @@ def test_send_fan_out_joins_and_commands_are_bit_identical(graph: Any) -> None:
     assert isinstance(env._run, SteppedRun) and not env._run.fell_back
 
 
+def test_chat_app_episodes_run_on_the_fast_path_unless_a_node_names_its_agent() -> None:
+    """``ChatAppScenario`` apps as the tutorials write them (its models name their agents):
+    the same episodes on the fast path as through LangGraph, with no fallback to LangGraph; a
+    node whose metadata names an agent (read off LangGraph's run metadata) runs on LangGraph."""
+    pytest.importorskip("transformers")
+    from marl_agents.llm.chat_app import ChatAppScenario
+    from tests.apps import router, supervisor_tutorial
+
+    for scenario in (router.app(), supervisor_tutorial.scenario()):
+        env = GraphEnv(scenario, engine="check")  # replies that parse (random ids would not)
+        for seed in range(4):
+            env.reset(seed=seed)
+            while env.agents:
+                env.step({a: scenario.default_action(a) for a in env.agents})
+            assert env.failure is None, env.error
+            assert isinstance(env._run, SteppedRun) and not env._run.fell_back
+
+    def build(models: Any) -> Any:
+        def ask(state: dict[str, Any]) -> dict[str, Any]:
+            return {"messages": [models["a"].invoke(state["messages"])]}
+
+        graph = StateGraph(supervisor_tutorial.State)
+        graph.add_node("ask", ask, metadata={"agent": "a"})
+        graph.add_edge(START, "ask")
+        graph.add_edge("ask", END)
+        return graph
+
+    app = ChatAppScenario(build, tasks=["hi"], verifier=bool, agents=["a"])
+    env = check_episodes(GraphEnv(app), 2)
+    assert env.stepped_graph() is None
+
+
 def outcome(env: GraphEnv, engine: str, actions: list[dict[str, Any]]) -> Any:
     """The steps of one episode under ``engine`` (seed 0, given actions), or its error."""
     env.engine = engine

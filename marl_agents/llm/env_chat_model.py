@@ -86,9 +86,10 @@ PREFILL_IDS_KEPT = 1024
 def in_env_run(agent_given: bool = False) -> bool:
     """Whether the caller runs inside a marl-orchestra episode (GraphEnv or ``run_inline``).
 
-    ``agent_given``: the call names its agent (the gateway's calls do), so a run on the fast
-    path can answer it; a call that would read its agent off LangGraph's run metadata makes
-    the fast run fall back to LangGraph."""
+    ``agent_given``: the call or its model names its agent (the gateway's calls do, and
+    ``ChatAppScenario``'s models), so a run on the fast path can answer it; a call that would
+    read its agent off LangGraph's run metadata (``langgraph_node``) makes the fast run fall
+    back to LangGraph."""
     from langgraph.config import get_config
 
     from scenarios.bridge import BRIDGE_KEY
@@ -173,7 +174,9 @@ class EnvChatModel(PolicyChatModel):
     def _reply(
         self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
     ) -> ChatResult:
-        if not in_env_run(agent_given="agent" in kwargs):
+        # an agent named by the call or the model (ChatAppScenario's) needs no LangGraph
+        # metadata, so the fast path answers it; one read off ``langgraph_node`` falls back
+        if not in_env_run(agent_given="agent" in kwargs or self.agent is not None):
             if self.backend is None:
                 raise RuntimeError(
                     "EnvChatModel without a backend was called outside a GraphEnv run: give it "
