@@ -31,6 +31,7 @@ INTERNAL = {
     "scenarios.replay:Unsupported",
     "scenarios.replay:RecursionLimit",
     "scenarios.replay:DecisionLimit",
+    "scenarios.replay:NodeFailed",
     "scenarios.stepped:_Fallback",
 }
 
