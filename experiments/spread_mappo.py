@@ -18,8 +18,9 @@ steps an update, where MAPPO's one minibatch makes 10).
 Ablations: ``--set PATH=VALUE`` overrides the experiment (dotted path, JSON value, e.g.
 ``--set algorithm.extra.use_kl_loss=false``), ``--tag`` names the arm in the rows and the
 report; ``--set scenario=experiments.spread_mappo:team_parallel_env`` trains every agent on
-the team's mean reward. :mod:`experiments.spread_reference` is the plain-torch MAPPO on the same
-env these are calibrated against.
+the team's mean reward, ``…:id_parallel_env`` appends each agent's one-hot id to its
+observation (EPyMARL's ``obs_agent_id``). :mod:`experiments.spread_reference` is the
+plain-torch MAPPO on the same env these are calibrated against.
 
 Run: ``python -m experiments.spread_mappo --algos IPPO MAPPO --seeds 0 1 2 3 4
 --steps 500000`` (one JSON line per evaluation to ``--out``, default
@@ -71,6 +72,46 @@ def team_parallel_env(**kwargs: Any) -> Any:
             return obs, dict.fromkeys(rewards, mean), terms, truncs, infos
 
     return TeamReward(simple_spread_v3.parallel_env(**kwargs))
+
+
+def id_parallel_env(**kwargs: Any) -> Any:
+    """mpe2 ``simple_spread_v3.parallel_env(**kwargs)`` in which every agent's observation ends
+    with a one-hot of its index (EPyMARL's ``obs_agent_id``, on by default there for every
+    algorithm with parameter sharing): a shared actor can tell the agents apart without
+    reading it off positions. Rewards and ``state()`` are mpe2's."""
+    import gymnasium as gym
+    from mpe2 import simple_spread_v3
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class AgentId(BaseParallelWrapper):
+        def __init__(self, env: Any) -> None:
+            super().__init__(env)
+            n = len(env.possible_agents)
+            self._ids = {
+                a: np.eye(n, dtype=np.float32)[i] for i, a in enumerate(env.possible_agents)
+            }
+            self._spaces = {}
+            for a in env.possible_agents:
+                inner = env.observation_space(a)
+                low = np.concatenate([inner.low, np.zeros(n, np.float32)])
+                high = np.concatenate([inner.high, np.ones(n, np.float32)])
+                self._spaces[a] = gym.spaces.Box(low, high, dtype=np.float32)
+
+        def observation_space(self, agent: str) -> Any:
+            return self._spaces[agent]
+
+        def _with_ids(self, obs: dict[str, Any]) -> dict[str, Any]:
+            return {a: np.concatenate([o, self._ids[a]]).astype(np.float32) for a, o in obs.items()}
+
+        def reset(self, seed: int | None = None, options: Any = None) -> Any:
+            obs, infos = self.env.reset(seed=seed, options=options)
+            return self._with_ids(obs), infos
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            obs, rewards, terms, truncs, infos = self.env.step(actions)
+            return self._with_ids(obs), rewards, terms, truncs, infos
+
+    return AgentId(simple_spread_v3.parallel_env(**kwargs))
 
 
 def config(algo: str, seed: int, steps: int, overrides: dict[str, Any] | None = None) -> Any:

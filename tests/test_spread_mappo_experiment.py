@@ -100,3 +100,22 @@ def test_reference_pieces() -> None:
     running = spread_reference.RunningStd()
     running.update(np.array([1.0, 3.0, 5.0]))
     assert running.mean == pytest.approx(3.0) and running.std == pytest.approx(np.std([1, 3, 5]))
+
+
+def test_agent_id_env_is_conformant_and_appends_each_agents_one_hot() -> None:
+    parallel_api_test(spread_mappo.id_parallel_env(**spread_mappo.KW), num_cycles=30)
+    ided = spread_mappo.id_parallel_env(**spread_mappo.KW)
+    own = simple_spread_v3.parallel_env(**spread_mappo.KW)
+    obs, _ = ided.reset(seed=7)
+    plain, _ = own.reset(seed=7)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        for i, agent in enumerate(own.possible_agents):
+            assert np.array_equal(obs[agent][:-3], plain[agent])
+            assert np.array_equal(obs[agent][-3:], np.eye(3)[i])
+            assert ided.observation_space(agent).contains(obs[agent])
+        actions = {a: int(rng.integers(5)) for a in own.agents}
+        obs, mine, *_ = ided.step(actions)
+        plain, theirs, *_ = own.step(actions)
+        assert mine == theirs
+    assert np.array_equal(ided.state(), own.state())  # MAPPO's critic reads mpe2's state
