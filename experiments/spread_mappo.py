@@ -101,7 +101,7 @@ def id_parallel_env(**kwargs: Any) -> Any:
             return self._spaces[agent]
 
         def _with_ids(self, obs: dict[str, Any]) -> dict[str, Any]:
-            return {a: np.concatenate([o, self._ids[a]]).astype(np.float32) for a, o in obs.items()}
+            return {a: np.concatenate([o, self._ids[a]], dtype=np.float32) for a, o in obs.items()}
 
         def reset(self, seed: int | None = None, options: Any = None) -> Any:
             obs, infos = self.env.reset(seed=seed, options=options)
