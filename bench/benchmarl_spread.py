@@ -28,7 +28,9 @@ ours −180.1 at 444 env steps/s (×4.2; mpe2 alone 1,277); at 500k (``--skip-ou
 −200.1 (−233.5…−180.9) at 640–1,340 env steps/s (docs/results.md).
 
 Run: ``python bench/benchmarl_spread.py --steps 20000 --seeds 0`` (from the repo root, with the
-project's venv). ``--skip-peer`` / ``--skip-ours`` run one side.
+project's venv). ``--skip-peer`` / ``--skip-ours`` run one side. Each seed's row is printed as
+soon as it ends (``--out FILE`` also appends it as JSON), so a stopped bench keeps its finished
+seeds; the summary per side follows the last.
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=20, help="greedy episodes per run")
     p.add_argument("--batch", type=int, default=6000, help="BenchMARL frames per batch")
     p.add_argument("--algo", default="ippo", choices=["ippo", "mappo"], help="our algorithm")
+    p.add_argument("--out", help="append each finished seed's row (JSON) to this file")
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--skip-ours", action="store_true")
     p.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)  # inside the venv
@@ -202,22 +205,31 @@ def main() -> None:
         return
     if not args.skip_ours:
         our_config(args.steps, args.seeds[0], args.algo)
-    print(f"mpe2 simple_spread alone, random actions: {mpe2_ceiling():.0f} env steps/s")
+    print(f"mpe2 simple_spread alone, random actions: {mpe2_ceiling():.0f} env steps/s", flush=True)
     results: dict[str, list[dict[str, float]]] = {}
+
+    def done(name: str, seed: int, row: dict[str, float]) -> None:
+        """Print (and with ``--out`` append) a seed's row as soon as it ends: stopping the
+        bench later loses no finished seed."""
+        results.setdefault(name, []).append(row)
+        print(f"seed {seed}: {line(name, [row])}", flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps({"side": name, "seed": seed, "steps": args.steps, **row}) + "\n")
+
     if not args.skip_peer:
         py = ensure_venv()
         for seed in args.seeds:
             cmd = [str(py), __file__, "--peer", "--steps", str(args.steps), "--seeds", str(seed)]
             cmd += ["--episodes", str(args.episodes), "--batch", str(args.batch)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            results.setdefault("BenchMARL MAPPO", []).append(
-                json.loads(out.strip().splitlines()[-1])
-            )
+            # the peer's stderr (progress, errors) goes straight to ours; its last stdout line
+            # is its row
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            done("BenchMARL MAPPO", seed, json.loads(out.strip().splitlines()[-1]))
     if not args.skip_ours:
         for seed in args.seeds:
-            results.setdefault(f"ours {args.algo.upper()}", []).append(
-                ours(args.steps, seed, args.episodes, args.algo)
-            )
+            row = ours(args.steps, seed, args.episodes, args.algo)
+            done(f"ours {args.algo.upper()}", seed, row)
     print(f"simple_spread (N=3, 25 steps, local_ratio 0.5), budget {args.steps} env steps:")
     for name, rows in results.items():
         print(line(name, rows))
