@@ -135,6 +135,10 @@ def test_frozen_pool_is_bit_identical_after_training(tmp_path: Path) -> None:
         pools={"worker": {"model": {"type": "mlp", "hidden": [16]}}},
     )
     algo = to_algorithm_config(cfg).build_algo()
+    group = algo.env_runner_group
+    synced: list[Any] = []
+    sync = group.sync_weights
+    group.sync_weights = lambda *a, **kw: synced.append(kw.get("policies")) or sync(*a, **kw)
     try:
         frozen = learner_weights(algo, "worker")
         assert same(runner_weights(algo, "worker"), frozen)
@@ -144,6 +148,8 @@ def test_frozen_pool_is_bit_identical_after_training(tmp_path: Path) -> None:
         assert same(learner_weights(algo, "worker"), frozen)
         assert same(runner_weights(algo, "worker"), frozen)
         assert not same(learner_weights(algo, "orchestrator"), trainable)
+        # the updates' syncs copy the trained module only (a frozen LLM pool is never re-sent)
+        assert synced == [{"orchestrator"}, {"orchestrator"}]
     finally:
         algo.stop()
 

@@ -237,7 +237,7 @@ class PPOAlgo(ClippedAlgo):
             their own observation.
     """
 
-    rllib_algorithm: ClassVar[str] = "ray.rllib.algorithms.ppo:PPO"
+    rllib_algorithm: ClassVar[str] = "trainers.ppo:PPO"
     lean_learner: ClassVar[str | None] = "trainers.learners.lean:LeanPPOLearner"
     records_rollouts: ClassVar[bool] = True
     name: str = dataclasses.field(default="PPO", init=False)

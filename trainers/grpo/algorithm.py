@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
     ENV_RUNNER_RESULTS,
@@ -35,6 +35,7 @@ from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.async_sampling import SamplePipeline, shares
 from trainers.grpo.connectors import CONFIG_KEY, SKIPPED_UPDATES
 from trainers.grpo.learner import GRPOLearner
+from trainers.ppo import PPO, trained_modules, trains
 
 
 class GRPOAlgorithmConfig(PPOConfig):
@@ -167,7 +168,7 @@ class GRPO(PPO):
     def _update(self, episodes: list[Any]) -> Any:
         """One learner update on ``episodes`` (``None``: no trained module acted, skipped)."""
         cfg = self.config
-        if not any(self._trains(m) for m in episode_modules(episodes)):
+        if not any(trains(cfg, m) for m in episode_modules(episodes)):
             # no trained agent acted (e.g. a frozen agent used up every turn): nothing to learn,
             # and RLlib's learner cannot update on a batch without a trained module
             self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, SKIPPED_UPDATES), 1, reduce="sum")
@@ -195,7 +196,7 @@ class GRPO(PPO):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             # frozen modules show in the learner's results too, but their weights never
             # change: a sync would only copy them again (and make a vLLM sampler reload them)
-            modules = {m for m in learner_results[0] if m != ALL_MODULES and self._trains(m)}
+            modules = trained_modules(self.config, learner_results[0])
             if not modules:  # RLlib reads an empty list as "every module"
                 return
             self.env_runner_group.sync_weights(
@@ -203,13 +204,6 @@ class GRPO(PPO):
                 policies=modules,
                 inference_only=True,
             )
-
-    def _trains(self, module_id: str) -> bool:
-        """Whether ``module_id`` is in ``policies_to_train``."""
-        which = self.config.policies_to_train
-        if which is None:
-            return True
-        return which(module_id, None) if callable(which) else module_id in which
 
 
 def episode_modules(episodes: list[Any]) -> set[str]:
