@@ -317,7 +317,7 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(9.6, 4.2))
     for name in sorted({arm(r) for r in rows}):
         xs, ys, seeds = curve([r for r in rows if arm(r) == name])
         label = f"ours {name} ({seeds} seed{'s' if seeds > 1 else ''})"
@@ -339,7 +339,7 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
     ax.axhline(-230.0, color="grey", ls=":", label="random")
     ax.set_xlabel("env steps")
     ax.set_ylabel("greedy team return (EPyMARL)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the curves
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
