@@ -101,6 +101,7 @@ TRAINERS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("trainers.signals", "trainers.credit"),  # what episodes report; credit estimators, replays
     ("trainers.learners",),  # lean learner, PPO batch, credit learner, value norm
     ("trainers.sampling",),  # env runners: no learner code but the shared categorical math
+    ("trainers.ppo",),  # RLlib's PPO, its syncs leaving frozen modules out (GRPO builds on it)
     ("trainers.grpo",),  # GRPO loss, learner, connectors, algorithm
     ("trainers.cluster", "trainers.plan", "trainers.algo"),  # config → Ray and RLlib
     ("trainers.run",),  # the training loop, run directories, display, resume, exports
