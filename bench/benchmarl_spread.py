@@ -25,7 +25,8 @@ Measured on the shared 2-core box (2026-11-27, seed 0, ``--algo mappo``): at 100
 in one invocation (both niced, other jobs running) BenchMARL −212.8 greedy at 106 env steps/s,
 ours −180.1 at 444 env steps/s (×4.2; mpe2 alone 1,277); at 500k (``--skip-ours``) BenchMARL
 −193.5 at 200 env steps/s, where our 5-seed experiment (``experiments.spread_mappo``) gives
-−200.1 (−233.5…−180.9) at 640–1,340 env steps/s (docs/results.md).
+−200.1 (−233.5…−180.9) at 640–1,340 env steps/s (docs/results.md). Seeds 1 and 2 (2026-11-28,
+``--skip-ours``, niced beside other jobs): −192.5 and −199.9 at 504k.
 
 Run: ``python bench/benchmarl_spread.py --steps 20000 --seeds 0`` (from the repo root, with the
 project's venv). ``--skip-peer`` / ``--skip-ours`` run one side. Each seed's row is printed as
