@@ -6,7 +6,7 @@ too: RLlib logs its learning rate, entropy coefficient and parameter count. Its 
 change, so the copy is pure cost — the whole state of a frozen LLM pool every iteration,
 and a ``sampler: vllm`` pool reloading it into its engine. :class:`PPO` (what
 ``algorithm: {name: PPO | MAPPO | IPPO}`` builds) and :class:`~trainers.grpo.algorithm.GRPO`
-sync only the modules they train (:func:`trained_modules`). A sync that names no modules
+sync only the modules they train (:func:`sync_trained`). A sync that names no modules
 (restoring a checkpoint, RLlib's start) still copies every module, frozen ones included.
 
 Example:
@@ -18,7 +18,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ray.rllib.algorithms.ppo import PPO as RLlibPPO
@@ -41,6 +42,16 @@ def trained_modules(config: Any, modules: Iterable[str]) -> set[str]:
     return {m for m in modules if m != ALL_MODULES and trains(config, m)}
 
 
+def sync_trained(
+    sync: Callable[..., None], config: Any, modules: Iterable[str], **kwargs: Any
+) -> None:
+    """``sync(policies=<the trained ones of modules>, **kwargs)``, or nothing when none of
+    them is trained: RLlib reads an empty list of policies as "every module"."""
+    trained = trained_modules(config, modules)
+    if trained:
+        sync(policies=trained, **kwargs)
+
+
 class PPO(RLlibPPO):
     """RLlib's PPO whose syncs after an update copy only trained modules to the env runners."""
 
@@ -57,11 +68,10 @@ class PPO(RLlibPPO):
         sync, patched = group.sync_weights, "sync_weights" in vars(group)
 
         def trained_only(*args: Any, policies: Any = None, **kwargs: Any) -> None:
-            if policies is not None:  # an update's sync: RLlib names the modules it updated
-                policies = trained_modules(self.config, policies)
-                if not policies:  # RLlib reads an empty list as "every module"
-                    return
-            sync(*args, policies=policies, **kwargs)
+            if policies is None:  # every module (RLlib names the modules of an update's sync)
+                sync(*args, **kwargs)
+            else:
+                sync_trained(functools.partial(sync, *args), self.config, policies, **kwargs)
 
         group.sync_weights = trained_only  # this step's syncs only
         try:
