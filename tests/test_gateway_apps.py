@@ -580,6 +580,38 @@ def test_a_reply_sent_back_is_its_sampled_ids_and_drift_is_counted(fidelity, can
         assert "gateway/retokenized_turns" not in metrics
 
 
+def test_a_prefill_function_is_called_once_a_request_and_its_reply_keeps_its_ids():
+    """The reply's prefill is the one its prompt ended with: a prefill function is not asked
+    again when the reply's ids are kept (a function that answers differently each call, e.g.
+    one counting turns, would otherwise lose the reply's sampled ids)."""
+    calls: list[int] = []
+
+    def prefill(chat: list[dict[str, Any]]) -> str:
+        calls.append(len(chat))
+        return f"turn{len(calls)} "
+
+    sc = AppScenario(
+        two_turns,
+        tasks=["hi"],
+        verifier=bool,
+        agents=["a"],
+        max_prompt_tokens=96,
+        max_new_tokens=8,
+        prefill={"a": prefill},
+    )
+    tok = sc.tokenizer
+    sampled = [tok.convert_tokens_to_ids(ch) for ch in "hello"]  # not how "hello" tokenises
+    env = GraphEnv(sc)
+    env.reset(seed=0)
+    obs, _, _, _, _ = env.step({"a": sc.spaces.encode_action([*sampled, tok.eos_token_id])})
+    second = sc.spaces.decode_prompt(obs["a"])
+    env.step({"a": tokens_action(sc.spaces, tok, "ok")})
+    assert env.failure is None and env.final_state["result"] == "turn1 hello"
+    assert calls == [1, 3]  # once for each request (its chat: 1 message, then 3)
+    assert any(second[i : i + len(sampled)] == sampled for i in range(len(second)))
+    assert env.outcome.metrics["gateway/retokenized_turns"] == 1  # drift found and undone
+
+
 # ----- async apps, parallel requests, aborted episodes ------------------------------------------
 async def gather_run(task: str, llm: Any) -> list[str]:
     """Both agents asked at once (``asyncio.gather``): answered one after the other."""

@@ -153,7 +153,7 @@ class Episode:
         self.requests += 1
         model = self._model(call.agent, chat_models)
         try:
-            reply, gen, chat = answer(
+            reply, step = answer(
                 model,
                 call.agent,
                 call.request,
@@ -167,7 +167,7 @@ class Episode:
             call.future.set_exception(_ended())
             raise
         if self.turns is not None:
-            self._remember(model, chat, reply.message, gen)
+            self._remember(model, step, reply.message)
         call.future.set_result(reply)
 
     def _model(self, agent: str, chat_models: Mapping[str, Any]) -> Any:
@@ -185,18 +185,20 @@ class Episode:
             self._sources[agent] = source
         return model
 
-    def _remember(self, model: Any, chat: list[dict[str, Any]], message: Any, gen: Any) -> None:
-        """Keep the ids of the reply ``message`` under the text the app will send back."""
+    def _remember(self, model: Any, step: Any, message: Any) -> None:
+        """Keep the ids of the reply ``message`` (the call ``step`` recorded) under the text
+        the app will send back: the prefill's ids (the prompt's last ones) and the sampled."""
         from marl_agents.llm.backend import stop_ids
         from marl_agents.llm.chat_model import to_chat_dicts
 
         assert self.turns is not None
+        gen = step.generation
         sampled = list(gen.token_ids)
         if sampled and sampled[-1] in stop_ids(model.tokenizer, model.params):
             sampled.pop()
-        prefill, head = model.prefill_of(chat)
+        head = model.prefill_ids(step.prefill)
         content = to_chat_dicts([message])[0]["content"]
-        if content == prefill + gen.text:  # else the app sees other text (a completed call)
+        if content == step.prefill + gen.text:  # else the app sees other text (a completed call)
             self.turns.remember(content, head + sampled)
 
     def close(self) -> None:

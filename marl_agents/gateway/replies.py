@@ -31,7 +31,7 @@ def answer(
     *,
     turns: TurnIds | None = None,
     truncate_prompts: bool = False,
-) -> tuple[Reply, Any, list[dict[str, Any]]]:
+) -> tuple[Reply, Any]:
     """Answer ``request`` with ``model`` (an ``EnvChatModel`` recording its calls).
 
     Args:
@@ -42,7 +42,8 @@ def answer(
         truncate_prompts: keep a too-long prompt's last tokens instead of refusing it.
 
     Returns:
-        The reply, the model's generation and the request's chat dicts.
+        The reply and the model's record of the call (its ``LLMStep``: generation, the
+        request's chat dicts, prefill).
 
     Raises:
         GatewayError: a prompt over ``max_prompt_tokens`` (400 ``context_length_exceeded``) or
@@ -87,8 +88,9 @@ def answer(
         message = model._generate(list(messages), **kwargs).generations[0].message
     except ConstraintError as exc:
         raise GatewayError(str(exc), 400, param="response_format") from exc
-    gen = model.recorder.steps()[-1].generation
-    return Reply(message, list(gen.prompt_ids), list(gen.token_ids)), gen, chat
+    step = model.recorder.steps()[-1]
+    gen = step.generation
+    return Reply(message, list(gen.prompt_ids), list(gen.token_ids)), step
 
 
 def token_prompt_message(model: Any, ids: list[int]) -> Any:

@@ -74,10 +74,7 @@ class ServedTeam:
         model = self.chat_models[agent].model_copy(update=update)
 
         def call(_: Any) -> Reply:
-            reply, _gen, _chat = answer(
-                model, agent, request, truncate_prompts=self.truncate_prompts
-            )
-            return reply
+            return answer(model, agent, request, truncate_prompts=self.truncate_prompts)[0]
 
         with self._lock:
             self.requests += 1

@@ -88,6 +88,8 @@ class LLMStep:
         format_ok: ``False`` when a tool-call block was malformed (apply the format penalty).
         errors: the parser's messages for malformed blocks.
         messages: the chat messages the prompt was rendered from.
+        prefill: the text the reply was started with (not generated: its ids end the prompt),
+            ``""`` when none.
     """
 
     agent: str
@@ -96,6 +98,7 @@ class LLMStep:
     format_ok: bool
     errors: list[str]
     messages: list[dict[str, Any]]
+    prefill: str = ""
 
 
 class GenerationRecorder:
@@ -372,9 +375,10 @@ def parse_step(
     chat: list[dict[str, Any]],
     tools: Sequence[dict[str, Any]] | None,
     text: str,
+    prefill: str = "",
 ) -> tuple[LLMStep, str]:
-    """The record of one call whose reply is ``text`` and the reply's text outside tool calls
-    (tool calls are parsed only when tools are bound)."""
+    """The record of one call whose reply is ``text`` (``prefill`` + the generated text) and
+    the reply's text outside tool calls (tool calls are parsed only when tools are bound)."""
     parsed = parse_tool_calls(text, tool_names(tools)) if tools else None
     step = LLMStep(
         agent=agent,
@@ -383,6 +387,7 @@ def parse_step(
         format_ok=parsed.format_ok if parsed else True,
         errors=parsed.errors if parsed else [],
         messages=chat,
+        prefill=prefill,
     )
     return step, parsed.content if parsed else text
 

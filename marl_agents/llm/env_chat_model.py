@@ -196,7 +196,7 @@ class EnvChatModel(PolicyChatModel):
         text = prefill + gen.text
         if self.complete_calls and tools:
             text = complete_call(text, tool_names(tools))
-        step, content = parse_step(agent, gen, chat, tools, text)
+        step, content = parse_step(agent, gen, chat, tools, text, prefill)
         index = self.recorder.add(step) if self.record else None
         self._calls += 1
         if not step.format_ok and self.format_penalty:
@@ -204,18 +204,23 @@ class EnvChatModel(PolicyChatModel):
         return chat_result(step, index, content, self._calls)
 
     def prefill_of(self, chat: list[dict[str, Any]]) -> tuple[str, list[int]]:
-        """The text an env-mode reply to ``chat`` starts with, and its token ids (kept per
-        text: a prefill is tokenised once, not at every call)."""
+        """The text an env-mode reply to ``chat`` starts with (``prefill`` called once), and
+        its token ids."""
         text = self.prefill(chat) if callable(self.prefill) else self.prefill
+        return text, self.prefill_ids(text)
+
+    def prefill_ids(self, text: str) -> list[int]:
+        """The token ids of the prefill ``text`` (kept per text: a prefill is tokenised once,
+        not at every call)."""
         if not text:
-            return "", []
+            return []
         key = (id(self.tokenizer), text)  # a copy with another tokenizer shares the dict
         ids = self._prefill_ids.get(key)
         if ids is None:
             if len(self._prefill_ids) >= PREFILL_IDS_KEPT:
                 self._prefill_ids.clear()
             ids = self._prefill_ids[key] = encode_prompt(self.tokenizer, text)
-        return text, list(ids)
+        return list(ids)
 
     async def _agenerate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
