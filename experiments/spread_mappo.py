@@ -321,10 +321,11 @@ def plot(out: Path, png: Path, reference: Path | None = None) -> Path:
 
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     fig, ax = plt.subplots(figsize=(9.6, 4.2))
-    for name in sorted({arm(r) for r in rows}):
+    colours = plt.get_cmap("tab20").colors  # one per arm: the default cycle repeats after 10
+    for i, name in enumerate(sorted({arm(r) for r in rows})):
         xs, ys, seeds = curve([r for r in rows if arm(r) == name])
         label = f"ours {name} ({seeds} seed{'s' if seeds > 1 else ''})"
-        ax.plot(xs, ys, marker=".", label=label)
+        ax.plot(xs, ys, marker=".", color=colours[i % len(colours)], label=label)
     if reference is not None and reference.exists():
         ref = [json.loads(x) for x in reference.read_text().splitlines() if x.strip()]
         ref = [r for r in ref if r.get("reward") == "env" and not r.get("tag")]
