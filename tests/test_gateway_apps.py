@@ -543,18 +543,23 @@ def two_turns(task: str, llm: Any) -> str:
     return reply
 
 
-@pytest.mark.parametrize("fidelity", [True, False])
-@pytest.mark.parametrize("canonical", [True, False])
-def test_a_reply_sent_back_is_its_sampled_ids_and_drift_is_counted(fidelity, canonical):
-    sc = AppScenario(
+def two_turns_scenario(**kwargs: Any) -> AppScenario:
+    """:func:`two_turns` as a one-agent scenario (``kwargs``: more ``AppScenario`` settings)."""
+    return AppScenario(
         two_turns,
         tasks=["hi"],
         verifier=bool,
         agents=["a"],
         max_prompt_tokens=96,
         max_new_tokens=8,
-        token_fidelity=fidelity,
+        **kwargs,
     )
+
+
+@pytest.mark.parametrize("fidelity", [True, False])
+@pytest.mark.parametrize("canonical", [True, False])
+def test_a_reply_sent_back_is_its_sampled_ids_and_drift_is_counted(fidelity, canonical):
+    sc = two_turns_scenario(token_fidelity=fidelity)
     tok = sc.tokenizer
     text = "hello"
     retokenized = tok(text, add_special_tokens=False)["input_ids"]
@@ -590,15 +595,7 @@ def test_a_prefill_function_is_called_once_a_request_and_its_reply_keeps_its_ids
         calls.append(len(chat))
         return f"turn{len(calls)} "
 
-    sc = AppScenario(
-        two_turns,
-        tasks=["hi"],
-        verifier=bool,
-        agents=["a"],
-        max_prompt_tokens=96,
-        max_new_tokens=8,
-        prefill={"a": prefill},
-    )
+    sc = two_turns_scenario(prefill={"a": prefill})
     tok = sc.tokenizer
     sampled = [tok.convert_tokens_to_ids(ch) for ch in "hello"]  # not how "hello" tokenises
     env = GraphEnv(sc)
