@@ -19,11 +19,14 @@ Ablations: ``--set PATH=VALUE`` overrides the experiment (dotted path, JSON valu
 ``--set algorithm.extra.use_kl_loss=false``), ``--tag`` names the arm in the rows and the
 report; ``--set scenario=experiments.spread_mappo:team_parallel_env`` trains every agent on
 the team's mean reward, ``…:id_parallel_env`` appends each agent's one-hot id to its
-observation (EPyMARL's ``obs_agent_id``). :mod:`experiments.spread_reference` is the
+observation (EPyMARL's ``obs_agent_id``), ``…:normed_parallel_env`` is the team reward with
+each observation and ``state()`` standardised over its entries (MAPPO's input layer
+normalisation, without its learned affine). :mod:`experiments.spread_reference` is the
 plain-torch MAPPO on the same env these are calibrated against. The best settings found at
-500k (docs/results.md, 5 seeds greedy: MAPPO −151.8, IPPO −163.6): ``--set
+500k (docs/results.md, 5 seeds greedy: IPPO −163.6, MAPPO −151.8): ``--set
 scenario=experiments.spread_mappo:team_parallel_env --set algorithm.entropy_coeff=0.03 --set
-algorithm.lr=0.0028``.
+algorithm.lr=0.0028``; MAPPO with ``scenario=experiments.spread_mappo:normed_parallel_env``
+instead: −149.9.
 
 Run: ``python -m experiments.spread_mappo --algos IPPO MAPPO --seeds 0 1 2 3 4
 --steps 500000`` (one JSON line per evaluation to ``--out``, default
@@ -75,6 +78,32 @@ def team_parallel_env(**kwargs: Any) -> Any:
             return obs, dict.fromkeys(rewards, mean), terms, truncs, infos
 
     return TeamReward(simple_spread_v3.parallel_env(**kwargs))
+
+
+def normed_parallel_env(**kwargs: Any) -> Any:
+    """:func:`team_parallel_env` whose observations and ``state()`` are each standardised
+    over their own entries (``(x − mean(x)) / std(x)``): the input layer normalisation of
+    MAPPO's implementation (``use_feature_normalization``, a ``LayerNorm`` on the actor's and
+    the critic's inputs) without its learned scale and shift."""
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    def norm(x: Any) -> np.ndarray:
+        x = np.asarray(x, np.float32)
+        return ((x - x.mean()) / np.sqrt(x.var() + 1e-5)).astype(np.float32)
+
+    class Normed(BaseParallelWrapper):
+        def reset(self, seed: int | None = None, options: Any = None) -> Any:
+            obs, infos = self.env.reset(seed=seed, options=options)
+            return {a: norm(o) for a, o in obs.items()}, infos
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            obs, rewards, terms, truncs, infos = self.env.step(actions)
+            return {a: norm(o) for a, o in obs.items()}, rewards, terms, truncs, infos
+
+        def state(self) -> np.ndarray:
+            return norm(self.env.state())
+
+    return Normed(team_parallel_env(**kwargs))
 
 
 def id_parallel_env(**kwargs: Any) -> Any:

@@ -119,3 +119,22 @@ def test_agent_id_env_is_conformant_and_appends_each_agents_one_hot() -> None:
         plain, theirs, *_ = own.step(actions)
         assert mine == theirs
     assert np.array_equal(ided.state(), own.state())  # MAPPO's critic reads mpe2's state
+
+
+def test_input_norm_env_is_conformant_and_standardises_observations_and_state() -> None:
+    parallel_api_test(spread_mappo.normed_parallel_env(**spread_mappo.KW), num_cycles=30)
+    normed = spread_mappo.normed_parallel_env(**spread_mappo.KW)
+    team = spread_mappo.team_parallel_env(**spread_mappo.KW)
+    obs, _ = normed.reset(seed=7)
+    raw, _ = team.reset(seed=7)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        for agent, o in obs.items():
+            x = raw[agent]
+            assert np.allclose(o, (x - x.mean()) / np.sqrt(x.var() + 1e-5), atol=1e-5)
+        state = normed.state()
+        assert abs(state.mean()) < 1e-5 and state.std() == pytest.approx(1.0, abs=1e-3)
+        actions = {a: int(rng.integers(5)) for a in team.agents}
+        obs, mine, *_ = normed.step(actions)
+        raw, theirs, *_ = team.step(actions)
+        assert mine == theirs  # the team's reward, unchanged
