@@ -249,7 +249,7 @@ CASES = {
     "unknown algorithm": (dict(algorithm="DQN"), "use one of PPO, APPO, IMPALA"),
     "minibatch above batch": (
         dict(algorithm=PPOAlgo(train_batch_size=100, minibatch_size=200)),
-        "minibatch_size=200 exceeds",
+        "minibatch_size=200 exceeds.*rows of a module's batch.*counts env steps",
     ),
     "no budget": (
         dict(budget=BudgetConfig(iterations=None)),

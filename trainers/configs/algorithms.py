@@ -265,7 +265,9 @@ class PPOAlgo(ClippedAlgo):
         if self.minibatch_size > self.train_batch_size:
             raise ConfigError(
                 f"algorithm.minibatch_size={self.minibatch_size} exceeds train_batch_size="
-                f"{self.train_batch_size}: lower it or raise the batch"
+                f"{self.train_batch_size}: lower it or raise the batch (RLlib refuses it too; "
+                "minibatch_size counts rows of a module's batch, one per acting agent and step, "
+                "while train_batch_size counts env steps)"
             )
 
     def training_kwargs(self) -> dict[str, Any]:
