@@ -21,6 +21,21 @@ from experiments import spread_mappo, spread_reference  # noqa: E402
 from experiments.epymarl import team_return  # noqa: E402
 
 
+def lockstep(env, ref, steps: int = 25):
+    """``env`` and ``ref`` reset on seed 7 and stepped with the same random actions: yields
+    ``(obs, ref_obs, rewards, ref_rewards)`` after the reset (rewards ``None``) and after each
+    of ``steps`` steps."""
+    obs, _ = env.reset(seed=7)
+    ref_obs, _ = ref.reset(seed=7)
+    yield obs, ref_obs, None, None
+    rng = np.random.default_rng(0)
+    for _ in range(steps):
+        actions = {a: int(rng.integers(5)) for a in ref.agents}
+        obs, rewards, *_ = env.step(actions)
+        ref_obs, ref_rewards, *_ = ref.step(actions)
+        yield obs, ref_obs, rewards, ref_rewards
+
+
 def test_set_overrides_reach_the_experiment() -> None:
     sets = spread_mappo.parse_sets(
         ["algorithm.num_epochs=15", "algorithm.extra.use_kl_loss=false", "algorithm.lr=5e-4"]
@@ -64,13 +79,7 @@ def test_team_reward_env_is_conformant_and_shares_the_mean() -> None:
     parallel_api_test(spread_mappo.team_parallel_env(**spread_mappo.KW), num_cycles=30)
     team = spread_mappo.team_parallel_env(**spread_mappo.KW)
     own = simple_spread_v3.parallel_env(**spread_mappo.KW)
-    team.reset(seed=7)
-    own.reset(seed=7)
-    rng = np.random.default_rng(0)
-    for _ in range(25):
-        actions = {a: int(rng.integers(5)) for a in own.agents}
-        _, mine, *_ = team.step(actions)
-        _, theirs, *_ = own.step(actions)
+    for _, _, mine, theirs in list(lockstep(team, own))[1:]:
         mean = float(np.mean(list(theirs.values())))
         assert mine == pytest.approx(dict.fromkeys(theirs, mean))
     assert team.state().shape == own.state().shape  # MAPPO's critic still reads it
@@ -106,17 +115,11 @@ def test_agent_id_env_is_conformant_and_appends_each_agents_one_hot() -> None:
     parallel_api_test(spread_mappo.id_parallel_env(**spread_mappo.KW), num_cycles=30)
     ided = spread_mappo.id_parallel_env(**spread_mappo.KW)
     own = simple_spread_v3.parallel_env(**spread_mappo.KW)
-    obs, _ = ided.reset(seed=7)
-    plain, _ = own.reset(seed=7)
-    rng = np.random.default_rng(0)
-    for _ in range(25):
+    for obs, plain, mine, theirs in lockstep(ided, own):
         for i, agent in enumerate(own.possible_agents):
             assert np.array_equal(obs[agent][:-3], plain[agent])
             assert np.array_equal(obs[agent][-3:], np.eye(3)[i])
             assert ided.observation_space(agent).contains(obs[agent])
-        actions = {a: int(rng.integers(5)) for a in own.agents}
-        obs, mine, *_ = ided.step(actions)
-        plain, theirs, *_ = own.step(actions)
         assert mine == theirs
     assert np.array_equal(ided.state(), own.state())  # MAPPO's critic reads mpe2's state
 
@@ -125,16 +128,10 @@ def test_input_norm_env_is_conformant_and_standardises_observations_and_state() 
     parallel_api_test(spread_mappo.normed_parallel_env(**spread_mappo.KW), num_cycles=30)
     normed = spread_mappo.normed_parallel_env(**spread_mappo.KW)
     team = spread_mappo.team_parallel_env(**spread_mappo.KW)
-    obs, _ = normed.reset(seed=7)
-    raw, _ = team.reset(seed=7)
-    rng = np.random.default_rng(0)
-    for _ in range(25):
+    for obs, raw, mine, theirs in lockstep(normed, team):
         for agent, o in obs.items():
             x = raw[agent]
             assert np.allclose(o, (x - x.mean()) / np.sqrt(x.var() + 1e-5), atol=1e-5)
         state = normed.state()
         assert abs(state.mean()) < 1e-5 and state.std() == pytest.approx(1.0, abs=1e-3)
-        actions = {a: int(rng.integers(5)) for a in team.agents}
-        obs, mine, *_ = normed.step(actions)
-        raw, theirs, *_ = team.step(actions)
         assert mine == theirs  # the team's reward, unchanged
