@@ -144,6 +144,30 @@ is not met through the endpoint** (it is on the built-in path). The endpoint's u
 (31%: the app's own cost, which TRL does not have), the gateway's answer ~0.75 ms, the reset and
 step around it, the verifier's replay ~0.3 ms (TRL's reward pays it too).
 
+**Why the endpoint stops short of ×1.5 here** (2026-11-28 07:55–08:55 UTC, a fresh quiet
+box, load < 0.5; ``--path endpoint --in-flight all --rounds 3 --updates 5
+--max-new-tokens 16``): endpoint 1357 tokens/s, TRL 1207, **×1.12** (×1.13 per CPU second);
+the endpoint's update 0.739 s = env 0.380 + generate 0.142 + learn 0.230; TRL's 0.832 s.
+×1.5 needs ≤ 0.555 s, i.e. env ≤ ~0.19 s for the 64 app episodes. The process is CPU-bound
+on one core (tokens per CPU second = tokens/s), so waiting is not the cost: CPU is. Per 64
+episodes of a scripted reply (no model; ``GraphEnv`` reset + step on the runner's path,
+process CPU = wall, 0.25–0.30 s): the ``openai`` client alone takes **2.5–2.9 ms CPU a
+request** (``chat.completions.create`` with these messages against a trivial HTTP server in
+another process: the SDK's request building and ``_transform_recursive``, httpx, response
+parsing), i.e. 0.16–0.19 s an update, a fifth of TRL's whole update, and our side (HTTP
+server, gateway answer, env, the bench's verifier) ~1.9 ms. Parsing is not it (stdlib
+header parsing 38 µs, ``parse_chat`` 13 µs a request; ``py-spy --gil`` blames frames where
+threads wake, e.g. ``Condition.__init__``). Prototypes (``/tmp`` scripts, not landed),
+per 64 scripted episodes: the app's client run in **another process** (a spawned host
+taking jobs over a queue) 0.30 → 0.244 s (our process's CPU 0.12 s); with every sub-env
+on its own thread as well, 0.214–0.225 s (thread hand-offs add CPU: 0.12 → 0.147 s); the
+next sample's resets started during the learner's update (64 env threads beside a 0.5 s
+forward/backward of the tiny model) hide about half of the resets' 0.22 s. Together those
+would save ~0.1–0.15 s an update, ×1.3–1.4 TRL on this box, still short of ×1.5, at the
+cost of an app host process, a batching window for threaded sub-envs and taking the next
+sample's first observations before the weight sync; not built. The goal stays **not met
+through the endpoint** on this 2-core CPU; the built-in path meets it (×2.17–3.03).
+
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:
