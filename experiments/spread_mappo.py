@@ -21,7 +21,9 @@ report; ``--set scenario=experiments.spread_mappo:team_parallel_env`` trains eve
 the team's mean reward, ``…:id_parallel_env`` appends each agent's one-hot id to its
 observation (EPyMARL's ``obs_agent_id``), ``…:normed_parallel_env`` is the team reward with
 each observation and ``state()`` standardised over its entries (MAPPO's input layer
-normalisation, without its learned affine). :mod:`experiments.spread_reference` is the
+normalisation, without its learned affine); ``--set pools.team.model.input_norm=true`` is
+that normalisation as the pool's setting (a ``LayerNorm`` with its affine in front of the
+actor and the critic, as MAPPO's implementation has it). :mod:`experiments.spread_reference` is the
 plain-torch MAPPO on the same env these are calibrated against. The best settings found at
 500k (docs/results.md, 5 seeds greedy: IPPO −163.6, MAPPO −151.8): ``--set
 scenario=experiments.spread_mappo:team_parallel_env --set algorithm.entropy_coeff=0.03 --set

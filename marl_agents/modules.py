@@ -7,6 +7,10 @@
   ``mlp`` pools use :class:`CentralCriticMLPModule` (the same actor layers, a separate value
   network over the learner's critic column), and ``gru``/``mpnn`` modules swap their value
   head for that network; the actors' forwards are unchanged.
+* ``mlp`` pools with ``input_norm: true`` use :class:`MLPModule` (the same layers as RLlib's
+  default, a separate value MLP over the observation, each network's input through a
+  ``LayerNorm``: MAPPO's ``use_feature_normalization``), or :class:`CentralCriticMLPModule`
+  with that input norm on the actor and the centralised critic.
 * ``gru`` pools use :class:`GRUModule` (recurrent actor-critic for partial observability).
 * ``mpnn`` pools use :class:`MessagePassingModule`: one round of message passing over the
   topology's channels, applied to the agent's own observation (see its docstring).
@@ -96,6 +100,11 @@ def obs_dim(space: gym.Space) -> int:
     return int(gym.spaces.flatdim(space))
 
 
+def input_normed(net: nn.Module, width: int, norm: bool) -> nn.Module:
+    """``net`` behind a ``LayerNorm`` of its ``width`` inputs when ``norm`` (else ``net``)."""
+    return nn.Sequential(nn.LayerNorm(width), net) if norm else net
+
+
 def critic_net(cfg: Mapping[str, Any]) -> nn.Module | None:
     """The centralised value network a model config asks for (``critic_dim > 0``: an MLP of
     its ``hidden`` sizes over the critic column), or None for the module's own critic."""
@@ -103,24 +112,31 @@ def critic_net(cfg: Mapping[str, Any]) -> nn.Module | None:
     if dim <= 0:
         return None
     net, width = mlp(dim, list(cfg["hidden"]), cfg["activation"])
-    return central_critic(net, width)
+    return central_critic(input_normed(net, dim, bool(cfg.get("input_norm", False))), width)
 
 
-class CentralCriticMLPModule(TorchRLModule, ValueFunctionAPI):
-    """An ``mlp`` pool's module with a centralised critic: actor MLP → policy head from the
-    agent's own observation; values from a separate MLP over the learner's critic column
-    (:mod:`marl_agents.critics`). ``model_config``: ``hidden``, ``activation``, ``critic_dim``.
-    """
+class MLPModule(TorchRLModule, ValueFunctionAPI):
+    """An ``mlp`` pool's actor-critic built here: actor MLP → policy head from the agent's own
+    observation; values from a separate MLP (with a linear head) over the observation, or, with
+    ``critic_dim > 0``, over the learner's critic column (:mod:`marl_agents.critics`).
+    ``model_config``: ``hidden``, ``activation``, ``critic_dim``, ``input_norm`` (each network's
+    input goes through a ``LayerNorm`` with its affine, as MAPPO's ``use_feature_normalization``
+    does: the actor's over the observation, the critic's over its own input)."""
 
     @override
     def setup(self) -> None:
         cfg = self.model_config
-        self.actor, width = mlp(
-            obs_dim(self.observation_space), list(cfg["hidden"]), cfg["activation"]
-        )
+        sizes, activation = list(cfg["hidden"]), cfg["activation"]
+        norm = bool(cfg.get("input_norm", False))
+        width_in = obs_dim(self.observation_space)
+        actor, width = mlp(width_in, sizes, activation)
+        self.actor = input_normed(actor, width_in, norm)
         logits, self.action_dist_cls = action_head(self.action_space)
         self.pi = nn.Linear(width, logits)
         self.critic = critic_net(cfg)
+        if self.critic is None:  # the module's own critic, over the observation
+            net, width = mlp(width_in, sizes, activation)
+            self.critic = central_critic(input_normed(net, width_in, norm), width)
 
     @override
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -128,7 +144,14 @@ class CentralCriticMLPModule(TorchRLModule, ValueFunctionAPI):
 
     @override
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
-        return central_values(self.critic, batch)
+        if int(self.model_config.get("critic_dim", 0)) > 0:
+            return central_values(self.critic, batch)
+        return self.critic(batch[Columns.OBS].float()).squeeze(-1)
+
+
+class CentralCriticMLPModule(MLPModule):
+    """:class:`MLPModule` with a centralised critic (``critic_dim > 0``: required), under the
+    name runs and checkpoints have used for it."""
 
 
 class GRUModule(TorchRLModule, ValueFunctionAPI):
@@ -302,6 +325,9 @@ def _checkpoint_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModule
 def _mlp_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
     m = pool.model
     assert isinstance(m, MLPModel)
+    if m.input_norm:
+        config = {"hidden": list(m.hidden), "activation": m.activation, "input_norm": True}
+        return RLModuleSpec(module_class=MLPModule, model_config=config, **_spaces(pool))
     cfg = DefaultModelConfig(
         fcnet_hiddens=list(m.hidden),
         fcnet_activation=m.activation,
@@ -410,6 +436,8 @@ def module_spec(
     if isinstance(pool.model, MLPModel):
         m = pool.model
         config = {"hidden": list(m.hidden), "activation": m.activation}
+        if m.input_norm:
+            config["input_norm"] = True
         return RLModuleSpec(
             module_class=CentralCriticMLPModule,
             model_config={**config, "critic_dim": critic_dim},

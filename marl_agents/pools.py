@@ -99,9 +99,28 @@ class _LayersModel(ModelConfig):
 
 @dataclasses.dataclass
 class MLPModel(_LayersModel):
-    """``mlp``: a feed-forward actor-critic (RLlib's default module of the algorithm)."""
+    """``mlp``: a feed-forward actor-critic (RLlib's default module of the algorithm).
+
+    Attributes:
+        input_norm: put a ``LayerNorm`` (with its affine) in front of the actor and of the
+            critic, over their inputs (the observation; a centralised critic's input): MAPPO's
+            ``use_feature_normalization``, on by default in its implementation. The module is
+            then :class:`~marl_agents.modules.MLPModule` (the same layers as RLlib's default,
+            a separate value network).
+    """
 
     type: str = dataclasses.field(default="mlp", init=False)
+    input_norm: bool = False
+
+    def check(self, where: str, *, trained: bool = False) -> None:
+        super().check(where, trained=trained)
+        if not isinstance(self.input_norm, bool):
+            raise PoolError(
+                f"{where}: model.input_norm must be true or false, got {self.input_norm!r}"
+            )
+
+    def describe(self) -> str:
+        return f"{super().describe()}{' input_norm' if self.input_norm else ''}"
 
 
 @dataclasses.dataclass

@@ -317,10 +317,10 @@ def _frozen_defaults(scenario_cls: type) -> dict[str, ModelConfig]:
 def _check_models(
     cfg: ExperimentConfig, pools: Mapping[str, AgentPool], scenario_cls: type
 ) -> None:
-    """Scripted policies exist for this scenario, checkpoints exist, APPO has no recurrent or
-    message-passing pool."""
+    """Scripted policies exist for this scenario, checkpoints exist, APPO has no recurrent,
+    message-passing or input-normed pool (no target network)."""
     from marl_agents.modules import checkpoint_module_dir
-    from marl_agents.pools import CheckpointModel, GRUModel, MPNNModel
+    from marl_agents.pools import CheckpointModel, GRUModel, MLPModel, MPNNModel
     from marl_agents.scripted import scripted_factory
 
     for pool in pools.values():
@@ -336,6 +336,11 @@ def _check_models(
             raise ConfigError(
                 f"pool {pool.id!r}: {m.type} modules run with PPO or IMPALA; APPO needs a "
                 "target network (use model.type 'mlp' or algorithm PPO)"
+            )
+        if isinstance(m, MLPModel) and m.input_norm and cfg.algorithm.name == "APPO":
+            raise ConfigError(
+                f"pool {pool.id!r}: model.input_norm builds its own module, which has no target "
+                "network for APPO: use algorithm PPO or IMPALA, or drop input_norm"
             )
 
 
