@@ -358,7 +358,7 @@ def test_llm_grpo_updates_match_the_grpo_learner(lean_cls: type) -> None:
         assert type(learner) is cls
         trained = learner.module["trained"].unwrapped()
         frozen = learner.module["frozen"].unwrapped()
-        before = state_of(frozen)
+        before, start = state_of(frozen), state_of(trained)
         batch = hand_batch(trained, spaces, [1.0, -1.0, 0.5, -0.5, 2.0, 3.0])
         numpy_batch = {k: v.numpy() for k, v in batch.items()}
         for _ in range(2):
@@ -369,12 +369,20 @@ def test_llm_grpo_updates_match_the_grpo_learner(lean_cls: type) -> None:
             )
         assert all(torch.equal(before[k], v) for k, v in state_of(frozen).items())
         stats = {k: v.peek() for k, v in results["trained"].items() if k.startswith("grpo/")}
-        out[cls] = (state_of(trained), stats)
-    (ref_w, ref_m), (lean_w, lean_m) = out[GRPOLearner], out[lean_cls]
+        out[cls] = (state_of(trained), stats, start)
+    (ref_w, ref_m, ref_start), (lean_w, lean_m, lean_start) = out[GRPOLearner], out[lean_cls]
+    assert any(name.endswith("k_proj.bias") for name in ref_w)
     assert ref_m.keys() == lean_m.keys() and "grpo/kl" in ref_m
     for name, value in ref_w.items():
         if lean_cls is ExactLeanGRPO:
             assert torch.equal(lean_w[name], value), name
+        elif name.endswith("k_proj.bias"):
+            # a key bias shifts every score of a query's row alike, which softmax ignores: its
+            # gradient is 0 in exact arithmetic, so both updates are Adam's step m / (√v + ε)
+            # of rounding noise (seen: 1.9e-4 apart on an AMD EPYC); only bounded here, by
+            # four Adam steps (2 updates of 2 minibatches) of about lr 1e-2 each
+            assert torch.equal(lean_start[name], ref_start[name]), name
+            assert (lean_w[name] - lean_start[name]).abs().max() <= 4 * 1e-2 * 1.1, name
         else:
             # lr 1e-2 here: Adam's step m / (√v + ε) magnifies the kernels' rounding where
             # √v ≈ ε (seen: 1.1e-5 on one of 128 elements)

@@ -116,7 +116,10 @@ def test_shared_scoring_equals_one_forward_per_row(
     torch.testing.assert_close(shared[1], per_row[1], atol=1e-4, rtol=0)
     assert shared[0][4].abs().sum() == 0
     for a, b in zip(shared[2], per_row[2], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+        # the same gradients up to float32 rounding of differently shaped kernels: relative to
+        # the tensor's size (an element-wise rtol fails where a gradient is near 0, e.g.
+        # 1.1e-5 off a 7.8e-4 element on an AMD EPYC)
+        assert (a - b).norm() <= 1e-4 * b.norm() + 1e-7
     # the sampler's behaviour logprobs are what the learner scores at the same weights
     lp_t1, _ = teacher_forced_logprobs(model, prompts, tokens, pad_id=tok.pad_token_id)
     for r, g in enumerate(gens):
