@@ -1,9 +1,9 @@
 """``mlp`` pools' ``model.input_norm``: a LayerNorm in front of the actor and the critic
-(MAPPO's ``use_feature_normalization``), with a local critic and with a centralised one."""
+(MAPPO's ``use_feature_normalization``), with a local critic and with a centralised one
+(training, resuming and evaluating with it: ``tests/test_mappo.py``)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -76,25 +76,3 @@ def test_bad_input_norm_and_appo_are_refused_with_the_fix(tmp_path: Path) -> Non
     appo = tiny_config(tmp_path, algorithm="APPO", pools={"orchestrator": NORMED})
     with pytest.raises(ConfigError, match=r"input_norm .* no target network for APPO"):
         resolve(appo)
-
-
-@pytest.mark.usefixtures("ray_session")
-def test_mappo_with_input_norm_trains_resumes_and_evaluates(tmp_path: Path) -> None:
-    """simple_spread's team under MAPPO with input_norm: trains, a resumed run repeats the
-    first one's rows exactly, and the run evaluates (the module class rebuilt from the
-    checkpoint)."""
-    from trainers.evaluate import evaluate
-    from trainers.run.loop import train
-
-    algorithm = {"name": "MAPPO", "critic": "state", "train_batch_size": 128}
-    algorithm["minibatch_size"] = 64
-    cfg = tiny_config(
-        tmp_path, scenario="spread", sharing="team", pools={"team": NORMED}, algorithm=algorithm
-    )
-    result = train(cfg)
-    run = tmp_path / "copy"
-    shutil.copytree(result.run_dir, run)
-    resumed = train(cfg.replace(**{"budget.iterations": 3}), resume=run)
-    assert [h["charts/iteration"] for h in resumed.history] == [1, 2, 3]
-    assert resumed.history[:2] == result.history
-    assert evaluate(run, episodes=2, show=False).summary["episodes"] == 2

@@ -250,12 +250,18 @@ def test_loo_credit_with_a_gru_actor_trains(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_checkpoint_resume_and_evaluate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("input_norm", [False, True], ids=["plain", "input_norm"])
+def test_checkpoint_resume_and_evaluate(tmp_path: Path, input_norm: bool) -> None:
+    """Trains, a resumed run repeats the first one's rows exactly, the run evaluates (the
+    module class rebuilt from the checkpoint); also with the pool's ``model.input_norm``."""
     from trainers.evaluate import evaluate
     from trainers.run.loop import train
 
     cfg = mappo(tmp_path, scenario="spread", algorithm={"critic": "state"})
     cfg = cfg.replace(**{"logging.wandb": "disabled"})
+    if input_norm:
+        model = {"type": "mlp", "hidden": [16], "input_norm": True}
+        cfg = cfg.replace(sharing="team", pools={"team": {"model": model}})
     result = train(cfg)
     run = tmp_path / "copy"
     shutil.copytree(result.run_dir, run)
