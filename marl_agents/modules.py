@@ -105,10 +105,12 @@ def input_normed(net: nn.Module, width: int, norm: bool) -> nn.Module:
     return nn.Sequential(nn.LayerNorm(width), net) if norm else net
 
 
-def critic_net(cfg: Mapping[str, Any]) -> nn.Module | None:
-    """The centralised value network a model config asks for (``critic_dim > 0``: an MLP of
-    its ``hidden`` sizes over the critic column), or None for the module's own critic."""
-    dim = int(cfg.get("critic_dim", 0))
+def critic_net(cfg: Mapping[str, Any], own: int = 0) -> nn.Module | None:
+    """The value network a model config asks for: with ``critic_dim > 0`` an MLP of its
+    ``hidden`` sizes over the critic column (centralised), else, with ``own > 0``, the same over
+    the module's own ``own``-wide input; each behind a ``LayerNorm`` with ``input_norm``. None
+    (no ``critic_dim``, no ``own``): the module keeps its own value head."""
+    dim = int(cfg.get("critic_dim", 0)) or own
     if dim <= 0:
         return None
     net, width = mlp(dim, list(cfg["hidden"]), cfg["activation"])
@@ -126,17 +128,12 @@ class MLPModule(TorchRLModule, ValueFunctionAPI):
     @override
     def setup(self) -> None:
         cfg = self.model_config
-        sizes, activation = list(cfg["hidden"]), cfg["activation"]
-        norm = bool(cfg.get("input_norm", False))
         width_in = obs_dim(self.observation_space)
-        actor, width = mlp(width_in, sizes, activation)
-        self.actor = input_normed(actor, width_in, norm)
+        actor, width = mlp(width_in, list(cfg["hidden"]), cfg["activation"])
+        self.actor = input_normed(actor, width_in, bool(cfg.get("input_norm", False)))
         logits, self.action_dist_cls = action_head(self.action_space)
         self.pi = nn.Linear(width, logits)
-        self.critic = critic_net(cfg)
-        if self.critic is None:  # the module's own critic, over the observation
-            net, width = mlp(width_in, sizes, activation)
-            self.critic = central_critic(input_normed(net, width_in, norm), width)
+        self.critic = critic_net(cfg, own=width_in)
 
     @override
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -326,8 +323,7 @@ def _mlp_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
     m = pool.model
     assert isinstance(m, MLPModel)
     if m.input_norm:
-        config = {"hidden": list(m.hidden), "activation": m.activation, "input_norm": True}
-        return RLModuleSpec(module_class=MLPModule, model_config=config, **_spaces(pool))
+        return _layers_spec(pool, MLPModule)
     cfg = DefaultModelConfig(
         fcnet_hiddens=list(m.hidden),
         fcnet_activation=m.activation,
@@ -348,14 +344,14 @@ def _mpnn_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
 
 
 def _layers_spec(pool: AgentPool, module_class: type, **extra: Any) -> RLModuleSpec:
-    """A module built here (``gru``, ``mpnn``): its layers, plus ``extra`` model config."""
+    """A module built here (``mlp`` with ``input_norm`` or a critic column, ``gru``,
+    ``mpnn``): its layers (and ``input_norm`` when set), plus ``extra`` model config."""
     m = pool.model
-    assert isinstance(m, (GRUModel, MPNNModel))
-    return RLModuleSpec(
-        module_class=module_class,
-        model_config={"hidden": list(m.hidden), "activation": m.activation, **extra},
-        **_spaces(pool),
-    )
+    assert isinstance(m, (MLPModel, GRUModel, MPNNModel))
+    config = {"hidden": list(m.hidden), "activation": m.activation, **extra}
+    if isinstance(m, MLPModel) and m.input_norm:
+        config["input_norm"] = True
+    return RLModuleSpec(module_class=module_class, model_config=config, **_spaces(pool))
 
 
 def _llm_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
@@ -434,15 +430,7 @@ def module_spec(
     if critic_dim <= 0:
         return _SPECS[type(pool.model)](pool, env_config)
     if isinstance(pool.model, MLPModel):
-        m = pool.model
-        config = {"hidden": list(m.hidden), "activation": m.activation}
-        if m.input_norm:
-            config["input_norm"] = True
-        return RLModuleSpec(
-            module_class=CentralCriticMLPModule,
-            model_config={**config, "critic_dim": critic_dim},
-            **_spaces(pool),
-        )
+        return _layers_spec(pool, CentralCriticMLPModule, critic_dim=critic_dim)
     if not isinstance(pool.model, (GRUModel, MPNNModel)):
         raise PoolError(
             f"pool {pool.id!r} ({pool.model.type}) cannot have a centralised critic: only mlp, "
