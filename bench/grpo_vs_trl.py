@@ -25,14 +25,14 @@ epoch over each batch:
 * ``trl``: ``trl.GRPOTrainer`` (``loss_type="dapo"``, ``beta=0``), prompts rendered from the
   same env seeds, reward = the env's reward for the completion's token ids.
 
-Each side runs in a fresh subprocess with one torch thread; ``--rounds N`` runs every side
-``N`` times, alternating, and prints medians. Our side runs once per ``--in-flight`` value
-(``algorithm.grpo.groups_in_flight``: ``1``, one group of ``G`` sub-envs at a time, ``G`` rows
-per ``generate``, as before issue #29; ``all``, the default, all ``B`` groups side by side,
-``G·B`` rows per ``generate`` as TRL). Printed per side (the first update left out as
-warm-up): generated tokens/s (completion tokens sampled per update / wall time of the update),
-median wall time per update (sampling + learning), generated tokens per CPU second of the
-process (what load on a shared machine changes least), and the ratios ours / TRL. The
+Each side runs in a fresh subprocess with one torch thread (TRL: ``--trl-threads``); ``--rounds
+N`` runs every side ``N`` times, alternating, and prints medians. Our side runs once per
+``--in-flight`` value (``algorithm.grpo.groups_in_flight``: ``1``, one group of ``G`` sub-envs
+at a time, ``G`` rows per ``generate``, as before issue #29; ``all``, the default, all ``B``
+groups side by side, ``G·B`` rows per ``generate`` as TRL). Printed per side (the first update
+left out as warm-up): generated tokens/s (completion tokens sampled per update / wall time of
+the update), median wall time per update (sampling + learning), generated tokens per CPU second
+of the process (what load on a shared machine changes least), and the ratios ours / TRL. The
 ``sampler`` column is ``transformers`` for both; ``--sampler vllm`` also runs our side with the
 vLLM sampler where the pool model has one (``sampler: vllm``), else it prints ``n/a``.
 
@@ -168,6 +168,21 @@ cost of an app host process, a batching window for threaded sub-envs and taking 
 sample's first observations before the weight sync; not built. The goal stays **not met
 through the endpoint** on this 2-core CPU; the built-in path meets it (×2.17–3.03).
 
+**With asynchronous sampling** (2026-11-28 11:03–11:14 UTC, a quiet box, load < 1.5;
+``--path endpoint --runner async --in-flight all --rounds 2 --updates 6 --max-new-tokens
+16``; tokens per CPU second then count the driver alone, so no ratio of them is printed): one
+remote env runner (the gateway, the app's threads, ``generate``) samples update ``k+1`` while
+the driver learns from ``k`` (``algorithm.grpo.async_sampling``, staleness 1):
+endpoint 1793 tokens/s, 0.559 s an update (runner: env 0.40, generate 0.13; driver: learn
+0.20) against TRL on one thread 1120 tokens/s, 0.923 s: **×1.60**. But that is two processes
+on two cores, and samples one update stale, against TRL's one thread and on-policy samples.
+Given the same two cores (``--trl-threads 2``, the next run) TRL takes 0.488 s an update
+(2081 tokens/s: the model's matmuls use both cores) and the asynchronous endpoint 0.568 s:
+**×0.87**. So ×1.5 through the endpoint comes only from a core TRL does not use; at equal
+cores it is not met here. What the endpoint pays and TRL does not is the app's Python HTTP
+path: ~4.6 ms of CPU a request (the app's ``openai`` client ~2.7, our server, gateway and
+env ~1.9), 0.3 s per 64 episodes, about what TRL's whole update costs on two threads.
+
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
 so compare within a run), two runs per setting:
@@ -220,6 +235,8 @@ interpreter with TRL instead::
     PYTHONPATH=$PWD .venv/bin/python bench/grpo_vs_trl.py
     # options: --group-size 8 --prompts 8 --max-new-tokens 4 --updates 6 --in-flight 1,all
     #          --rounds 3 --path builtin|endpoint|both --api chat|completions [--sampler vllm]
+    #          --runner local|remote|async (ours: sampling in the driver, in one remote env
+    #          runner, or there overlapped with learning) --trl-threads N (TRL's torch threads)
 """
 
 from __future__ import annotations
@@ -432,6 +449,9 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     )
     if args.device == "cuda":
         job.resources = gpu_resources()
+    if args.runner != "local":  # one remote env runner (the driver learns); async: overlapped
+        job.resources = dataclasses.replace(job.resources, num_env_runners=1)
+        job.training.async_sampling.enabled = args.runner == "async"
     job.logging.progress, job.logging.wandb = False, "disabled"
     from trainers.grpo.algorithm import GRPO
 
@@ -657,19 +677,34 @@ def main() -> None:
         help="endpoint side: the app's call (chat: messages, the gateway renders the template; "
         "completions: the prompt as token ids)",
     )
+    parser.add_argument(
+        "--runner",
+        default="local",
+        choices=["local", "remote", "async"],
+        help="our sides' sampling (cpu): local: in the driver, then learn (the default); "
+        "remote: one remote env runner, then learn; async: one remote env runner sampling "
+        "update k+1 while the driver learns from k (algorithm.grpo.async_sampling, staleness 1)",
+    )
+    parser.add_argument(
+        "--trl-threads",
+        type=int,
+        default=1,
+        help="torch threads of the TRL side (ours: one per process; --runner remote|async "
+        "runs two processes, so 2 gives TRL the same cores)",
+    )
     parser.add_argument("--side", choices=["ours", "endpoint", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(args.trl_threads if args.side == "trl" else 1)
         with tempfile.TemporaryDirectory() as tmp:
             res = (run_trl if args.side == "trl" else run_ours)(args, Path(tmp))
         Path(args.result).write_text(json.dumps(res))
         return
     keep = ("--group-size", "--prompts", "--max-new-tokens", "--updates", "--lr", "--seed")
-    keep += ("--device", "--api")
+    keep += ("--device", "--api", "--runner", "--trl-threads")
     args.passthrough = [x for k in keep for x in (k, str(getattr(args, k[2:].replace("-", "_"))))]
     models = tempfile.TemporaryDirectory()
     args.passthrough += ["--model-dir", build_model_dir(args.model, args.seed, Path(models.name))]
@@ -728,7 +763,14 @@ def main() -> None:
             name_a, name_b = f"{a} k={k}", "trl" if b == "trl" else f"{b} k={k}"
             x, y = stats.get((name_a, "transformers")), stats.get((name_b, "transformers"))
             if x and y:
-                print(ratio_line(f"{name_a} / {name_b}", x, y, args.device == "cpu"))
+                print(
+                    ratio_line(
+                        f"{name_a} / {name_b}",
+                        x,
+                        y,
+                        args.device == "cpu" and args.runner == "local",
+                    )
+                )
     k = in_flight[-1]
     for side in ours_sides:
         base, vllm = (

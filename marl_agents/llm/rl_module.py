@@ -275,15 +275,45 @@ class CausalLMModule(TorchRLModule):
 
     @property
     def weights_version(self) -> int:
-        """How many times :meth:`set_state` replaced the weights (0: as loaded in setup)."""
+        """How many times the weights changed since setup (:meth:`set_state`, or
+        :meth:`weights_moved` for a module sharing another's tensors); 0: as loaded."""
         return int(getattr(self, "_weights_version", 0))
+
+    def weights_moved(self) -> None:
+        """Count a change of the weights: a vLLM sampler loads them before its next sample."""
+        self._weights_version = self.weights_version + 1
 
     @override
     def set_state(self, state: Any) -> None:
         # RLlib syncs the learner's weights into env-runner modules here: a new version,
         # which a vLLM sampler loads before its next generate
         super().set_state(state)
-        self._weights_version = self.weights_version + 1
+        self.weights_moved()
+
+    def share_weights_from(self, source: torch.nn.Module) -> bool:
+        """Make this module's parameters and buffers the very tensors of ``source`` (the same
+        pool's module on the learner, in the process that samples with this one): one copy
+        of the weights in memory, and every optimizer step is seen here at once, so a weight
+        sync has nothing left to copy (call :meth:`weights_moved` after each update instead).
+
+        Returns ``False`` and changes nothing unless every parameter and buffer of this
+        module has a namesake in ``source`` of the same shape, dtype and device (a LoRA
+        module: its adapter's; the shared base is one copy already).
+        """
+        theirs = dict(source.named_parameters()) | dict(source.named_buffers())
+        mine = [*self.named_parameters(), *self.named_buffers()]
+        same = [
+            name in theirs
+            and (theirs[name].shape, theirs[name].dtype, theirs[name].device)
+            == (t.shape, t.dtype, t.device)
+            for name, t in mine
+        ]
+        if not mine or not all(same):
+            return False
+        for name, t in mine:
+            t.data = theirs[name].data
+        self.weights_moved()
+        return True
 
     def generate(
         self,

@@ -35,7 +35,7 @@ from trainers.configs.grpo import GRPOLoss
 from trainers.grpo.async_sampling import SamplePipeline, shares
 from trainers.grpo.connectors import CONFIG_KEY, SKIPPED_UPDATES
 from trainers.grpo.learner import GRPOLearner
-from trainers.ppo import PPO, sync_trained, trains
+from trainers.ppo import PPO, trains
 
 
 class GRPOAlgorithmConfig(PPOConfig):
@@ -196,9 +196,8 @@ class GRPO(PPO):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             # frozen modules show in the learner's results too, but their weights never
             # change: a sync would only copy them again (and make a vLLM sampler reload them)
-            sync_trained(
+            self.sync_trained(
                 self.env_runner_group.sync_weights,
-                self.config,
                 learner_results[0],
                 from_worker_or_learner_group=self.learner_group,
                 inference_only=True,
