@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -186,6 +187,33 @@ def test_memory_estimate_and_the_budget_error(dirs):
         )
 
 
+def test_ram_counts_the_reference_and_no_sampling_copy_when_the_driver_does_both(dirs):
+    """One process (no remote learners or env runners): the sampler runs on the learner's
+    weights, so no sampling copy; a remote env runner holds its own. A KL reference (or the
+    kl_to_start monitor's) is one more copy of the weights."""
+    info = inspect_checkpoint(dirs["qwen2"])
+    weights = memory_estimate(info, "float32", trained=False)
+    learn = memory_estimate(info, "float32", trained=True)
+
+    def fits(needs: list[LLMPoolNeed], ram: int, **resources: int) -> bool:
+        try:
+            check_memory(needs, available={"ram": ram}, **resources)
+        except MemoryBudgetError:
+            return False
+        return True
+
+    trained = [LLMPoolNeed("orchestrator", dirs["qwen2"], "float32", True)]
+    with_ref = [LLMPoolNeed("orchestrator", dirs["qwen2"], "float32", True, reference=True)]
+    frozen = [LLMPoolNeed("worker", dirs["qwen2"], "float32", False)]
+    for needs, need in [(trained, learn), (with_ref, learn + weights), (frozen, weights)]:
+        assert fits(needs, need) and not fits(needs, need - 1)
+        runner = need + weights  # a remote env runner's copy
+        assert fits(needs, runner, num_env_runners=1)
+        assert not fits(needs, runner - 1, num_env_runners=1)
+    with pytest.raises(MemoryBudgetError, match=r"monitors\.kl\.log: false"):
+        check_memory(with_ref, available={"ram": learn})
+
+
 def test_gpu_env_runners_count_their_copy_on_the_gpu(dirs):
     """A runner sharing the learner's GPU adds its sampling copy to the learner's estimate;
     on its own GPU it needs only the copy; RAM then holds just the driver's copy."""
@@ -214,6 +242,12 @@ def test_resolve_checks_the_memory_before_ray_starts(dirs, monkeypatch):
 
     job = FinetuneJob(orchestrator=OrchestratorConfig(model=dirs["qwen2"]))
     job.plan()  # fits this machine
+    seen: list[Any] = []
+    real = checkpoints.check_memory
+    monkeypatch.setattr(checkpoints, "check_memory", lambda needs, **kw: seen.extend(needs))
+    job.plan()  # GRPO's kl_to_start monitor (on by default) keeps a reference copy
+    assert [(n.pool, n.trained, n.reference) for n in seen] == [("orchestrator", True, True)]
+    monkeypatch.setattr(checkpoints, "check_memory", real)
     monkeypatch.setattr(checkpoints, "available_memory", lambda device: 1000)
     with pytest.raises(ConfigError, match=r"pool 'orchestrator'.* but 1000 bytes is available"):
         job.plan()

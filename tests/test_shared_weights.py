@@ -1,10 +1,11 @@
-"""One copy of a trained LLM pool's weights where the driver samples and learns
+"""One copy of an LLM pool's weights where the driver samples and learns
 (``trainers.ppo.share_local_weights``, ``CausalLMModule.share_weights_from``).
 
 With no remote env runners and a local learner (the default), the local env runner's module
-of each trained LLM pool is made of the learner module's tensors: the sampler sees every
-optimizer step at once, the update's sync has nothing to copy (it only counts the new
-version), and training is bit for bit what it was with a copied sampler.
+of each LLM pool, trained or frozen, is made of the learner module's tensors: the sampler
+sees every optimizer step at once, the update's sync has nothing to copy (it only counts the
+new version), frozen pools are not held twice, and training is bit for bit what it was with
+a copied sampler.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def test_the_sampler_runs_on_the_learners_tensors_and_nothing_is_synced(ray_sess
     try:
         learner = algo.learner_group._learner.module
         runner = group.local_env_runner.module
-        assert algo.shared_modules == {"orchestrator"}  # trained; the frozen worker is not
-        assert shares_storage(runner["orchestrator"].unwrapped(), learner["orchestrator"])
-        assert not shares_storage(runner["worker"].unwrapped(), learner["worker"])
+        assert algo.shared_modules == {"orchestrator", "worker"}  # trained and frozen
+        for pool in ("orchestrator", "worker"):
+            assert shares_storage(runner[pool].unwrapped(), learner[pool])
         before = learner_weights(algo, "orchestrator")
         version = runner["orchestrator"].unwrapped().weights_version
+        frozen = learner_weights(algo, "worker"), runner["worker"].unwrapped().weights_version
         algo.train()
         ckpt = algo.save_to_path(str(tmp_path / "ckpt"))
         saved = learner_weights(algo, "orchestrator")
@@ -64,6 +66,10 @@ def test_the_sampler_runs_on_the_learners_tensors_and_nothing_is_synced(ray_sess
         # update counts a new version (what a vLLM sampler reloads on)
         assert synced == []
         assert runner["orchestrator"].unwrapped().weights_version == version + 2
+        # the frozen pool: bit-identical, never a new version
+        assert same(learner_weights(algo, "worker"), frozen[0])
+        assert same(runner_weights(algo, "worker"), frozen[0])
+        assert runner["worker"].unwrapped().weights_version == frozen[1]
         assert not same(saved, before)
 
         algo.restore_from_path(ckpt)  # restoring copies into the shared tensors
@@ -86,7 +92,7 @@ def test_training_is_bit_identical_to_a_copied_sampler(ray_session, tmp_path, mo
         finally:
             algo.stop()
 
-    shared_weights, shared_returns = train("shared", {"orchestrator"})
+    shared_weights, shared_returns = train("shared", {"orchestrator", "worker"})
     monkeypatch.setattr(trainers.ppo, "share_local_weights", lambda algo: frozenset())
     copied_weights, copied_returns = train("copied", set())
     assert shared_returns == copied_returns

@@ -492,8 +492,17 @@ def _check_memory(cfg: ExperimentConfig, pools: Mapping[str, AgentPool]) -> None
     """The LLM pools' memory estimates fit the configured devices (before Ray starts)."""
     from marl_agents.llm.checkpoints import LLMPoolNeed, check_memory
 
+    grpo = getattr(cfg.algorithm, "grpo", None)  # GRPO learners keep a reference copy
+    reference = grpo is not None and bool(cfg.monitors.kl.log or grpo.loss.kl_coef)
     needs = [
-        LLMPoolNeed(p.id, p.model.path, p.model.dtype, p.trainable, *_lora_need(p.model))
+        LLMPoolNeed(
+            p.id,
+            p.model.path,
+            p.model.dtype,
+            p.trainable,
+            *_lora_need(p.model),
+            reference=p.trainable and reference,
+        )
         for p in pools.values()
         if isinstance(p.model, LLMModel)
     ]

@@ -10,13 +10,15 @@ sync only the modules they train (:meth:`PPO.sync_trained`). A sync that names n
 (restoring a checkpoint, RLlib's start) still copies every module, frozen ones included.
 
 Where the driver both samples and learns (no remote env runners, a local learner: the
-default on a small box), each trained LLM pool keeps **one copy of its weights**: the local
-env runner's module is made of the learner module's tensors
-(:meth:`~marl_agents.llm.rl_module.CausalLMModule.share_weights_from`, at setup), so an
-optimizer step is seen by the sampler at once and the update's sync leaves that module out
-(it only counts the new version, which a vLLM sampler loads). Before, the sampler held a
-second copy and each update copied the whole state into it: for a 0.36B-parameter model
-on the CPU box 0.4–0.6 s an update (6.4 s the first) and 1.4 GB more memory.
+default on a small box), each LLM pool keeps **one copy of its weights**: the local env
+runner's module is made of the learner module's tensors
+(:meth:`~marl_agents.llm.rl_module.CausalLMModule.share_weights_from`, at setup). For a
+trained pool an optimizer step is seen by the sampler at once and the update's sync leaves
+that module out (it only counts the new version, which a vLLM sampler loads); a frozen pool
+(RLlib builds it on the learner too) is simply not held twice. Before, the sampler held a
+second copy of every pool and each update copied a trained pool's whole state into it: for a
+0.36B-parameter model on the CPU box 0.4–0.6 s an update (6.4 s the first) and 1.4 GB more
+memory per pool.
 
 Example:
     >>> class Config:
@@ -52,7 +54,7 @@ def trained_modules(config: Any, modules: Iterable[str]) -> set[str]:
 
 
 def share_local_weights(algo: Any) -> frozenset[str]:
-    """The trained modules whose local env runner module now uses the learner module's tensors
+    """The modules whose local env runner module now uses the learner module's tensors
     (module doc): none unless the driver both samples (no remote env runners) and learns
     (a local learner), and only modules that can share (LLM pools whose tensors match)."""
     group, learners = algo.env_runner_group, algo.learner_group
@@ -64,7 +66,7 @@ def share_local_weights(algo: Any) -> frozenset[str]:
     shared: set[str] = set()
 
     def tie(learner: Any) -> None:  # the local learner: called in this process
-        for mid in trained_modules(algo.config, runner.module.keys()):
+        for mid in runner.module.keys():  # noqa: SIM118 (MultiRLModule iterates by index)
             if mid not in learner.module:
                 continue
             share = getattr(runner.module[mid].unwrapped(), "share_weights_from", None)
@@ -87,7 +89,7 @@ class PPO(RLlibPPO):
     @override
     def setup(self, config: Any) -> None:
         super().setup(config)
-        #: trained modules whose sampler holds the learner's own tensors (no sync to copy)
+        #: modules whose sampler holds the learner's own tensors (no sync to copy)
         self.shared_modules = share_local_weights(self)
 
     def sync_trained(

@@ -137,7 +137,9 @@ class LLMPoolNeed:
     """One LLM pool to place: its id, model path, dtype and whether it trains.
 
     ``base`` (a LoRA pool: the key of its shared base, :func:`marl_agents.llm.lora.base_key`)
-    and ``adapter_parameters``: pools with one base count its weights once.
+    and ``adapter_parameters``: pools with one base count its weights once. ``reference``: the
+    learner also keeps a frozen copy of the pool's starting weights (a LoRA pool: of its
+    adapter) — GRPO's KL reference or the ``kl_to_start`` monitor's.
     """
 
     pool: str
@@ -146,6 +148,7 @@ class LLMPoolNeed:
     trained: bool
     base: str | None = None
     adapter_parameters: int = 0
+    reference: bool = False
 
 
 def check_memory(
@@ -162,7 +165,9 @@ def check_memory(
     GPU learners (``num_gpus_per_learner > 0``): each GPU holds every pool's learner estimate
     and system RAM the sampling copies (weights, one per env runner). CPU: RAM holds the
     learner estimate on each learner process (at least one, the driver's) plus the sampling
-    copies. GPU env runners (``num_gpus_per_env_runner > 0``): each runner's copy is on a GPU
+    copies — none when the driver both learns and samples (no remote learners or env
+    runners): its sampler runs on the learner's weights (:func:`trainers.ppo.share_local_weights`).
+    GPU env runners (``num_gpus_per_env_runner > 0``): each runner's copy is on a GPU
     (shared with the learner's when the two fractions add up to at most one) and RAM keeps
     only the driver's copy. ``available`` (``{"gpu": bytes, "ram": bytes}``) replaces the
     measured amounts; a device whose amount cannot be measured is not checked.
@@ -182,6 +187,7 @@ def check_memory(
         adapter = need.adapter_parameters if need.base is not None else None
         learn = memory_estimate(info, need.dtype, trained=need.trained, adapter=adapter)
         sample = memory_estimate(info, need.dtype, trained=False, adapter=adapter)
+        learn += sample if need.reference else 0  # the frozen reference: weights only
         if need.base is not None and need.base not in bases:  # one shared base per process
             bases.add(need.base)
             base = memory_estimate(info, need.dtype, trained=False)
@@ -190,9 +196,12 @@ def check_memory(
     gpu_sampling = num_gpus_per_env_runner > 0
     samplers = 1 if gpu_sampling else max(1, num_env_runners)  # on GPUs: the driver's copy
     copy = sum(r[3] for r in rows)
-    sampling = copy * samplers
+    one_process = not (gpu or gpu_sampling or num_learners or num_env_runners)
+    sampling = 0 if one_process else copy * samplers
     learning = sum(r[2] for r in rows)
     copies = f"{samplers} sampling cop{'y' if samplers == 1 else 'ies'} ~{_size(sampling)}"
+    if one_process:
+        copies = "sampling on the learner's weights"
     if gpu:
         checks = [
             ("gpu", learning, "GPU memory (per learner)", ""),
@@ -221,6 +230,8 @@ def check_memory(
         if any(n.dtype == "float32" for n in pools):
             fixes.insert(0, "dtype bfloat16")
         fixes.append("fewer env runners" if device == "ram" and samplers > 1 else "")
+        if any(n.reference for n in pools):
+            fixes.append("monitors.kl.log: false with kl_coef 0 (no reference copy)")
         fixes.append(
             "a GPU (resources.num_learners: 1, num_gpus_per_learner: 1)"
             if not gpu
