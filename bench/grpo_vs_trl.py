@@ -181,7 +181,11 @@ Given the same two cores (``--trl-threads 2``, the next run) TRL takes 0.488 s a
 **×0.87**. So ×1.5 through the endpoint comes only from a core TRL does not use; at equal
 cores it is not met here. What the endpoint pays and TRL does not is the app's Python HTTP
 path: ~4.6 ms of CPU a request (the app's ``openai`` client ~2.7, our server, gateway and
-env ~1.9), 0.3 s per 64 episodes, about what TRL's whole update costs on two threads.
+env ~1.9), 0.3 s per 64 episodes, 60% of TRL's whole update on two threads.
+The built-in path at equal cores (12:34–12:40 UTC, ``--path builtin --runner async
+--trl-threads 2``, same settings): ours 4275 tokens/s, 0.230 s an update (runner: env 0.04,
+generate 0.14; driver: learn 0.18) against TRL on two threads 1709 tokens/s, 0.595 s:
+**×2.50**, the goal held with both sides on the same two cores.
 
 **Built-in path, earlier** (2026-11-27, TRL 1.16, G=8, B=8, 5 timed updates, float32
 both, ``--rounds 3``, load average 7–12 from other jobs: wall times swing ±40% between runs,
