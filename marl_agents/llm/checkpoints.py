@@ -199,9 +199,11 @@ def check_memory(
     one_process = not (gpu or gpu_sampling or num_learners or num_env_runners)
     sampling = 0 if one_process else copy * samplers
     learning = sum(r[2] for r in rows)
-    copies = f"{samplers} sampling cop{'y' if samplers == 1 else 'ies'} ~{_size(sampling)}"
-    if one_process:
-        copies = "sampling on the learner's weights"
+    copies = (
+        "sampling on the learner's weights"
+        if one_process
+        else f"{samplers} sampling cop{'y' if samplers == 1 else 'ies'} ~{_size(sampling)}"
+    )
     if gpu:
         checks = [
             ("gpu", learning, "GPU memory (per learner)", ""),
