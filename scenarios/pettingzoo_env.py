@@ -159,6 +159,23 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
     exact_replay = False
     has_local_rewards = True
 
+    def __new__(
+        cls, env: str | None = None, env_kwargs: dict[str, Any] | None = None, **kw: Any
+    ) -> PettingZooScenario:
+        """A turn-based ``AECEnv`` (not parallelisable) is built as
+        :class:`scenarios.pz_aec.AECScenario` instead: stepped natively, one agent a step."""
+        if cls is PettingZooScenario and env is not None:
+            from scenarios.pz_aec import AECScenario, is_turn_based
+            from scenarios.registry import load
+
+            made = kw.get("made")
+            probe = made if made is not None else load(env)(**dict(env_kwargs or {}))
+            if is_turn_based(probe):
+                cls = AECScenario
+            if made is None and is_pettingzoo_env(probe):
+                probe.close()
+        return super().__new__(cls)
+
     def __init__(
         self,
         env: str,

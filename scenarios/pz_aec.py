@@ -1,0 +1,231 @@
+"""Turn-based PettingZoo ``AECEnv``\\ s (chess, connect four, tic-tac-toe, card games) as
+scenarios, stepped natively: :class:`AECScenario`.
+
+:class:`~scenarios.pettingzoo_env.PettingZooScenario` builds one for an ``AECEnv`` whose
+``metadata["is_parallelizable"]`` is not True (:func:`is_turn_based`); a parallelisable one keeps
+the parallel path (PettingZoo's ``aec_to_parallel``).
+
+Graph: the same as a parallel env's (``START → env ⇄ every agent``, ``env → END``), but the env
+node routes only ``env.agent_selection``'s agent: one decision a superstep, in PettingZoo's turn
+order. The env node
+
+* resets the env with the episode's seed (first run), or steps it with the acting agent's action
+  (checked against the ``action_mask`` the agent saw: a masked action raises, naming the agent,
+  the action and the legal ones: masking in the pools' modules means none arrives);
+* then hands the turn on: while the selected agent is terminated or truncated it takes that
+  agent's last reward and steps ``None`` for it, as the AEC API requires (the policy is never
+  asked); it stops at the first live agent, whose observation (``env.last()``) it passes on.
+  An episode ends when ``env.agents`` is empty.
+
+**Rewards** follow the AEC API: what ``env.last()`` reports for the selected agent (the rewards
+it earned since it last acted, ``_cumulative_rewards``) is paid to that agent right before it
+acts or is stepped out (``reward="env"``, :func:`~scenarios.emit_reward` to that agent alone),
+so a reward earned on another agent's turn (tic-tac-toe: the loser's −1 is earned on the
+winner's move) reaches its agent at its next turn or at the end, never another agent. With
+``reward="team"`` each reward is split evenly over the team's stream instead. Metrics are
+:class:`~scenarios.pettingzoo_env.PettingZooScenario`'s: ``<agent>/return`` (each agent's own
+sum, equal to PettingZoo's cumulative rewards over the episode), ``sum_return``, ``return``
+(their mean over the possible agents) and ``steps`` (decisions). The episode is truncated when
+every agent's last flag was a truncation, else terminated.
+
+Roles and pools come from agent names as for parallel envs: ``player_1``/``player_2`` share the
+role and pool ``player``, so both seats train one policy by default (self-play by parameter
+sharing); ``pools`` / ``sharing: agent`` give each seat its own.
+
+Example:
+    >>> from scenarios.registry import build
+    >>> s = build("pettingzoo.classic.tictactoe_v3:env")
+    >>> type(s).__name__, s.possible_agents, s.topology.roles["player_2"]
+    ('AECScenario', ['player_1', 'player_2'], 'player')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from scenarios.base import ScenarioError
+from scenarios.decisions import emit_reward
+from scenarios.pettingzoo_env import (
+    DEFAULT_MAX_CYCLES,
+    ENV_NODE,
+    REWARDS,
+    PettingZooScenario,
+    _state_space,
+)
+from scenarios.pz_spaces import MASK_KEY, convert_action_space, convert_observation_space
+
+
+def legal(mask: Any, action: Any, space: gym.Space) -> bool:
+    """Whether ``mask`` (one 0/1 entry per action; for ``MultiDiscrete`` the components' masks
+    concatenated) allows ``action`` of ``space``."""
+    flags = np.asarray(mask).reshape(-1) != 0
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec).reshape(-1)
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        picks = np.asarray(action, np.int64).reshape(-1)
+        return bool(np.all((picks >= 0) & (picks < nvec)) and flags[offsets + picks].all())
+    pick = int(np.asarray(action).reshape(-1)[0])
+    return 0 <= pick < flags.size and bool(flags[pick])
+
+
+def is_turn_based(env: Any) -> bool:
+    """Whether ``env`` is an ``AECEnv`` that PettingZoo cannot run in parallel (its
+    ``metadata["is_parallelizable"]`` is not True): one agent acts per step."""
+    from pettingzoo import AECEnv
+
+    if not isinstance(env, AECEnv):
+        return False
+    return (getattr(env, "metadata", None) or {}).get("is_parallelizable") is not True
+
+
+class IllegalActionError(RuntimeError):
+    """An action the observation's ``action_mask`` forbids reached the env node."""
+
+
+class AECScenario(PettingZooScenario):
+    """A turn-based PettingZoo ``AECEnv`` as a scenario (see the module doc).
+
+    Built by :class:`~scenarios.pettingzoo_env.PettingZooScenario` for a turn-based env; the
+    arguments are its own, plus:
+
+    Args:
+        check_mask: refuse (raise :class:`IllegalActionError`) an action the agent's
+            ``action_mask`` forbids before it reaches the env (default). ``False`` lets it
+            through to the env, whose own rule then applies (PettingZoo's classic games end
+            the episode with a −1 for the player who moved illegally).
+    """
+
+    summary = "a turn-based PettingZoo AECEnv, one agent acting per step"
+
+    def __init__(
+        self,
+        env: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        reward: str = "env",
+        made: Any = None,
+        check_mask: bool = True,
+    ) -> None:
+        from scenarios.registry import load
+
+        if reward not in REWARDS:
+            raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")
+        self.env_ref, self.env_kwargs, self.reward = env, dict(env_kwargs or {}), reward
+        self.check_mask = check_mask
+        self._factory = load(env)
+        ref = made if made is not None else self._make_raw()
+        agents = list(ref.possible_agents)
+        if ENV_NODE in agents:
+            raise ScenarioError(
+                f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
+            )
+        ref.reset(seed=0)  # the infos tell which agents get their action mask there
+        infos = getattr(ref, "infos", None) or {}
+        self._acts = {a: convert_action_space(a, ref.action_space(a)) for a in agents}
+        self._observe = {
+            a: convert_observation_space(
+                a,
+                ref.observation_space(a),
+                ref.action_space(a),
+                info_mask=MASK_KEY in (infos.get(a) or {}),
+            )
+            for a in agents
+        }
+        self.agent_spaces = {a: (self._observe[a].space, self._acts[a].space) for a in agents}
+        self.state_space = _state_space(ref)
+        cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
+        cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
+        # two supersteps per decision (env node, agent node); every agent acts once a cycle
+        self.max_supersteps = 2 * cycles * max(len(agents), 1) + 4
+        self.topology = self._topology(agents)
+        ref.close()
+
+    def _make(self) -> Any:
+        return self._make_raw()
+
+    def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
+        return {**super().initial_state(rng), "obs": {}, "ends": {}}
+
+    def _env_step(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Reset (first run) or step the env with the acting agent's action; then step out the
+        agents that are done and route the next live one (module doc)."""
+        env, t = state["env"], state["t"]
+        returns, ends = dict(state["agent_returns"]), dict(state.get("ends") or {})
+        team = state["team_return"]
+        if t < 0:
+            env.reset(seed=state["env_seed"])
+            t = 0
+        else:
+            agent = env.agent_selection
+            chosen = state.get("actions") or {}
+            if agent not in chosen:
+                raise RuntimeError(
+                    f"agent {agent!r} (env.agent_selection) gave no action in decision {t}"
+                )
+            action = chosen[agent]
+            if self.check_mask:
+                self._check_legal(agent, action, state["obs"].get(agent))
+            env.step(self._acts[agent](action))
+            t += 1
+        obs: dict[str, Any] = {}
+        route: list[str] = []
+        while env.agents:
+            agent = env.agent_selection
+            observation, reward, term, trunc, info = env.last()
+            team += self._pay(agent, float(reward), returns)
+            if term or trunc:
+                ends[agent] = "terminated" if term else "truncated"
+                env.step(None)
+                continue
+            obs[agent] = self._observe[agent](observation, info)
+            route = [agent]
+            break
+        if env.agents:
+            self._emit_state(env)
+        truncated = bool(ends) and all(v == "truncated" for v in ends.values())
+        return {
+            "obs": {**state["obs"], **obs},
+            "actions": None,
+            "t": t,
+            "team_return": team,
+            "agent_returns": returns,
+            "ends": ends,
+            "truncated": truncated if not env.agents else False,
+            "route": {ENV_NODE: route},
+        }
+
+    def _pay(self, agent: str, reward: float, returns: dict[str, float]) -> float:
+        """Pay ``agent`` the ``reward`` ``env.last()`` reported for it; returns its share of
+        the team return (the mean over the possible agents)."""
+        if reward == 0.0:
+            return 0.0
+        returns[agent] = returns.get(agent, 0.0) + reward
+        share = reward / len(self.possible_agents)
+        if self.reward == "env":
+            emit_reward(reward, agents=[agent])
+        else:
+            emit_reward(share)
+        return share
+
+    def _check_legal(self, agent: str, action: Any, observation: Any) -> None:
+        """Raise :class:`IllegalActionError` when ``observation``'s mask forbids ``action``."""
+        if not isinstance(observation, dict) or MASK_KEY not in observation:
+            return
+        mask = observation[MASK_KEY]
+        if legal(mask, action, self.action_space(agent)):
+            return
+        allowed = np.flatnonzero(np.asarray(mask).reshape(-1) != 0).tolist()
+        raise IllegalActionError(
+            f"{self.env_ref}: agent {agent!r} chose action {action!r}, which its observation's "
+            f"action_mask forbids (allowed mask entries: {allowed}); the pools' modules mask "
+            "illegal actions "
+            "(model.action_mask, on by default), so a policy that does not mask produced it: "
+            "mask it, or build the scenario with check_mask=False to let the env's own rule "
+            "for illegal moves apply"
+        )
+
+
+__all__ = ["AECScenario", "IllegalActionError", "is_turn_based", "legal"]
