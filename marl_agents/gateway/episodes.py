@@ -190,6 +190,7 @@ class Episode:
         the app will send back: the prefill's ids (the prompt's last ones) and the sampled."""
         from marl_agents.llm.backend import stop_ids
         from marl_agents.llm.chat_model import to_chat_dicts
+        from marl_agents.llm.stop_strings import text_ids
 
         assert self.turns is not None
         gen = step.generation
@@ -199,7 +200,8 @@ class Episode:
         head = model.prefill_ids(step.prefill)
         content = to_chat_dicts([message])[0]["content"]
         if content == step.prefill + gen.text:  # else the app sees other text (a completed call)
-            self.turns.remember(content, head + sampled)
+            # a reply cut at a stop string: its text's ids, not the stop string's
+            self.turns.remember(content, head + text_ids(model.tokenizer, gen.text, sampled))
 
     def close(self) -> None:
         """End the episode: requests still queued, and any later, are answered 401; its

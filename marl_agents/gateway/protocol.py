@@ -13,9 +13,13 @@ Supported request fields: ``model``, ``messages`` (``system``/``developer``, ``u
 (function tools), ``tool_choice``, ``response_format`` (``text``, ``json_object``,
 ``json_schema``), ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_tokens``,
 ``stream`` (+ ``stream_options.include_usage``), ``n`` (only 1), ``seed``,
-``return_token_ids`` (vLLM's extension: the prompt's and the sampled ids), ``stop``
-(ignored: generation stops at EOS or the action length); unknown fields are ignored, as
-OpenAI-compatible servers do. ``/v1/completions`` takes ``prompt``: one string, given to the
+``return_token_ids`` (vLLM's extension: the prompt's and the sampled ids), ``stop`` (a string
+or up to 4: a free reply ends before the first one, ``finish_reason: "stop"``, its ids end
+with the token completing it, as vLLM's do: :mod:`marl_agents.llm.stop_strings`); unknown
+fields are ignored, as OpenAI-compatible servers do. Bodies are parsed with bounds: JSON
+nested deeper than :data:`MAX_JSON_DEPTH` is a 400 before it is decoded (the server also
+bounds the body's bytes, and the prompt's length before it is tokenised).
+``/v1/completions`` takes ``prompt``: one string, given to the
 agent as one user message (rendered with the chat template), or one list of token ids (as
 OpenAI's API allows), given to the policy as they are — no chat template, no re-tokenisation;
 the ids must be in the agent's vocabulary and fit its ``max_prompt_tokens`` (a 400 naming the
@@ -40,6 +44,9 @@ SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens"
 #: the most token ids a ``/v1/completions`` prompt may hold (the agent's ``max_prompt_tokens``
 #: is checked when the request is answered; this bounds what is parsed before that)
 MAX_PROMPT_IDS = 1 << 16
+#: the deepest nesting of arrays and objects a request body may have (a deeper one is a 400
+#: found by a linear scan before decoding: Python's decoder recurses once per level)
+MAX_JSON_DEPTH = 64
 
 
 class GatewayError(MarlError):
@@ -99,6 +106,7 @@ class ChatRequest:
         prompt_ids: a ``/v1/completions`` prompt given as token ids (``messages`` is then
             empty): the policy's prompt as given, no chat template (``None``: render
             ``messages``).
+        stop: the stop strings (``None``: none): a free reply ends before the first.
     """
 
     model: str
@@ -112,6 +120,7 @@ class ChatRequest:
     return_token_ids: bool = False
     kind: str = "chat"
     prompt_ids: list[int] | None = None
+    stop: list[str] | None = None
 
 
 @dataclasses.dataclass
@@ -132,7 +141,16 @@ class Reply:
 
 # ----- requests -------------------------------------------------------------------------------
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object (a 400 otherwise)."""
+    """The request body as a JSON object (a 400 otherwise, also for nesting deeper than
+    :data:`MAX_JSON_DEPTH`, found before decoding)."""
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise bad_request(
+            f"the request body nests arrays/objects more than {MAX_JSON_DEPTH} levels deep "
+            f"(the gateway reads at most {MAX_JSON_DEPTH}): flatten it",
+            None,
+            "json_too_deep",
+        )
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -142,6 +160,29 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+_BRACKETS = re.compile(rb'[\[\]{}]|"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON text ``raw`` (brackets inside
+    strings not counted), in one linear scan (a regular expression, no recursion), read only
+    until it passes :data:`MAX_JSON_DEPTH`. Malformed text gives some number: the decoder
+    reports what is wrong with it."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return 1  # too few brackets to nest deeper than allowed: no scan
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(raw):
+        c = m.group()
+        if c in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest  # too deep already: no need to read on
+        elif c in (b"]", b"}"):
+            depth -= 1
+    return deepest
 
 
 def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
@@ -164,6 +205,7 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
         include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
         return_token_ids=bool(body.get("return_token_ids", False)),
         kind="chat",
+        stop=_stop(body),
     )
 
 
@@ -196,6 +238,7 @@ def parse_completion(body: Mapping[str, Any]) -> ChatRequest:
         return_token_ids=bool(body.get("return_token_ids", False)),
         kind="completion",
         prompt_ids=ids,
+        stop=_stop(body),
     )
 
 
@@ -233,6 +276,15 @@ def _model(body: Mapping[str, Any]) -> str:
             "'logprobs' is not served: the learner keeps the policy's logprobs", "logprobs"
         )
     return model
+
+
+def _stop(body: Mapping[str, Any]) -> list[str] | None:
+    from marl_agents.llm.stop_strings import stop_list
+
+    try:
+        return stop_list(body.get("stop")) or None
+    except ValueError as exc:
+        raise bad_request(str(exc), "stop") from None
 
 
 def _stream(body: Mapping[str, Any]) -> bool:

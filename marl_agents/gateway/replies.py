@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from marl_agents.gateway.fidelity import TurnIds
+from marl_agents.gateway.prompt_bound import bound_prompt
 from marl_agents.gateway.protocol import ChatRequest, GatewayError, Reply
 
 log = logging.getLogger("marl.gateway")
@@ -54,6 +55,8 @@ def answer(
     from scenarios.text_space import encode_prompt
 
     check_sampling(agent, request)
+    if request.prompt_ids is None:  # bounded in characters before it is tokenised
+        request = bound_prompt(model, request, truncate_prompts)
     messages = request.messages
     if request.prompt_ids is not None:  # a /v1/completions prompt of token ids: used as given
         messages = [token_prompt_message(model, request.prompt_ids)]
@@ -67,7 +70,9 @@ def answer(
     if length > limit and not truncate_prompts:
         raise GatewayError(
             f"this model's context is {limit} tokens; the messages take {length}: "
-            "shorten them (or raise the scenario's max_prompt_tokens)",
+            "shorten them, raise the scenario's max_prompt_tokens, or truncate prompts as "
+            "training does (marl serve's default, --truncate-prompts; "
+            "AppScenario(truncate_prompts=True))",
             400,
             "invalid_request_error",
             "messages" if request.prompt_ids is None else "prompt",
@@ -80,6 +85,8 @@ def answer(
             kwargs["tool_choice"] = request.tool_choice
     if request.response_format is not None:
         kwargs["response_format"] = request.response_format
+    if request.stop:
+        kwargs["stop"] = request.stop
     if prompt is not None:
         kwargs["prompt_ids"] = prompt
     try:

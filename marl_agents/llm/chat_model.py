@@ -69,6 +69,7 @@ from pydantic import ConfigDict, Field
 
 from marl_agents.llm.backend import Generation, SamplingParams
 from marl_agents.llm.constraints import Constraint
+from marl_agents.llm.stop_strings import cut_at_stop, stop_list
 from scenarios.toolcalls import (
     ToolCall,
     parse_tool_calls,
@@ -192,6 +193,10 @@ class PolicyChatModel(BaseChatModel):
             episode.
         constrain: ``"auto"``: a call with tools or a ``response_format`` declares its
             constraint (module doc); ``"off"``: never.
+        stop: stop strings for every call (a call's own ``stop`` replaces them): a free reply
+            ends at the first one, as OpenAI's and vLLM's do
+            (:mod:`marl_agents.llm.stop_strings`: the recorded ids end with the token
+            completing it, the text before it).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -201,6 +206,7 @@ class PolicyChatModel(BaseChatModel):
     params: SamplingParams = Field(default_factory=SamplingParams)
     recorder: GenerationRecorder = Field(default_factory=GenerationRecorder)
     constrain: Literal["auto", "off"] = "auto"
+    stop: list[str] | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -238,7 +244,9 @@ class PolicyChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        del stop  # token-level stopping only (EOS / SamplingParams.stop_token_ids)
+        stops = stop_list(self.stop if stop is None else stop)
+        if stops:
+            kwargs["stop"] = stops
         tools = kwargs.pop("tools", None)
         agent = self._agent_key(run_manager, kwargs)
         return self._reply(agent, to_chat_dicts(messages, tools), tools, kwargs)
@@ -294,6 +302,16 @@ class PolicyChatModel(BaseChatModel):
             return None
         return Constraint.for_call(tools, choice, response_format, prefix=prefix)
 
+    @staticmethod
+    def stopped(
+        tokenizer: Any, gen: Generation, stop: Sequence[str] | None, tools: Any, constraint: Any
+    ) -> Generation:
+        """``gen`` ended at the call's first stop string (:func:`cut_at_stop`); a reply with
+        tools bound or constrained is left whole (it ends where its grammar ends)."""
+        if not stop or tools or constraint is not None:
+            return gen
+        return cut_at_stop(tokenizer, gen, stop)
+
     def _reply(
         self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any
     ) -> ChatResult:
@@ -303,11 +321,13 @@ class PolicyChatModel(BaseChatModel):
             for k in ("temperature", "top_p", "max_new_tokens", "seed")
             if k in kwargs
         }
+        stop = kwargs.pop("stop", None)
         constraint = self.constraint_of(tools, kwargs)
         if constraint is not None:
             overrides["constraint"] = constraint
         params = dataclasses.replace(self.params, **overrides) if overrides else self.params
         [gen] = self.backend.generate([chat], params)
+        gen = self.stopped(self.backend.tokenizer, gen, stop, tools, constraint)
         step, content = parse_step(agent, gen, chat, tools, gen.text)
         index = self.recorder.add(step)
         return chat_result(step, index, content, index)
