@@ -229,8 +229,12 @@ def serve_command(
     ] = False,
     truncate_prompts: Annotated[
         bool,
-        typer.Option(help="Keep a too-long prompt's last tokens (default: refuse it, 400)."),
-    ] = False,
+        typer.Option(
+            help="Cut a prompt longer than the agent's max_prompt_tokens as the run trained "
+            "on it (its system message and newest tokens, the default); "
+            "--no-truncate-prompts refuses it (400 context_length_exceeded), as OpenAI does."
+        ),
+    ] = True,
 ) -> None:
     """Serve a trained run's agents on an OpenAI-compatible endpoint (/v1/chat/completions,
     /v1/completions, /v1/models): model = the agent, each answered by its pool's policy."""

@@ -16,8 +16,19 @@ chat models are what render the requests. Model names are the agent ids (an ``Ap
 **Safe by default**, as the gateway: the loopback address only (``host`` another address
 exposes every agent of the run to whoever reaches the port with the key, over plain HTTP),
 one key for the server (random unless given, printed at start), bounded bodies (4 MiB) and
-prompts (the scenario's ``max_prompt_tokens``: longer is a 400 ``context_length_exceeded``),
-an unknown model a 404 listing the agents. A request names a model only, never a file.
+prompts (bounded in characters before they are tokenised, :mod:`marl_agents.gateway.
+prompt_bound`), an unknown model a 404 listing the agents. A request names a model only,
+never a file.
+
+**Prompts as the run trained on them.** A prompt longer than the agent's ``max_prompt_tokens``
+is cut by default exactly as the agent's chat model cut it in training (its system message and
+newest tokens, :mod:`marl_agents.llm.prompt_fit`): the served policy sees what it learned on.
+``truncate_prompts=False`` (``--no-truncate-prompts``) refuses it instead, as OpenAI does (a
+400 ``context_length_exceeded`` naming the flag).
+
+**Stop strings** (``stop``) end a free reply before the first one, as OpenAI and vLLM do
+(:mod:`marl_agents.llm.stop_strings`); the returned ``token_ids`` end with the token that
+completed it.
 """
 
 from __future__ import annotations
@@ -77,7 +88,7 @@ def serve(
     port: int = 0,
     key: str | None = None,
     greedy: bool = False,
-    truncate_prompts: bool = False,
+    truncate_prompts: bool = True,
 ) -> Served:
     """Serve the agents of the run (or checkpoint) ``checkpoint`` until :meth:`Served.stop`.
 
@@ -87,7 +98,10 @@ def serve(
         port: the port (0: a free one).
         key: the API key (default: a random one: :attr:`Served.key`).
         greedy: greedy replies (temperature 0) instead of sampling at the pools' temperatures.
-        truncate_prompts: keep a too-long prompt's last tokens instead of refusing it.
+        truncate_prompts: cut a prompt longer than the agent's ``max_prompt_tokens`` as the
+            run trained on it (the default: the chat model's own rule, the system message and
+            the newest tokens, :mod:`marl_agents.llm.prompt_fit`); ``False``: refuse it (a 400
+            ``context_length_exceeded`` naming this setting), as OpenAI does.
 
     Raises:
         ConfigError: no checkpoint or config, a scenario that is not a chat app, a bad key.
