@@ -108,6 +108,9 @@ from marl_agents.gateway.protocol import GatewayError
 from marl_agents.llm.chat_app import ChatAppScenario, TaskSource
 from scenarios.base import Outcome, ScenarioError
 
+#: how an app episode's timeout names the limit that fired (a run that stops because every
+#: episode timed out advises raising it: ``trainers.run.episode_log.timeout_advice``)
+APP_TIMEOUT_LIMIT = "the AppScenario's timeout_s"
 #: the default of ``timeout_s``: seconds an app episode may run (its own time)
 DEFAULT_APP_TIMEOUT_S = 120.0
 #: characters of an app's stderr kept in its error text
@@ -375,7 +378,10 @@ class AppScenario(ChatAppScenario):
             return result, episode.turns.retokenized_turns if episode.turns is not None else 0
         except AppTimedOut as exc:
             running.stop()
-            raise EpisodeTimeout(f"{running.describe()}: {exc}{running.tail()}") from None
+            raise EpisodeTimeout(
+                f"{running.describe()}: {exc}: {APP_TIMEOUT_LIMIT} ({self.timeout_s:g} s) fired"
+                f"{running.tail()}"
+            ) from None
         finally:
             server.registry.remove(episode.key)
             episode.close()

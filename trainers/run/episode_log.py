@@ -133,10 +133,29 @@ class EpisodeLog:
             f"every episode of iteration {row['charts/iteration']}{span} failed ({n} episodes: "
             f"{errors} node errors, {timeouts} timeouts), so the run stopped instead of "
             f"training on nothing. First error: {first}. Fix the failing node (transcripts "
-            f"and errors are in {self.run}), raise episodes.timeout_s if episodes only run "
-            "long, or set episodes.fail_after: 0 to train on regardless"
+            f"and errors are in {self.run}), {timeout_advice(drained['errors'])}, or set "
+            "episodes.fail_after: 0 to train on regardless"
         )
 
     def error_list(self) -> list[dict[str, Any]]:
         """The distinct errors so far, most frequent first."""
         return sorted(self.errors.values(), key=lambda e: -e["count"])
+
+
+def timeout_advice(errors: Any) -> str:
+    """The advice for episodes that time out, naming the limit that fired: an app episode's
+    own ``timeout_s`` (its error names :data:`~marl_agents.gateway.app_scenario.
+    APP_TIMEOUT_LIMIT`), else ``episodes.timeout_s``."""
+    from marl_agents.gateway.app_scenario import APP_TIMEOUT_LIMIT
+
+    texts = [str(e["error"]) for e in errors or () if e.get("kind") == "timeout"]
+    app = any(APP_TIMEOUT_LIMIT in t for t in texts)
+    episode = not texts or any(APP_TIMEOUT_LIMIT not in t for t in texts)
+    advice = []
+    if app:
+        advice.append(
+            f"raise {APP_TIMEOUT_LIMIT} (AppScenario(timeout_s=...)) if its apps only run long"
+        )
+    if episode:
+        advice.append("raise episodes.timeout_s if episodes only run long")
+    return " and ".join(advice)
