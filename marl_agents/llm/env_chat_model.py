@@ -185,14 +185,18 @@ class EnvChatModel(PolicyChatModel):
             return super()._reply(agent, chat, tools, kwargs)
         from scenarios.decisions import decide, emit_reward
 
+        stop = kwargs.pop("stop", None)  # the call's stop strings (PolicyChatModel._generate)
         given = kwargs.pop("prompt_ids", None)  # the caller's own ids of ``chat`` (the gateway's)
         prompt = list(given) if given is not None else encode_prompt(self.tokenizer, chat)
         prefill, head = self.prefill_of(chat)
         prompt += head
         obs = self.spaces.encode_prompt(prompt)
         # the policy's module finds the call's constraint by its observation
-        declare(obs, self.constraint_of(tools, kwargs, prefix=prefill))
-        gen = self.generation_of(obs, decide(agent, obs))
+        constraint = self.constraint_of(tools, kwargs, prefix=prefill)
+        declare(obs, constraint)
+        gen = self.stopped(
+            self.tokenizer, self.generation_of(obs, decide(agent, obs)), stop, tools, constraint
+        )
         text = prefill + gen.text
         if self.complete_calls and tools:
             text = complete_call(text, tool_names(tools))
