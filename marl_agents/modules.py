@@ -11,6 +11,11 @@
   default, a separate value MLP over the observation, each network's input through a
   ``LayerNorm``: MAPPO's ``use_feature_normalization``), or :class:`CentralCriticMLPModule`
   with that input norm on the actor and the centralised critic.
+* agents whose observations carry an action mask (the masked ``Dict`` of
+  :mod:`scenarios.pz_spaces`: PettingZoo's classic games) are served by modules built here
+  (``mlp``: :class:`MLPModule`; RLlib's default module takes no ``Dict``) that read the
+  observation part only and, with ``model.action_mask`` (default), mask the logits in
+  ``_forward`` (:mod:`marl_agents.action_mask`).
 * ``gru`` pools use :class:`GRUModule` (recurrent actor-critic for partial observability).
 * ``mpnn`` pools use :class:`MessagePassingModule`: one round of message passing over the
   topology's channels, applied to the agent's own observation (see its docstring).
@@ -44,6 +49,13 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 from typing_extensions import override
 
+from marl_agents.action_mask import (
+    has_action_mask,
+    mask_of,
+    masked_logits,
+    own_observation,
+    own_space,
+)
 from marl_agents.critics import central_critic, central_values
 from marl_agents.pools import (
     AgentPool,
@@ -94,10 +106,23 @@ def action_head(space: gym.Space) -> tuple[int, Any]:
 
 
 def obs_dim(space: gym.Space) -> int:
-    """Flat size of a ``Box`` observation space."""
+    """Flat size of a ``Box`` observation space (of a masked ``Dict``'s observation part:
+    :mod:`marl_agents.action_mask`)."""
+    space = own_space(space)
     if not isinstance(space, gym.spaces.Box):
         raise PoolError(f"observation space {space} is not supported: use a Box")
     return int(gym.spaces.flatdim(space))
+
+
+class ActionMasking:
+    """Mixin of the modules built here: their logits under the observation's action mask
+    where the model config's ``action_mask`` is on (:mod:`marl_agents.action_mask`)."""
+
+    model_config: Mapping[str, Any]
+
+    def _masked(self, logits: torch.Tensor, batch: Mapping[str, Any]) -> torch.Tensor:
+        mask = mask_of(batch[Columns.OBS]) if self.model_config.get("action_mask") else None
+        return logits if mask is None else masked_logits(logits, mask)
 
 
 def input_normed(net: nn.Module, width: int, norm: bool) -> nn.Module:
@@ -117,13 +142,15 @@ def critic_net(cfg: Mapping[str, Any], own: int = 0) -> nn.Module | None:
     return central_critic(input_normed(net, dim, bool(cfg.get("input_norm", False))), width)
 
 
-class MLPModule(TorchRLModule, ValueFunctionAPI):
+class MLPModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
     """An ``mlp`` pool's actor-critic built here: actor MLP → policy head from the agent's own
     observation; values from a separate MLP (with a linear head) over the observation, or, with
     ``critic_dim > 0``, over the learner's critic column (:mod:`marl_agents.critics`).
     ``model_config``: ``hidden``, ``activation``, ``critic_dim``, ``input_norm`` (each network's
     input goes through a ``LayerNorm`` with its affine, as MAPPO's ``use_feature_normalization``
-    does: the actor's over the observation, the critic's over its own input)."""
+    does: the actor's over the observation, the critic's over its own input), ``action_mask``
+    (a masked ``Dict`` observation's mask applied to the logits; both networks read its
+    observation part only: :mod:`marl_agents.action_mask`)."""
 
     @override
     def setup(self) -> None:
@@ -137,13 +164,14 @@ class MLPModule(TorchRLModule, ValueFunctionAPI):
 
     @override
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return {Columns.ACTION_DIST_INPUTS: self.pi(self.actor(batch[Columns.OBS].float()))}
+        logits = self.pi(self.actor(own_observation(batch[Columns.OBS])))
+        return {Columns.ACTION_DIST_INPUTS: self._masked(logits, batch)}
 
     @override
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         if int(self.model_config.get("critic_dim", 0)) > 0:
             return central_values(self.critic, batch)
-        return self.critic(batch[Columns.OBS].float()).squeeze(-1)
+        return self.critic(own_observation(batch[Columns.OBS])).squeeze(-1)
 
 
 class CentralCriticMLPModule(MLPModule):
@@ -151,7 +179,7 @@ class CentralCriticMLPModule(MLPModule):
     name runs and checkpoints have used for it."""
 
 
-class GRUModule(TorchRLModule, ValueFunctionAPI):
+class GRUModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
     """Recurrent actor-critic: MLP encoder → GRU → policy and value heads.
 
     ``model_config``: ``hidden`` (encoder sizes), ``activation``, ``gru_size``,
@@ -178,20 +206,23 @@ class GRUModule(TorchRLModule, ValueFunctionAPI):
         return {"h": torch.zeros(int(self.model_config["gru_size"]))}
 
     def _core(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = self.encoder(batch[Columns.OBS].float())
+        x = self.encoder(own_observation(batch[Columns.OBS]))
         out, h = self.gru(x, batch[Columns.STATE_IN]["h"].unsqueeze(0))
         return out, {"h": h.squeeze(0)}
 
     @override
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         emb, state = self._core(batch)
-        return {Columns.ACTION_DIST_INPUTS: self.pi(emb), Columns.STATE_OUT: state}
+        return {
+            Columns.ACTION_DIST_INPUTS: self._masked(self.pi(emb), batch),
+            Columns.STATE_OUT: state,
+        }
 
     @override
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         emb, state = self._core(batch)
         return {
-            Columns.ACTION_DIST_INPUTS: self.pi(emb),
+            Columns.ACTION_DIST_INPUTS: self._masked(self.pi(emb), batch),
             Columns.STATE_OUT: state,
             Columns.EMBEDDINGS: emb,
         }
@@ -205,7 +236,7 @@ class GRUModule(TorchRLModule, ValueFunctionAPI):
         return self.vf(embeddings).squeeze(-1)
 
 
-class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
+class MessagePassingModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
     """Actor-critic with one round of message passing over the agent's neighbourhood.
 
     The observation is split into ``slots`` equal segments, one per neighbour channel (e.g.
@@ -240,7 +271,7 @@ class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
             self.vf = nn.Linear(width, 1)
 
     def _embed(self, batch: Mapping[str, Any]) -> torch.Tensor:
-        obs = batch[Columns.OBS].float()
+        obs = own_observation(batch[Columns.OBS])
         emb = self.own_net(obs[..., : self.own])
         if self.slots:
             msgs = obs[..., self.own :].reshape(*obs.shape[:-1], self.slots, -1)
@@ -249,12 +280,15 @@ class MessagePassingModule(TorchRLModule, ValueFunctionAPI):
 
     @override
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return {Columns.ACTION_DIST_INPUTS: self.pi(self._embed(batch))}
+        return {Columns.ACTION_DIST_INPUTS: self._masked(self.pi(self._embed(batch)), batch)}
 
     @override
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         emb = self._embed(batch)
-        return {Columns.ACTION_DIST_INPUTS: self.pi(emb), Columns.EMBEDDINGS: emb}
+        return {
+            Columns.ACTION_DIST_INPUTS: self._masked(self.pi(emb), batch),
+            Columns.EMBEDDINGS: emb,
+        }
 
     @override
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
@@ -322,7 +356,7 @@ def _checkpoint_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModule
 def _mlp_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
     m = pool.model
     assert isinstance(m, MLPModel)
-    if m.input_norm:
+    if m.input_norm or has_action_mask(pool.observation_space):  # RLlib's takes no Dict
         return _layers_spec(pool, MLPModule)
     cfg = DefaultModelConfig(
         fcnet_hiddens=list(m.hidden),
@@ -344,13 +378,16 @@ def _mpnn_spec(pool: AgentPool, env_config: Mapping[str, Any]) -> RLModuleSpec:
 
 
 def _layers_spec(pool: AgentPool, module_class: type, **extra: Any) -> RLModuleSpec:
-    """A module built here (``mlp`` with ``input_norm`` or a critic column, ``gru``,
-    ``mpnn``): its layers (and ``input_norm`` when set), plus ``extra`` model config."""
+    """A module built here (``mlp`` with ``input_norm``, masked observations or a critic
+    column, ``gru``, ``mpnn``): its layers (and ``input_norm`` when set; ``action_mask`` for a
+    masked observation space), plus ``extra`` model config."""
     m = pool.model
     assert isinstance(m, (MLPModel, GRUModel, MPNNModel))
     config = {"hidden": list(m.hidden), "activation": m.activation, **extra}
     if isinstance(m, MLPModel) and m.input_norm:
         config["input_norm"] = True
+    if has_action_mask(pool.observation_space):
+        config["action_mask"] = m.action_mask
     return RLModuleSpec(module_class=module_class, model_config=config, **_spaces(pool))
 
 

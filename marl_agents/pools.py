@@ -73,10 +73,15 @@ class _LayersModel(ModelConfig):
         hidden: hidden layer sizes (``mlp``: the trunk; ``gru``/``mpnn``: the encoder before
             the recurrent / message layer).
         activation: hidden activation: ``tanh``, ``relu``, ``silu``, ``elu`` or ``linear``.
+        action_mask: where the agents' observations carry an ``action_mask`` (PettingZoo's
+            classic games; :mod:`marl_agents.action_mask`), never sample, pick or train on an
+            action it forbids (default). ``false``: the module ignores the mask (it still
+            reads only the observation part), so illegal actions reach the env's own rule.
     """
 
     hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
+    action_mask: bool = True
 
     def check(self, where: str, *, trained: bool = False) -> None:
         sizes_ok = isinstance(self.hidden, list) and all(
@@ -86,6 +91,10 @@ class _LayersModel(ModelConfig):
             raise PoolError(
                 f"{where}: model.hidden must be a list of positive layer sizes, e.g. [64, 64]; "
                 f"got {self.hidden!r}"
+            )
+        if not isinstance(self.action_mask, bool):
+            raise PoolError(
+                f"{where}: model.action_mask must be true or false, got {self.action_mask!r}"
             )
         if self.activation not in ACTIVATIONS:
             raise PoolError(

@@ -64,7 +64,10 @@ def inverse_cdf(probs: Sequence[torch.Tensor], rngs: Sequence[np.random.Generato
     parts = []
     for j, p in enumerate(probs):
         cdf = p.double().cumsum(-1)
-        parts.append((cdf < u[:, j : j + 1]).sum(-1).clamp_max(p.shape[-1] - 1))
+        pick = (cdf < u[:, j : j + 1]).sum(-1).clamp_max(p.shape[-1] - 1)
+        act = pick.numpy()[:, None].copy()
+        _off_support(p.detach().cpu().numpy()[:, None], act)
+        parts.append(torch.from_numpy(act[:, 0]))
     return torch.stack(parts, dim=-1)
 
 
@@ -97,9 +100,11 @@ def categorical_rows(
         if u is None:
             act = norm.argmax(-1).numpy()
         else:
-            cdf = cats.probs.numpy().astype(np.float64).cumsum(-1)
+            probs = cats.probs.numpy()
+            cdf = probs.astype(np.float64).cumsum(-1)
             act = (cdf < u[:, j : j + k, None]).sum(-1)
             np.minimum(act, n - 1, out=act)
+            _off_support(probs, act)
         acts.append(act)
         rows = np.arange(0, b * k * n, n).reshape(b, k)  # flat offsets of each [r, part]
         picked.append(norm.numpy().reshape(-1)[rows + act])
@@ -110,3 +115,19 @@ def categorical_rows(
         return act[:, 0], torch.from_numpy(parts[:, 0].copy())
     # summed as Categoricals sums its stacked [parts, B] log-probabilities
     return act, torch.sum(torch.from_numpy(np.ascontiguousarray(parts.T)), dim=0)
+
+
+def _off_support(probs: np.ndarray, act: np.ndarray) -> None:
+    """Move, in place, each pick of probability 0 (``act``: ``[B, k]`` picks of ``probs``'
+    ``[B, k, n]``) to the nearest action of positive probability below it, else above it.
+
+    Inverse CDF picks one only where the uniform lands past the float sum of the probabilities
+    (the last actions masked) or on 0 exactly (the first ones masked): a masked action
+    (:mod:`marl_agents.action_mask`) is then never drawn, and the draw keeps its meaning.
+    """
+    picked = np.take_along_axis(probs, act[..., None], axis=-1)[..., 0]
+    for r, part in zip(*np.nonzero(picked == 0), strict=True):
+        allowed = np.flatnonzero(probs[r, part] > 0)
+        if allowed.size:
+            below = allowed[allowed <= act[r, part]]
+            act[r, part] = below[-1] if below.size else allowed[0]
