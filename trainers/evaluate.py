@@ -82,18 +82,21 @@ class TeamPolicy:
         import torch
         from ray.rllib.core.columns import Columns
 
+        from marl_agents.action_mask import stack_observations, to_tensors
+
         actions = {}
         with torch.no_grad():
             for agent, obs in observations.items():
                 module = self.modules[self.agent_to_pool[agent]]
-                x = torch.as_tensor(np.asarray(obs, dtype=np.float32))[None]
-                batch: dict[str, Any] = {Columns.OBS: x}
                 stateful = module.is_stateful()
+                # a masked observation is a dict: the module masks its logits, so the greedy
+                # action (and a sampled one) is always allowed (marl_agents.action_mask)
+                x = to_tensors(stack_observations([obs]), time_axis=stateful)
+                batch: dict[str, Any] = {Columns.OBS: x}
                 if stateful:
                     init = self.state.get(agent)
                     if init is None:
                         init = {k: v[None] for k, v in module.get_initial_state().items()}
-                    batch[Columns.OBS] = x[:, None]
                     batch[Columns.STATE_IN] = init
                 out = (module.forward_exploration if explore else module.forward_inference)(batch)
                 if stateful:

@@ -81,6 +81,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
+from marl_agents.action_mask import stack_observations, to_tensors
 from marl_agents.llm.rl_module import SAMPLING_SEEDS
 from marl_agents.llm.shared_batch import batch_key
 from scenarios.env_spec import EnvSpec
@@ -621,8 +622,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         stateful = module.is_stateful()
         # a runner given a GPU (resources.num_gpus_per_env_runner) holds its modules there
         device = self._device if any(True for _ in module.parameters()) else "cpu"
-        obs = torch.from_numpy(np.stack(rows.obs).astype(np.float32, copy=False)).to(device)
-        batch: dict[str, Any] = {Columns.OBS: obs[:, None] if stateful else obs}
+        obs = to_tensors(stack_observations(rows.obs), device, time_axis=stateful)
+        batch: dict[str, Any] = {Columns.OBS: obs}  # a dict for masked observations
         if stateful:
             init = module.get_initial_state()
             batch[Columns.STATE_IN] = {
