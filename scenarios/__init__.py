@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the exports (topologies.lazy): loaded on first use
     from scenarios.decisions import decide as decide
     from scenarios.decisions import emit_reward as emit_reward
     from scenarios.decisions import emit_state as emit_state
+    from scenarios.decisions import leave as leave
     from scenarios.decisions import run_inline as run_inline
     from scenarios.graph_env import GraphEnv as GraphEnv
     from scenarios.graph_env import TraceStep as TraceStep

@@ -89,20 +89,26 @@ class BridgeError(ScenarioError):
 
 
 class EmittedRewards:
-    """What a run's nodes emitted (``scenarios.emit_reward``, ``scenarios.emit_state``): the
-    one implementation of ``emit_reward`` and ``emit_state`` that every bridge
+    """What a run's nodes emitted (``scenarios.emit_reward``, ``scenarios.emit_state``,
+    ``scenarios.leave``): the one implementation of them that every bridge
     (:class:`GraphRun`, the fast path's, the inline runner's) inherits.
 
     Attributes:
         team_reward: the sum of rewards emitted to the team (``agents=None``).
         agent_rewards: agent → the sum of rewards emitted to it by name.
         global_state: the last value a node gave ``emit_state()`` (``None``: none yet).
+        left: the agents that left the episode (``scenarios.leave``) → whether by truncation.
     """
 
     def __init__(self) -> None:
         self.team_reward = 0.0
         self.agent_rewards: dict[str, float] = {}
         self.global_state: Any = None
+        self.left: dict[str, bool] = {}
+
+    def leave(self, agents: list[str], truncated: bool = False) -> None:
+        for a in agents:
+            self.left.setdefault(a, truncated)
 
     def emit_state(self, value: Any) -> None:
         self.global_state = value

@@ -59,6 +59,19 @@ def emit_state(value: Any) -> None:
     _bridge("emit_state()").emit_state(value)
 
 
+def leave(agents: list[str], truncated: bool = False) -> None:
+    """Say that ``agents`` left the episode now (PettingZoo: an agent terminated or truncated
+    while others go on); call it in a node.
+
+    From the env step in which the graph hands decisions back, each of them is reported
+    terminated (``truncated``: truncated), with its last observation and the rewards it was
+    owed, and is never paid or asked again: rewards emitted later (team rewards too) go to the
+    agents still in the episode, and a graph that asks a departed agent for a decision raises.
+    The episode itself ends when the graph does.
+    """
+    _bridge("leave()").leave(list(agents), truncated)
+
+
 class InlineBridge(EmittedRewards):
     """Answers ``decide()`` by calling a policy directly (no environment in between); keeps
     the rewards emitted meanwhile (``team_reward``, ``agent_rewards``) and counts decisions."""
@@ -104,4 +117,4 @@ def run_inline(
     return state, outcome, bridge.decisions
 
 
-__all__ = ["InlineBridge", "decide", "emit_reward", "run_inline"]
+__all__ = ["InlineBridge", "decide", "emit_reward", "emit_state", "leave", "run_inline"]

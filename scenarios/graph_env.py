@@ -114,15 +114,18 @@ class GraphEnv(ReplayAPI, ParallelEnv):
 
     PettingZoo's contract: every live agent is stepped at once, an agent that finished never
     comes back, and an episode ends with every possible agent terminated or truncated. Here an
-    agent is live from its first decision to the end of the episode; each step's dicts cover
+    agent is live from its first decision to the end of the episode, or to the step in which
+    the graph says it left (:func:`scenarios.leave`: that step reports it terminated, or
+    truncated, and it is neither paid nor asked again); each step's dicts cover
     every live agent, but only the agents pending in the current superstep act
     (``infos[agent]["acting"]``): a waiting agent's action has no effect and it sees its last
     observation again. When the graph ends, agents it never asked join for one closing step
     (a blank observation, reward 0) so that they finish too. Rewards emitted during the run go
-    to their agents (team rewards to every agent that has acted); the verifier's terminal team
-    reward reaches every agent that acted. A node that raises, the wall-clock limit and the
-    step limit end the episode truncated, with ``infos[agent]["failure"]`` (``"error"``,
-    ``"timeout"``, ``"limit"``) and ``infos[agent]["error"]``; the trace and outcome are kept.
+    to their agents (team rewards to every live agent that has acted); the verifier's terminal
+    team reward reaches every agent that acted and did not leave. A node that raises, the
+    wall-clock limit and the step limit end the episode truncated, with
+    ``infos[agent]["failure"]`` (``"error"``, ``"timeout"``, ``"limit"``) and
+    ``infos[agent]["error"]``; the trace and outcome are kept.
     A graph that cannot run (see the module doc) raises :class:`ScenarioError` at
     :meth:`reset`.
 
@@ -321,6 +324,7 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         self.step_rewards, self._graph_s, self._timeout = [], 0.0, None
         self._last_obs: dict[str, Any] = {}
         self._acted: list[str] = []
+        self._gone: set[str] = set()  # agents that left (scenarios.leave), already reported
         self._paid = {"team": 0.0}
         self._acc = dict.fromkeys(self.possible_agents, 0.0)
         if self.rewards is not None:
@@ -390,9 +394,14 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         rewards = self._rewards()
         self.step_rewards.append(rewards)
         done = run.finished
-        terms = dict.fromkeys(self.agents, done and not self.truncated)
-        truncs = dict.fromkeys(self.agents, done and self.truncated)
+        left = run.left  # agents that left end by their own flag, the others as the episode
+        terms = {a: not left[a] if a in left else done and not self.truncated for a in self.agents}
+        truncs = {a: left.get(a, done and self.truncated) for a in self.agents}
         if not done:
+            gone = [a for a in self.agents if a in left]
+            if gone:  # reported once, in this step; never paid or asked again
+                self._gone.update(gone)
+                self.agents = [a for a in self.agents if a not in left]
             return obs, rewards, terms, truncs, infos
         self.agents = [a for a in self.possible_agents if a not in self._acted]
         late_obs, late_infos = self._observe(self.agents)  # they finish in the closing step
@@ -617,16 +626,22 @@ class GraphEnv(ReplayAPI, ParallelEnv):
         )
 
     def _absorb(self, pending: Mapping[str, Any]) -> None:
+        left = self._run.left if self._run is not None else {}
         for agent, req in pending.items():
             if agent not in self._obs_spaces:
                 raise ValueError(
                     f"graph asked agent {agent!r} for a decision but the scenario declares "
                     f"agents {self.possible_agents}: fix possible_agents or max_instances"
                 )
+            if agent in left:
+                raise ValueError(
+                    f"graph asked agent {agent!r} for a decision after it left the episode "
+                    "(scenarios.leave): route only the agents still in it"
+                )
             self._last_obs[agent] = req.observation
             if agent not in self._acted:
                 self._acted.append(agent)
-        self.agents = [a for a in self.possible_agents if a in self._acted]
+        self.agents = [a for a in self.possible_agents if a in self._acted and a not in self._gone]
 
     def _check_action(self, agent: str, action: Any) -> Any:
         executed, ok = executed_action(self.scenario, agent, action)

@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Annotated, Any, TypedDict
 
 import gymnasium as gym
@@ -54,8 +55,16 @@ import numpy as np
 from langgraph.graph import StateGraph
 
 from scenarios.base import Outcome, Scenario, ScenarioError
-from scenarios.decisions import decide, emit_reward, emit_state
+from scenarios.decisions import decide, emit_reward, emit_state, leave
 from scenarios.declared import DeclaredSpaces
+from scenarios.pz_spaces import (
+    MASK_KEY,
+    UnsupportedSpace,
+    convert_action_space,
+    convert_observation_space,
+    flat_space,
+    flattener,
+)
 from topologies import END, START, Topology
 from topologies.generators import merge_routes
 
@@ -196,8 +205,20 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
             raise ScenarioError(
                 f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
             )
-        self.agent_spaces = {a: (ref.observation_space(a), ref.action_space(a)) for a in agents}
-        self.state_space = _state_space(ref)
+        # the probe's reset: the infos say which agents get their action mask there
+        _, infos = _probe_reset(ref, env)
+        self._acts = {a: convert_action_space(a, ref.action_space(a)) for a in agents}
+        self._observe = {
+            a: convert_observation_space(
+                a,
+                ref.observation_space(a),
+                ref.action_space(a),
+                info_mask=MASK_KEY in ((infos or {}).get(a) or {}),
+            )
+            for a in agents
+        }
+        self.agent_spaces = {a: (self._observe[a].space, self._acts[a].space) for a in agents}
+        self.state_space = _state_space(ref, reset=False)
         cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
         cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
         self.max_supersteps = 2 * cycles + 4
@@ -255,39 +276,60 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
             "route": {},
             "t": -1,  # the env node's first run resets the env
             "team_return": 0.0,
-            "agent_returns": dict.fromkeys(self.possible_agents, 0.0),
+            "agent_returns": {},  # the agents of this episode (possible_agents may hold more)
             "truncated": False,
         }
+
+    def _observations(self, obs: dict[str, Any], infos: dict[str, Any]) -> dict[str, Any]:
+        """The env's observations as the declared spaces' (:mod:`scenarios.pz_spaces`)."""
+        infos = infos or {}
+        return {a: self._observe[a](o, infos.get(a)) for a, o in obs.items() if a in self._observe}
 
     def _env_step(self, state: dict[str, Any]) -> dict[str, Any]:
         """Reset (first run) or step the env with the joint action; route the live agents."""
         env, t = state["env"], state["t"]
         if t < 0:
-            obs, _ = env.reset(seed=state["env_seed"])
+            obs, infos = env.reset(seed=state["env_seed"])
             self._emit_state(env)
-            return {"obs": obs, "t": 0, "route": {ENV_NODE: list(env.agents)}}
+            live = self._live(env.agents)
+            return {
+                "obs": self._observations(obs, infos),
+                "t": 0,
+                "agent_returns": dict.fromkeys(live, 0.0),
+                "route": {ENV_NODE: live},
+            }
+        acting = self._live(env.agents)
         chosen = state.get("actions") or {}
-        missing = [a for a in env.agents if a not in chosen]
+        missing = [a for a in acting if a not in chosen]
         if missing:
             raise RuntimeError(f"agents {missing} gave no action in step {t}")
-        obs, rewards, _, truncs, _ = env.step({a: chosen[a] for a in env.agents})
-        r = {a: float(v) for a, v in rewards.items()}
+        obs, rewards, terms, truncs, infos = env.step({a: self._acts[a](chosen[a]) for a in acting})
+        # the agents of this step: those that acted (an agent without a reward gets 0)
+        r = {a: float(rewards.get(a, 0.0)) for a in acting}
         team = sum(r.values()) / len(r) if r else 0.0
-        emit_reward(team)
+        emit_reward(team)  # to the agents still in the episode (team + deviation = own)
         if self.reward == "env":
             for a, value in r.items():
                 if value != team:
                     emit_reward(value - team, agents=[a])
-        live = list(env.agents)
-        ended = [a for a in r if a not in live]
-        truncated = bool(ended) and all(truncs.get(a, False) for a in ended)
+        live = self._live(env.agents)
+        ended = [a for a in acting if a not in live]
+        truncated = bool(ended) and all(
+            truncs.get(a, False) and not terms.get(a, False) for a in ended
+        )
+        for flag in (False, True):  # each agent that ended leaves by its own flag
+            out = [a for a in ended if bool(truncs.get(a) and not terms.get(a)) == flag]
+            if out:
+                leave(out, truncated=flag)
         if live:
             self._emit_state(env)
         returns = dict(state["agent_returns"])
         for a, value in r.items():
             returns[a] = returns.get(a, 0.0) + value
+        for a in live:  # an agent that joined this step
+            returns.setdefault(a, 0.0)
         return {
-            "obs": {**state["obs"], **obs},
+            "obs": {**state["obs"], **self._observations(obs, infos)},
             "actions": None,
             "t": t + 1,
             "team_return": state["team_return"] + team,
@@ -296,9 +338,19 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
             "route": {ENV_NODE: live},
         }
 
+    def _live(self, agents: list[str]) -> list[str]:
+        """``agents`` (the env's live ones), each of which must be a possible agent."""
+        unknown = [a for a in agents if a not in self.agent_spaces]
+        if unknown:
+            raise ScenarioError(
+                f"{self.env_ref}: agents {unknown} are live but not in possible_agents "
+                f"{self.possible_agents}: possible_agents must list every agent an episode may have"
+            )
+        return list(agents)
+
     def _emit_state(self, env: Any) -> None:
         if self.state_space is not None:
-            emit_state(env.state())
+            emit_state(_flat_state(env))
 
     def score(self, state: dict[str, Any]) -> Outcome:
         """Zero terminal reward (every reward was emitted per step) and the episode's metrics."""
@@ -316,15 +368,70 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
         )
 
 
-def _state_space(env: Any) -> gym.Space | None:
-    """The env's global-state space: ``state_space``, else a ``Box`` shaped like ``state()``
-    after a reset, else ``None`` (no global state)."""
+def _probe_reset(env: Any, ref: str) -> tuple[Any, Any]:
+    """``env.reset(seed=0)`` (what the scenario probes its spaces, infos and state on)."""
+    try:
+        return env.reset(seed=0)  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise ScenarioError(
+            f"{ref}: the env's reset(seed=0) raised {type(exc).__name__}: {exc} — the env cannot "
+            "start an episode: fix the env or its scenario_kwargs (the original error is chained)"
+        ) from exc
+
+
+def _state_space(env: Any, *, reset: bool = True) -> gym.spaces.Box | None:
+    """The flat ``float32`` space of the env's global state (:func:`_flat_state`), or ``None``
+    (no global state): its ``state_space`` converted by :func:`scenarios.pz_spaces.flat_space`,
+    else a ``Box`` as wide as ``state()`` after a reset (``reset=False``: the env was just
+    reset). A ``state`` that is not a method (rps keeps a dict there), a ``state()`` that
+    raises or a state space without a flat form mean no global state, said once in a warning:
+    centralised critics then read the agents' observations."""
+    name = _env_name(env)
+    own = getattr(getattr(env, "unwrapped", env), "state", None)  # rps_v2: a dict
+    if not callable(getattr(env, "state", None)) or not callable(own):
+        return None
     space = getattr(env, "state_space", None)
     if isinstance(space, gym.Space):
-        return space
+        try:
+            return flat_space("the global state", space)
+        except UnsupportedSpace as exc:
+            _warn_once(name, f"{name}: no global state ({exc})")
+            return None
     try:
-        env.reset(seed=0)
-        value = np.asarray(env.state())
-    except (NotImplementedError, AttributeError):
+        if reset:
+            env.reset(seed=0)
+        value = np.asarray(env.state(), np.float32).reshape(-1)
+    except NotImplementedError:
         return None
-    return gym.spaces.Box(-np.inf, np.inf, value.shape, value.dtype)
+    except Exception as exc:
+        _warn_once(
+            name,
+            f"{name}: state() raised {type(exc).__name__}: {exc}; trained without a global state "
+            "(centralised critics read the agents' observations)",
+        )
+        return None
+    return gym.spaces.Box(-np.inf, np.inf, value.shape, np.float32)
+
+
+def _flat_state(env: Any) -> np.ndarray:
+    """``env.state()`` as a flat ``float32`` vector (a non-``Box`` ``state_space``: flattened
+    as :mod:`scenarios.pz_spaces` flattens observations)."""
+    space = getattr(env, "state_space", None)
+    if isinstance(space, gym.Space) and not isinstance(space, gym.spaces.Box):
+        return flattener("the global state", space)(env.state())
+    return np.asarray(env.state(), np.float32).reshape(-1)
+
+
+def _env_name(env: Any) -> str:
+    meta = getattr(env, "metadata", None) or {}
+    return str(meta.get("name") or type(getattr(env, "unwrapped", env)).__name__)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, text: str) -> None:
+    """``warnings.warn(text)`` the first time ``key`` is seen in this process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(text, stacklevel=3)

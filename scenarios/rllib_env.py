@@ -4,8 +4,9 @@ Each observation dict holds exactly the agents pending in the current superstep,
 one step per real decision. Rewards earned while an agent waits are held back and paid with its
 next observation; when the graph ends every agent that acted gets its last observation, its held
 rewards and the terminal team reward, and is terminated (or truncated when a node failed or the
-step limit was hit). Agents that never acted never appear (the PettingZoo view's closing step is
-not shown).
+step limit was hit). An agent that leaves the episode before it ends (:func:`scenarios.leave`)
+gets its last observation, held rewards and its own flag in the step it leaves, and is not seen
+again. Agents that never acted never appear (the PettingZoo view's closing step is not shown).
 
 Global state (:mod:`scenarios.global_state`): with every observation it returns (reset and step)
 it reports ``GraphEnv.state()`` under ``infos[agent][STATE_INFO]``, for scenarios that have one
@@ -98,28 +99,35 @@ class RLlibGraphEnv(MultiAgentEnv):
 
     def step(self, action_dict: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         live = list(self.env.agents)
-        obs, rewards, _, truncs, infos = self.env.step(action_dict)
+        obs, rewards, terms, truncs, infos = self.env.step(action_dict)
         for a, r in rewards.items():
             self._held[a] += r
         if self.env.finished:  # the agents that acted end here (not the closing step's)
             out = list(live)
-            terminated = not any(truncs.values())
+            # each agent by its own flag (one that left here: its own, the others the
+            # episode's); the episode is truncated when every agent was, else terminated
+            # (RLlib then also flags the truncated agents terminated: the learners clear it,
+            # trainers.learners.time_limits)
+            truncated = bool(out) and all(truncs.get(a, False) for a in out)
             out_obs = {a: obs[a] for a in out}
             out_rew = {a: self._held[a] for a in out}
             out_inf = self._with_state({a: infos[a] for a in out})
-            terms_out = {**dict.fromkeys(out, terminated), "__all__": terminated}
-            truncs_out = {**dict.fromkeys(out, not terminated), "__all__": not terminated}
+            terms_out = {**{a: not truncs.get(a, False) for a in out}, "__all__": not truncated}
+            truncs_out = {**{a: bool(truncs.get(a, False)) for a in out}, "__all__": truncated}
             self.agents = out  # the agents receiving their final observation
             return out_obs, out_rew, terms_out, truncs_out, out_inf
-        acting = [a for a in obs if infos[a]["acting"]]
-        out_rew = {a: self._held[a] for a in acting}
-        for a in acting:
+        # the acting agents, and those that left the episode in this step (scenarios.leave):
+        # their last observation, what they were owed and their own flag
+        gone = [a for a in obs if terms.get(a) or truncs.get(a)]
+        out = [a for a in obs if infos[a]["acting"]] + gone
+        out_rew = {a: self._held[a] for a in out}
+        for a in out:
             self._held[a] = 0.0
         self.agents = list(self.env.agents)
         return (
-            {a: obs[a] for a in acting},
+            {a: obs[a] for a in out},
             out_rew,
-            {"__all__": False},
-            {"__all__": False},
-            self._with_state({a: infos[a] for a in acting}),
+            {**{a: bool(terms[a]) for a in gone}, "__all__": False},
+            {**{a: bool(truncs[a]) for a in gone}, "__all__": False},
+            self._with_state({a: infos[a] for a in out}),
         )

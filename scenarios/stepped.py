@@ -212,6 +212,10 @@ class SteppedRun:
         return self.bridge.global_state if self._lg is None else self._lg.global_state
 
     @property
+    def left(self) -> dict[str, bool]:
+        return self.bridge.left if self._lg is None else self._lg.left
+
+    @property
     def fell_back(self) -> bool:
         """The episode went on through LangGraph (see the module doc)."""
         return self._lg is not None

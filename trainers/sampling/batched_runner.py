@@ -431,8 +431,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         counts.add(obs, episode)
         if self._step_callbacks:
             self._make_on_episode_callback("on_episode_step", i, self._ongoing_episodes)
-        if not episode.is_done:
-            self.sampler_state.pending[i] = obs
+        if not episode.is_done:  # the agents to act next: not those that ended here
+            ended = {a for a, done in (*terms.items(), *truncs.items()) if done}
+            self.sampler_state.pending[i] = (
+                {a: o for a, o in obs.items() if a not in ended} if ended else obs
+            )
             return
         if done is None:
             return
