@@ -71,8 +71,9 @@ def bound_prompt(model: Any, request: ChatRequest, truncate: bool) -> ChatReques
         raise GatewayError(
             f"this model's context is {limit} tokens; the messages hold {total} characters, "
             f"more than {limit} tokens can (one token is at most "
-            f"{max_token_chars(model.tokenizer)} characters): shorten them, or serve with "
-            "truncated prompts (marl serve's default; AppScenario(truncate_prompts=True))",
+            f"{max_token_chars(model.tokenizer)} characters): shorten them, or truncate "
+            "prompts as training does (marl serve's default, --truncate-prompts; "
+            "AppScenario(truncate_prompts=True))",
             400,
             "invalid_request_error",
             "messages",
