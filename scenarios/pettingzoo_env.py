@@ -393,7 +393,7 @@ def _state_space(env: Any, *, reset: bool = True) -> gym.spaces.Box | None:
     space = getattr(env, "state_space", None)
     if isinstance(space, gym.Space):
         try:
-            return flat_space("the global state", space)
+            return flat_space("", space, "global state space")
         except UnsupportedSpace as exc:
             _warn_once(name, f"{name}: no global state ({exc})")
             return None
@@ -418,7 +418,7 @@ def _flat_state(env: Any) -> np.ndarray:
     as :mod:`scenarios.pz_spaces` flattens observations)."""
     space = getattr(env, "state_space", None)
     if isinstance(space, gym.Space) and not isinstance(space, gym.spaces.Box):
-        return flattener("the global state", space)(env.state())
+        return flattener("", space, "global state space")(env.state())
     return np.asarray(env.state(), np.float32).reshape(-1)
 
 

@@ -99,75 +99,94 @@ def has_action_mask(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and set(space.spaces) == {OBS_KEY, MASK_KEY}
 
 
-def _refuse(agent: str, space: gym.Space, why: str, fix: str) -> UnsupportedSpace:
-    return UnsupportedSpace(f"agent {agent!r}: {why} {space}: {fix}")
+def _short(space: gym.Space) -> str:
+    """``space`` as text, without a ``Text`` space's long charset."""
+    if isinstance(space, gym.spaces.Text):
+        return f"Text(max_length={space.max_length})"
+    if isinstance(space, gym.spaces.Dict):
+        return "Dict(" + ", ".join(f"{k!r}: {_short(v)}" for k, v in space.spaces.items()) + ")"
+    if isinstance(space, gym.spaces.Tuple):
+        return "Tuple(" + ", ".join(_short(v) for v in space.spaces) + ")"
+    return str(space)
 
 
-_NOT_FLAT = (
-    "has no fixed-size flat form, so no network can read it",
+def _refuse(agent: str, what: str, space: gym.Space, why: str, fix: str) -> UnsupportedSpace:
+    return UnsupportedSpace(
+        f"agent {agent!r}: {what} {_short(space)} cannot be trained: {why}; {fix}"
+    )
+
+
+_FLAT_FIX = (
     "wrap the env so that this agent observes a Box, Discrete, MultiDiscrete, MultiBinary, "
-    "Dict or Tuple space (e.g. encode it as a fixed-size Box)",
+    "Dict or Tuple space (e.g. encode it as a fixed-size Box)"
 )
 
 
-def _one_hot_size(agent: str, space: gym.Space, n: int) -> int:
+def _one_hot_size(agent: str, what: str, top: gym.Space, n: int) -> int:
     if n > MAX_ONE_HOT:
         raise _refuse(
             agent,
-            space,
-            f"a one-hot of {n} values (over {MAX_ONE_HOT}) cannot be learned from, in",
+            what,
+            top,
+            f"a one-hot of {n} values (over MAX_ONE_HOT={MAX_ONE_HOT}) cannot be learned from",
             "wrap the env so that this value is observed as a Box (e.g. Box(0, n - 1, (1,)) "
             "or a few scaled features)",
         )
     return n
 
 
-def flat_space(agent: str, space: gym.Space) -> gym.spaces.Box:
+def flat_space(agent: str, space: gym.Space, what: str = "observation space") -> gym.spaces.Box:
     """The flat ``float32`` ``Box`` of ``space`` (module doc); :class:`UnsupportedSpace` when
-    it has none. ``agent`` names the agent in the error.
+    it has none, naming ``agent`` and ``what`` the space is (``"observation space"``).
 
     >>> flat_space("a", gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2, 2)))))
     Box([ 0.  0.  0. -1. -1. -1. -1.], 1.0, (7,), float32)
     """
-    low, high = _bounds(agent, space, space)
+    low, high = _bounds(agent, what, space, space)
     return gym.spaces.Box(low, high, low.shape, np.float32)
 
 
-def _bounds(agent: str, space: gym.Space, top: gym.Space) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(
+    agent: str, what: str, space: gym.Space, top: gym.Space
+) -> tuple[np.ndarray, np.ndarray]:
     """Flat ``float32`` (low, high) of ``space`` (a part of the agent's space ``top``)."""
     if isinstance(space, gym.spaces.Box):
         if not np.issubdtype(space.dtype, np.number) and space.dtype != np.bool_:
-            raise _refuse(agent, top, f"a Box of dtype {space.dtype}", _NOT_FLAT[1])
+            raise _refuse(
+                agent, what, top, f"a Box of dtype {space.dtype} is not numeric", _FLAT_FIX
+            )
         return (
             np.asarray(space.low, np.float32).reshape(-1),
             np.asarray(space.high, np.float32).reshape(-1),
         )
     if isinstance(space, gym.spaces.Discrete):
-        n = _one_hot_size(agent, top, int(space.n))
+        n = _one_hot_size(agent, what, top, int(space.n))
         return np.zeros(n, np.float32), np.ones(n, np.float32)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        n = sum(_one_hot_size(agent, top, int(k)) for k in np.asarray(space.nvec).reshape(-1))
+        nvec = np.asarray(space.nvec).reshape(-1)
+        n = sum(_one_hot_size(agent, what, top, int(k)) for k in nvec)
         return np.zeros(n, np.float32), np.ones(n, np.float32)
     if isinstance(space, gym.spaces.MultiBinary):
         n = int(np.prod(space.shape))
         return np.zeros(n, np.float32), np.ones(n, np.float32)
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
-        bounds = [_bounds(agent, p, top) for p in parts]
+        bounds = [_bounds(agent, what, p, top) for p in parts]
         if not bounds:
-            raise _refuse(agent, top, "an empty", "give this agent something to observe")
+            raise _refuse(agent, what, top, "it is empty", "give this agent something to observe")
         return np.concatenate([b[0] for b in bounds]), np.concatenate([b[1] for b in bounds])
-    raise _refuse(agent, top, _NOT_FLAT[0] + ":", _NOT_FLAT[1])
+    why = f"{type(space).__name__} has no fixed-size flat form, so no network can read it"
+    raise _refuse(agent, what, top, why, _FLAT_FIX)
 
 
-def flattener(agent: str, space: gym.Space) -> Flatten:
+def flattener(agent: str, space: gym.Space, what: str = "observation space") -> Flatten:
     """A function from an element of ``space`` to its flat ``float32`` vector (the layout of
     :func:`flat_space`); :class:`UnsupportedSpace` as there.
 
     >>> flattener("a", gym.spaces.MultiDiscrete([2, 3]))([1, 0]).tolist()
     [0.0, 1.0, 1.0, 0.0, 0.0]
     """
-    flat_space(agent, space)  # refuses what cannot be flattened, naming the agent
+    flat_space(agent, space, what)  # refuses what cannot be flattened, naming the agent
     return _flattener(space)
 
 
@@ -214,9 +233,10 @@ def action_count(agent: str, space: gym.Space) -> int:
         return int(np.asarray(space.nvec).sum())
     raise _refuse(
         agent,
+        "action space",
         space,
-        f"an {MASK_KEY!r} in its observations or infos needs a Discrete or MultiDiscrete "
-        "action space, not",
+        f"its observations or infos carry an {MASK_KEY!r}, which needs Discrete or "
+        "MultiDiscrete actions",
         "drop the mask in a wrapper or give the agent discrete actions",
     )
 
@@ -289,8 +309,9 @@ def convert_observation_space(
         if size != n:
             raise _refuse(
                 agent,
+                "observation space",
                 space,
-                f"an {MASK_KEY!r} of {size} entries for {n} actions ({action_space}) in",
+                f"its {MASK_KEY!r} has {size} entries for {n} actions ({action_space})",
                 "the mask must have one entry per action: fix the env's spaces",
             )
         rest = gym.spaces.Dict({k: v for k, v in space.spaces.items() if k != MASK_KEY})
@@ -352,8 +373,8 @@ def convert_action_space(agent: str, space: gym.Space) -> ActionConverter:
         return ActionConverter(space, space, None)
     raise _refuse(
         agent,
+        "action space",
         space,
-        "cannot act in",
-        "give the agent Discrete, MultiDiscrete, MultiBinary or float Box actions (wrap the env "
-        "to map them to its own)",
+        "only Discrete, MultiDiscrete, MultiBinary and float Box actions can be sampled",
+        "give the agent one of those (wrap the env to map them to its own actions)",
     )

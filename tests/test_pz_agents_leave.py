@@ -5,6 +5,7 @@ Time limits stay truncations for every learner (trainers.learners.time_limits)."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from scenarios.pettingzoo_env import env_seed
 from scenarios.registry import build
 from scenarios.rllib_env import RLlibGraphEnv
 from scenarios.testing import check_pettingzoo
+from tests.configs import tiny_config
 from tests.pz_toys import QuitterEnv
 from trainers.learners.time_limits import bootstrap_time_limits
 from trainers.sampling.episode_build import add_env_reset, add_env_step
@@ -193,7 +195,8 @@ def test_every_learner_bootstraps_the_time_limit_and_not_the_quitter(
         {
             "scenario": QUITTER,
             "scenario_kwargs": {"quit_at": 2, "max_cycles": 4},
-            "algorithm": {"name": algo, "train_batch_size": 16},
+            "algorithm": {"name": algo, "train_batch_size": 16}
+            | ({"minibatch_size": 16} if algo == "PPO" else {}),
             "sharing": "agent",
             "resources": {"num_envs_per_env_runner": 1},
             "logging": {"wandb": "disabled", "progress": False},
@@ -218,3 +221,16 @@ def test_every_learner_bootstraps_the_time_limit_and_not_the_quitter(
         assert not stayer[Columns.TERMINATEDS].any()
     finally:
         built.stop()
+
+
+def test_train_reports_each_agents_own_return(ray_session: Any, tmp_path: Path) -> None:
+    """Two iterations of ``train()``: ``quitter/return`` (what RLlib's episodes hold) equals
+    the env's own ``charts/quitter/return`` (issue #43: after it left, it was paid the team's)."""
+    from trainers import train
+
+    cfg = tiny_config(tmp_path, batch=64, checkpoint_every=0, scenario=QUITTER)
+    result = train(cfg)
+    assert result.status == "completed"
+    for row in result.history:
+        for agent in ("quitter", "stayer"):
+            assert row[f"{agent}/return"] == pytest.approx(row[f"charts/{agent}/return"]), row
