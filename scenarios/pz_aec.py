@@ -25,8 +25,10 @@ winner's move) reaches its agent at its next turn or at the end, never another a
 ``reward="team"`` each reward is split evenly over the team's stream instead. Metrics are
 :class:`~scenarios.pettingzoo_env.PettingZooScenario`'s: ``<agent>/return`` (each agent's own
 sum, equal to PettingZoo's cumulative rewards over the episode), ``sum_return``, ``return``
-(their mean over the possible agents) and ``steps`` (decisions). The episode is truncated when
-every agent's last flag was a truncation, else terminated.
+(their mean over the possible agents) and ``steps`` (decisions). Each agent leaves with its own
+flag as it is stepped out (:func:`~scenarios.leave`: terminated, or truncated where PettingZoo
+truncated it and did not terminate it), so RLlib bootstraps exactly the truncated ones; the
+episode is truncated when every agent was.
 
 Roles and pools come from agent names as for parallel envs: ``player_1``/``player_2`` share the
 role and pool ``player``, so both seats train one policy by default (self-play by parameter
@@ -47,12 +49,13 @@ import gymnasium as gym
 import numpy as np
 
 from scenarios.base import ScenarioError
-from scenarios.decisions import emit_reward
+from scenarios.decisions import emit_reward, leave
 from scenarios.pettingzoo_env import (
     DEFAULT_MAX_CYCLES,
     ENV_NODE,
     REWARDS,
     PettingZooScenario,
+    _probe_reset,
     _state_space,
 )
 from scenarios.pz_spaces import MASK_KEY, convert_action_space, convert_observation_space
@@ -122,7 +125,7 @@ class AECScenario(PettingZooScenario):
             raise ScenarioError(
                 f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
             )
-        ref.reset(seed=0)  # the infos tell which agents get their action mask there
+        _probe_reset(ref, env)  # the infos tell which agents get their action mask there
         infos = getattr(ref, "infos", None) or {}
         self._acts = {a: convert_action_space(a, ref.action_space(a)) for a in agents}
         self._observe = {
@@ -135,7 +138,7 @@ class AECScenario(PettingZooScenario):
             for a in agents
         }
         self.agent_spaces = {a: (self._observe[a].space, self._acts[a].space) for a in agents}
-        self.state_space = _state_space(ref)
+        self.state_space = _state_space(ref, reset=False)
         cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
         cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
         # two supersteps per decision (env node, agent node); every agent acts once a cycle
@@ -157,6 +160,7 @@ class AECScenario(PettingZooScenario):
         team = state["team_return"]
         if t < 0:
             env.reset(seed=state["env_seed"])
+            returns = dict.fromkeys(env.agents, 0.0)  # this episode's agents
             t = 0
         else:
             agent = env.agent_selection
@@ -178,6 +182,7 @@ class AECScenario(PettingZooScenario):
             team += self._pay(agent, float(reward), returns)
             if term or trunc:
                 ends[agent] = "terminated" if term else "truncated"
+                leave([agent], truncated=not term)  # its own flag, now
                 env.step(None)
                 continue
             obs[agent] = self._observe[agent](observation, info)
@@ -200,9 +205,9 @@ class AECScenario(PettingZooScenario):
     def _pay(self, agent: str, reward: float, returns: dict[str, float]) -> float:
         """Pay ``agent`` the ``reward`` ``env.last()`` reported for it; returns its share of
         the team return (the mean over the possible agents)."""
+        returns[agent] = returns.get(agent, 0.0) + reward
         if reward == 0.0:
             return 0.0
-        returns[agent] = returns.get(agent, 0.0) + reward
         share = reward / len(self.possible_agents)
         if self.reward == "env":
             emit_reward(reward, agents=[agent])

@@ -181,3 +181,62 @@ def test_tictactoe_trains_resumes_and_evaluates(tmp_path: Any) -> None:
     assert ev.summary["episodes"] == 4 and ev.summary.get("failures", 0) == 0
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x) for x in lines)
+
+
+#: PettingZoo's turn-based classic games: the cheap ones by default, the rest with --slow
+CLASSIC = [
+    "tictactoe_v3",
+    "connect_four_v3",
+    "leduc_holdem_v4",
+    "texas_holdem_v4",
+    pytest.param("texas_holdem_no_limit_v6", marks=pytest.mark.slow),
+    pytest.param("chess_v6", marks=pytest.mark.slow),
+    pytest.param("go_v5", marks=pytest.mark.slow),
+    pytest.param("hanabi_v5", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_random_legal_games_replay_in_pettingzoos_own_loop(name: str) -> None:
+    """Episodes of a classic game played through the env RLlib steps with random allowed
+    actions, then replayed in PettingZoo's own AEC loop with the env seed our episode used:
+    the same agents act in the same order, every episode ends with every agent terminated or
+    truncated, each agent's rewards sum to its PettingZoo cumulative rewards, and so do the
+    episode's ``<agent>/return`` metrics (also of an agent that never acted: a poker player
+    whose opponent folded at once)."""
+    import importlib
+
+    from scenarios.pettingzoo_env import env_seed
+
+    ref = f"pettingzoo.classic.{name}:env"
+    env = RLlibGraphEnv({"scenario": ref})
+    rng = np.random.default_rng(0)
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        played, totals = [], dict.fromkeys(env.possible_agents, 0.0)
+        done = False
+        while not done:
+            (agent,) = obs
+            action = int(rng.choice(np.flatnonzero(obs[agent][MASK_KEY])))
+            played.append((agent, action))
+            obs, rewards, terms, truncs, _ = env.step({agent: action})
+            for a, r in rewards.items():
+                totals[a] += r
+            done = terms["__all__"] or truncs["__all__"]
+        raw = importlib.import_module(f"pettingzoo.classic.{name}").env()
+        raw.reset(seed=env_seed(np.random.default_rng(seed)))
+        want, moves = dict.fromkeys(raw.possible_agents, 0.0), iter(played)
+        for agent in raw.agent_iter():
+            _, reward, term, trunc, _ = raw.last()
+            want[agent] += float(reward)
+            if term or trunc:
+                raw.step(None)
+                continue
+            who, action = next(moves)
+            assert who == agent
+            raw.step(action)
+        assert next(moves, None) is None
+        acted = {a for a, _ in played}  # one who never acted has no step to be paid on
+        assert totals == pytest.approx({a: want[a] if a in acted else 0.0 for a in want})
+        metrics = env.env.outcome.metrics  # the episode's metrics report every agent's return
+        assert {a: metrics[f"{a}/return"] for a in want} == pytest.approx(want)
