@@ -41,6 +41,9 @@ class EnvSpec:
         tool_timeout_s: a tool call's time limit (None: none).
         global_state: report the global state in every acting agent's infos
             (:mod:`scenarios.global_state`) where the scenario has one.
+        check_action_masks: a turn-based PettingZoo env (:mod:`scenarios.pz_aec`) refuses an
+            action its agent's ``action_mask`` forbids; False (a pool with ``model.action_mask:
+            false``): the action reaches the env, whose own rule applies.
         built: the scenario already built from these fields in this process (never pickled).
     """
 
@@ -54,6 +57,7 @@ class EnvSpec:
     tool_latency: Mapping[str, Any] | None = None
     tool_timeout_s: float | None = None
     global_state: bool = True
+    check_action_masks: bool = True
     built: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -117,6 +121,8 @@ class EnvSpec:
         from scenarios.graph_env import GraphEnv
 
         scenario = self.replace(built=None).build_scenario()
+        if hasattr(scenario, "check_mask"):  # scenarios.pz_aec.AECScenario
+            scenario.check_mask = self.check_action_masks
         return GraphEnv(scenario, **self.env_settings(scenario))
 
     def __reduce__(self) -> Any:

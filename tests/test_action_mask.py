@@ -157,3 +157,26 @@ def test_greedy_evaluation_respects_the_mask() -> None:
     for i in range(len(mask)):
         obs = {k: v[i].numpy() for k, v in b[Columns.OBS].items()}
         assert mask[i, policy.act({"player_1": obs})["player_1"]] == 1.0
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_pool_flag_reaches_the_env_nodes_check(on: bool) -> None:
+    """``model.action_mask: false``: the module leaves the logits as they are and the env lets
+    an illegal move through to PettingZoo's own rule (the mover loses); on (default): the
+    module masks and the env node would refuse one."""
+    from trainers.plan import resolve
+
+    pools = {"player": {"model": {"type": "mlp", "action_mask": on}}}
+    plan = resolve(ExperimentConfig.from_dict({"scenario": TTT, "pools": pools}), ray_workers=False)
+    assert plan.env.check_action_masks is on
+    spec = module_spec(plan.pools["player"], plan.env)
+    assert spec.model_config["action_mask"] is on
+    env = plan.env.make_env()
+    assert env.scenario.check_mask is on
+    env.reset(seed=0)
+    env.step({"player_1": 4})
+    _, rewards, _, _, infos = env.step({"player_2": 4})  # the cell player_1 took
+    if on:
+        assert "IllegalActionError" in infos["player_2"]["error"]
+    else:
+        assert rewards["player_2"] == -1.0 and infos["player_2"]["failure"] is None

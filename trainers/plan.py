@@ -176,6 +176,8 @@ def resolve(
         tool_latency=to_plain(episodes.tool_latency),
         tool_timeout_s=episodes.tool_timeout_s,
         global_state=bool(critic_dims),  # reported only where a centralised critic reads it
+        # a pool that turns its action mask off lets illegal actions reach the env's own rule
+        check_action_masks=all(getattr(p.model, "action_mask", True) for p in pools.values()),
         built=scenario,
     )
     return Plan(
