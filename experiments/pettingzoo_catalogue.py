@@ -467,7 +467,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "`minibatch_size` 64, one epoch, 2 envs), each env in its own process. Status: "
         "**trains** (2 iterations), **refused** (our error, before Ray starts, with its "
         "reason), **crash** (any other exception: its last line), **timeout** "
-        f"({TIMEOUT_S:.0f} s). *random steps/s*: the env stepped alone with uniformly random "
+        f"({TIMEOUT_S:.0f} s unless a row says otherwise). *random steps/s*: the env stepped "
+        "alone with uniformly random "
         "legal actions (a `step()` call: one turn in a turn-based env, a joint action in a "
         "parallel one); *train steps/s*: `charts/env_steps_per_s` of the second iteration "
         "(the trainer's env steps).",
@@ -493,7 +494,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        note = (r.get("error") or "").replace("|", "\\|").replace("\n", " ")
+        note = (r.get("error") or "").replace("\n", " ")
+        note = (note[:157] + "…" if len(note) > 160 else note).replace("|", "\\|")
         lines.append(
             f"| {r['family']}/{r['env']} | {r.get('api', '')} | {r.get('agents', '')} "
             f"| {'; '.join(r.get('obs', []))} | {'; '.join(r.get('act', []))} "
@@ -521,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         entries = select(catalogue(), args.envs)
         if args.fast:
             entries = fast_subset(entries)
-        info = meta()
+        info = {**meta(), "timeout_s": args.timeout}
         for i, entry in enumerate(entries, 1):
             row = {**run_entry(entry, args.timeout), **info}
             save_rows([row], args.out)
