@@ -57,6 +57,7 @@ from langgraph.graph import StateGraph
 from scenarios.base import Outcome, Scenario, ScenarioError
 from scenarios.decisions import decide, emit_reward, emit_state, leave
 from scenarios.declared import DeclaredSpaces
+from scenarios.pz_matches import match_metrics
 from scenarios.pz_spaces import (
     MASK_KEY,
     UnsupportedSpace,
@@ -359,6 +360,7 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
         team = float(state.get("team_return", 0.0))
         metrics = {"return": team, "sum_return": sum(returns.values()), "steps": float(steps)}
         metrics.update({f"{a}/return": v for a, v in returns.items()})
+        metrics.update(match_metrics(returns))  # two players: <agent>/win, /draw, /loss
         env = state.get("env")
         if env is not None:
             env.close()

@@ -1,0 +1,210 @@
+"""Two-player games learnt by self-play (issue 43, item 5): tic-tac-toe and connect four.
+
+Both seats of the game play one shared pool (the default ``sharing: role``: ``player_0`` and
+``player_1`` are role ``player``), trained with PPO on PettingZoo's own turn-based AEC env
+(``pettingzoo.classic.<game>:env``, action masks on). Every ``--eval-every`` iterations the
+latest checkpoint plays ``--eval-episodes`` games per seat greedily against a uniformly random
+legal opponent (:func:`trainers.opponents.evaluate_vs`), and a row goes to
+``experiments/results/selfplay_<game>.jsonl``: env steps (turns), training wall time (RLlib's
+``time_total_s``: evaluation left out), win / draw / loss rates against random (mean over the
+two seats and per seat), and the training's own self-play rates. ``--plot`` draws the rows to
+``docs/img/selfplay_<game>.png``.
+
+Targets (issue 43): tic-tac-toe win-or-draw against random ≥ 0.95, connect four win ≥ 0.9.
+
+Usage::
+
+    python -m experiments.selfplay --game tictactoe --seeds 0 1 2 --iterations 60
+    python -m experiments.selfplay --game connect_four --seeds 0 --iterations 100 --batch 2000
+    python -m experiments.selfplay --game tictactoe --report   # table (and --plot) of the rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from experiments.harness import deep_merge
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+IMG = ROOT / "docs" / "img"
+GAMES = {
+    "tictactoe": ("pettingzoo.classic.tictactoe_v3:env", "win_or_draw", 0.95),
+    "connect_four": ("pettingzoo.classic.connect_four_v3:env", "win", 0.9),
+}
+
+
+def config(game: str, seed: int, iterations: int, batch: int, every: int, out: Path,
+           overrides: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    """The experiment: PPO, one shared pool, ``batch`` env steps (turns) an iteration."""
+    from trainers.configs.experiment import ExperimentConfig
+
+    return ExperimentConfig.from_dict(
+        deep_merge(
+            {
+                "scenario": GAMES[game][0],
+                "algorithm": {
+                    "name": "PPO",
+                    "train_batch_size": batch,
+                    "minibatch_size": max(64, batch // 4),
+                    "num_epochs": 4,
+                    "entropy_coeff": 0.01,
+                },
+                "budget": {"iterations": iterations},
+                "seed": seed,
+                "logging": {"wandb": "disabled", "progress": False},
+                "output": {"dir": str(out), "checkpoint_every": every, "plot": False},
+            },
+            overrides or {},
+        )
+    )
+
+
+def eval_row(ckpt: Path, episodes: int) -> dict[str, Any]:
+    """Greedy against uniformly random legal moves, ``episodes`` games per seat."""
+    from trainers.opponents import evaluate_vs
+
+    r = evaluate_vs(ckpt, "random", episodes, show=False)
+    row = {f"vs_random/{k}": v for k, v in r.summary.items()}
+    for seat, rates in r.rates.items():
+        row.update({f"vs_random/{seat}/{k}": rates[k] for k in ("win", "draw", "loss")})
+    return row
+
+
+def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """Train one seed, evaluating each periodic checkpoint as it appears; the rows."""
+    from trainers.run.loop import train
+
+    rows: list[dict[str, Any]] = []
+    done: set[str] = set()
+    wall0 = time.perf_counter()
+    overrides = {}
+    for item in args.set or []:
+        path, value = item.split("=", 1)
+        node = overrides
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = json.loads(value)
+    tag = args.tag or "default"
+
+    def record(ckpt: Path, metrics: dict[str, Any]) -> None:
+        row = {
+            "game": game, "seed": seed, "tag": tag, "checkpoint": ckpt.name,
+            "iteration": metrics["charts/iteration"], "env_steps": metrics["charts/env_steps"],
+            "train_time_s": metrics["charts/time_s"], "wall_s": time.perf_counter() - wall0,
+            "batch": args.batch, "overrides": overrides,
+            **{k.removeprefix("charts/"): v for k, v in metrics.items()
+               if k.endswith(("/win", "/draw", "/loss")) and k.startswith("charts/")},
+            **eval_row(ckpt, args.eval_episodes),
+        }  # fmt: skip
+        rows.append(row)
+        with open(out_file(game), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(
+            f"{game} seed {seed} it {row['iteration']} steps {row['env_steps']}: "
+            f"vs random win {row['vs_random/win']:.3f} draw {row['vs_random/draw']:.3f} "
+            f"loss {row['vs_random/loss']:.3f} ({row['train_time_s']:.0f} s training)",
+            flush=True,
+        )
+
+    history: list[dict[str, Any]] = []
+
+    def report(metrics: dict[str, Any]) -> None:
+        history.append(metrics)
+        for ckpt in sorted((run_dir / "checkpoints").glob("iter_*")):
+            if ckpt.name not in done:
+                done.add(ckpt.name)
+                it = int(ckpt.name.removeprefix("iter_"))
+                record(ckpt, next(h for h in history if h["charts/iteration"] == it))
+
+    with tempfile.TemporaryDirectory(prefix=f"selfplay_{game}_") as tmp:
+        run_dir = Path(tmp) / "run"
+        cfg = config(game, seed, args.iterations, args.batch, args.eval_every, Path(tmp), overrides)
+        result = train(cfg, report=report, run_dir=run_dir)
+        record(result.final_checkpoint, history[-1])
+    return rows
+
+
+def out_file(game: str) -> Path:
+    return RESULTS / f"selfplay_{game}.jsonl"
+
+
+def load(game: str) -> list[dict[str, Any]]:
+    path = out_file(game)
+    return (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    )
+
+
+def report(game: str, plot: bool) -> None:
+    """Each seed's last and best evaluation, and (``plot``) the curves."""
+    _, key, target = GAMES[game]
+    rows = load(game)
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        runs.setdefault((r.get("tag", "default"), r["seed"]), []).append(r)
+    print(f"{game}: target {key} ≥ {target} against a uniformly random opponent")
+    print(f"{'tag':<12} {'seed':>4} {'env steps':>10} {'train s':>8} {'last ' + key:>16} "
+          f"{'first ≥ target at':>18}")  # fmt: skip
+    for (tag, seed), rs in sorted(runs.items()):
+        last = rs[-1]
+        hit = next((r for r in rs if r[f"vs_random/{key}"] >= target), None)
+        at = f"{hit['env_steps']} steps" if hit else "not reached"
+        print(f"{tag:<12} {seed:>4} {last['env_steps']:>10} {last['train_time_s']:>8.0f} "
+              f"{last[f'vs_random/{key}']:>16.3f} {at:>18}")  # fmt: skip
+    if plot and rows:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for (tag, seed), rs in sorted(runs.items()):
+            ax.plot([r["env_steps"] for r in rs], [r[f"vs_random/{key}"] for r in rs],
+                    marker="o", ms=3, label=f"{tag} seed {seed}")  # fmt: skip
+        ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target}")
+        ax.set_xlabel("env steps (turns)")
+        ax.set_ylabel(f"{key.replace('_', '-')} rate vs random (greedy)")
+        ax.set_title(f"{game}: self-play PPO, one shared pool")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        IMG.mkdir(parents=True, exist_ok=True)
+        path = IMG / f"selfplay_{game}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        print(f"plot: {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--game", choices=sorted(GAMES), required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--batch", type=int, default=1000, help="env steps (turns) an iteration")
+    p.add_argument("--eval-every", type=int, default=5, help="iterations between evaluations")
+    p.add_argument("--eval-episodes", type=int, default=100, help="games per seat")
+    p.add_argument("--set", action="append", help="PATH=JSON override, e.g. algorithm.lr=0.001")
+    p.add_argument("--tag", help="names this arm in the rows")
+    p.add_argument("--report", action="store_true", help="print the table of the rows")
+    p.add_argument("--plot", action="store_true", help="with --report: draw docs/img/...png")
+    args = p.parse_args(argv)
+    if args.report:
+        report(args.game, args.plot)
+        return
+    for seed in args.seeds:
+        run_seed(args.game, seed, args, RESULTS)
+
+
+if __name__ == "__main__":
+    main()
