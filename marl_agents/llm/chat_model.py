@@ -216,6 +216,19 @@ class PolicyChatModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"agent": self.agent, **dataclasses.asdict(self.params)}
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        """LangSmith's standard parameters: the model name is the call's ``model`` or the
+        agent's (the name a gateway serves it under), with the sampling temperature, token
+        budget and stop strings."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_model_name"] = str(kwargs.get("model") or self.agent or "agent")
+        params["ls_temperature"] = float(kwargs.get("temperature", self.params.temperature))
+        params["ls_max_tokens"] = int(kwargs.get("max_new_tokens", self.params.max_new_tokens))
+        stops = stop if stop is not None else self.stop
+        if stops:
+            params["ls_stop"] = list(stops)
+        return params
+
     def bind_tools(
         self,
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | Any],
