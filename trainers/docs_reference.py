@@ -15,6 +15,7 @@ of its docstring (the class's ``Attributes:`` or ``Args:`` section)::
 from __future__ import annotations
 
 import dataclasses
+import html
 import inspect
 import re
 import sys
@@ -81,8 +82,21 @@ def _role(match: re.Match[str]) -> str:
 
 def _markdown(text: str) -> str:
     """Docstring markup as Markdown table-cell text: ``x`` → `x`, roles → their target."""
-    text = _ROLE.sub(_role, text)
-    return text.replace("``", "`").replace("|", "\\|").strip()
+    return _cell(_ROLE.sub(_role, text).replace("``", "`").strip())
+
+
+def _cell(text: str) -> str:
+    """Text safe in a table cell: a code span holding ``|`` becomes ``<code>`` with ``&#124;``
+    (a backslash-escaped pipe shows its backslash inside code on mkdocs, not on GitHub), a bare
+    ``|`` is escaped."""
+    parts = re.split(r"(`[^`]*`)", text)
+    for i, part in enumerate(parts):
+        if i % 2 and "|" in part:
+            inner = html.escape(part[1:-1]).replace("|", "&#124;")
+            parts[i] = f"<code>{inner}</code>"
+        elif not i % 2:
+            parts[i] = part.replace("|", "\\|")
+    return "".join(parts)
 
 
 def yaml_value(value: Any) -> str:
@@ -134,7 +148,7 @@ def _default(field: dataclasses.Field[Any]) -> Any:
 
 def _type_text(field: dataclasses.Field[Any]) -> str:
     text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
-    return str(text).replace("|", "\\|")
+    return _cell(f"`{text}`")
 
 
 def config_sections(cls: type, path: str) -> Iterator[tuple[str, type, str | None]]:
@@ -181,7 +195,7 @@ def config_table(cls: type, where: str) -> str:
         else:
             shown = f"`{yaml_value(default)}`"
         meaning = docs.get(field.name, UNDOCUMENTED)
-        rows.append(f"| `{field.name}` | `{_type_text(field)}` | {shown} | {meaning} |")
+        rows.append(f"| `{field.name}` | {_type_text(field)} | {_cell(shown)} | {meaning} |")
     head = f"`{cls.__module__}.{cls.__qualname__}`"
     first = _markdown((inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " "))
     return f"{head}: {first}\n\n" + "\n".join(rows) + "\n"
