@@ -57,8 +57,8 @@ class ChatAppScenario(Scenario):
     Args:
         build_app: ``models → app`` (a ``StateGraph`` builder or a compiled graph), called once
             per scenario instance with a mapping agent id → chat model.
-        tasks: ``rng → input`` or a sequence of inputs; a string input becomes
-            ``{"messages": [HumanMessage(text)]}``.
+        tasks: ``rng → input`` or a sequence of inputs (one drawn at random per episode); a
+            string input becomes ``{"messages": [HumanMessage(text)]}``.
         verifier: final state → ``Outcome`` | float | bool (``True`` is reward 1 and success).
         agents: the agent ids, in order; default: the keys ``build_app`` reads.
         roles: agent id → role, over the inferred ones.
@@ -70,13 +70,20 @@ class ChatAppScenario(Scenario):
             policy continues it (``'<tool>{"name": "transfer_to_'`` constrains a supervisor to
             a handoff). The prompt ends with it; the app sees ``prefill + generated text``.
         tokenizer: ``"tiny"`` or a tokenizer directory: the LLM pools' tokenizer.
-        max_prompt_tokens: observation length (the prompt's last tokens are kept).
-        max_new_tokens: action length (the generation budget of a reply).
+        max_prompt_tokens: observation length, 512 by default: a longer prompt keeps its
+            system message and its newest tokens (:mod:`marl_agents.llm.prompt_fit`). The tiny
+            tokenizer takes about a token a character: LangGraph's supervisor tutorial's first
+            prompt (instructions and the ``Router`` schema) is 415 tokens; the tiny model's
+            context is 1,024 tokens for prompt and reply together.
+        max_new_tokens: action length (the generation budget of a reply), 64 by default: the
+            supervisor tutorial's ``Router`` call is 29–31 tokens in the tokenizer's merges
+            and longer as sampled (32 cut one at ``{"next": "FI``).
         format_penalty: reward (≥ 0, subtracted) for a reply with a malformed tool call.
         complete_calls: complete an unfinished call whose name so far picks exactly one bound
             tool (:func:`scenarios.toolcalls.complete_call`): with a ``prefill`` opening a
             handoff, one generated letter picks the worker.
-        max_supersteps: LangGraph recursion limit of an episode (also its decision cap).
+        max_supersteps: LangGraph recursion limit of an episode (also its decision cap), 64
+            by default.
         score_limit: an episode cut off by the recursion limit is scored by the verifier on the
             state the graph reached (partial credit, e.g. for the first route of a supervisor
             that never says FINISH); off, such an episode earns 0. Either way it counts in
@@ -103,7 +110,7 @@ class ChatAppScenario(Scenario):
         default_reply: str | Mapping[str, str] = "",
         prefill: Mapping[str, str | Callable[[list[dict[str, Any]]], str]] | None = None,
         tokenizer: Any = "tiny",
-        max_prompt_tokens: int = 1024,
+        max_prompt_tokens: int = 512,
         max_new_tokens: int = 64,
         format_penalty: float = 0.0,
         complete_calls: bool = False,
@@ -121,6 +128,9 @@ class ChatAppScenario(Scenario):
         self.tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
         self.spaces = TextSpaces.for_tokenizer(self.tokenizer, max_prompt_tokens, max_new_tokens)
         self._tasks = _task_source(tasks)
+        #: the tasks when given as a list (an episode of seed ``s`` plays
+        #: ``task_list[task_index(s)]``), else None
+        self.task_list: list[Task] | None = None if callable(tasks) else list(tasks)
         self._verifier = verifier
         self.format_penalty = float(format_penalty)
         self.complete_calls = bool(complete_calls)
@@ -178,6 +188,14 @@ class ChatAppScenario(Scenario):
 
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return _as_input(self._tasks(rng))
+
+    def task_index(self, seed: int) -> int | None:
+        """The index in :attr:`task_list` an episode of ``seed`` plays (``initial_state`` of
+        ``default_rng(seed)``, as ``GraphEnv.reset(seed=seed)`` calls it), or None for a
+        function task source. ``marl eval`` picks seeds with it to cover the list evenly."""
+        if self.task_list is None:
+            return None
+        return int(np.random.default_rng(seed).integers(len(self.task_list)))
 
     def score(self, state: dict[str, Any]) -> Outcome:
         out = self._verifier(state)
