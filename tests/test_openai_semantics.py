@@ -330,3 +330,44 @@ def test_an_app_timeout_names_appscenarios_timeout_s_and_the_advice_follows(tmp_
     assert "episodes.timeout_s" in timeout_advice(
         [{"kind": "timeout", "error": "episode wall-clock limit of 5 s reached", "count": 1}]
     )
+
+
+def test_a_reply_cut_at_a_stop_string_comes_back_as_its_texts_ids_in_an_episode():
+    """An app episode (token fidelity on): the app asks with ``stop`` and sends the reply back;
+    the next prompt holds the reply's text as the ids it was sampled as up to the stop string
+    (never the stop string's ids, which the app never saw)."""
+    from marl_agents.gateway.app_scenario import AppScenario
+    from marl_agents.llm.env_chat_model import tokens_action
+    from scenarios.graph_env import GraphEnv
+
+    def app(task: str, llm: Any) -> str:
+        c = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        first = c.chat.completions.create(
+            model="a", messages=[{"role": "user", "content": task}], stop=["you"]
+        )
+        reply = first.choices[0].message.content
+        assert first.choices[0].finish_reason == "stop", first
+        c.chat.completions.create(
+            model="a",
+            messages=[
+                {"role": "user", "content": task},
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": "more"},
+            ],
+        )
+        return reply
+
+    sc = AppScenario(
+        app, tasks=["hi"], verifier=bool, agents=["a"], max_prompt_tokens=128, max_new_tokens=24
+    )
+    tok = sc.tokenizer
+    sampled = tok("hello world, how are you today", add_special_tokens=False)["input_ids"]
+    env = GraphEnv(sc)
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step({"a": sc.spaces.encode_action([*sampled, tok.eos_token_id])})
+    second = sc.spaces.decode_prompt(obs["a"])
+    env.step({"a": tokens_action(sc.spaces, tok, "ok")})
+    assert env.failure is None and env.final_state["result"] == "hello world, how are "
+    kept = sampled[:14]  # the sampled ids before "you" (hand-checked in the first test)
+    at = next(i for i in range(len(second)) if second[i : i + len(kept)] == kept)
+    assert "you" not in tok.decode(second[at : at + len(kept) + 2])
