@@ -28,7 +28,7 @@ from typing_extensions import TypedDict
 
 from marl_agents.llm.backend import SamplingParams
 from marl_agents.llm.chat_model import PolicyChatModel
-from marl_agents.llm.constraints import Constraint, declare, unpack_mask
+from marl_agents.llm.constraints import Constraint, constraint_keys, unpack_mask
 from marl_agents.llm.hf_backend import HFBackend
 from marl_agents.llm.tiny import make_tiny_model
 
@@ -129,19 +129,32 @@ def test_constrain_off_declares_nothing(tiny):
     assert free.constraint_of([{"function": {"name": "x"}}], {"tool_choice": "any"}) is None
 
 
-def test_a_free_call_forgets_an_earlier_constraint_on_the_same_prompt():
-    """A served or replayed prompt asked first with a schema and then without one is sampled
-    free the second time (declarations are keyed by the prompt ids)."""
+def test_a_constraint_travels_with_its_observation_not_its_prompt_ids():
+    """The same prompt ids with a schema, with another and with none are three decisions:
+    each observation carries its own call's constraint (nothing keyed by the ids)."""
+    import pickle
+
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
-    from marl_agents.llm.constraints import declared
+    from marl_agents.llm.constraints import constraint_of, keyed_constraint, with_constraint
 
-    obs = np.arange(7, 19)
+    ids = np.arange(7, 19)
     router = Constraint.for_call([convert_to_openai_tool(Router)], "any")
-    declare(obs, router)
-    assert declared(obs) == router
-    declare(obs, None)
-    assert declared(obs) is None
+    plan = Constraint.for_call(response_format=Plan)
+    a, b, free = (
+        with_constraint(ids, router),
+        with_constraint(ids, plan),
+        with_constraint(ids, None),
+    )
+    assert (constraint_of(a), constraint_of(b), constraint_of(free)) == (router, plan, None)
+    assert np.array_equal(a, b) and np.array_equal(a, ids)
+    keys = constraint_keys([a, free, b, a])
+    assert [keyed_constraint(k) for k in keys] == [router, None, plan, router]
+    assert constraint_keys([free, ids]) is None  # no column when no row is constrained
+    assert constraint_of(a.copy()) == router  # a copy is still the call's (RLlib copies)
+    # arrays of another shape and pickles carry none (a stacked batch is not one call's)
+    assert constraint_of(np.stack([a, b])) is None and constraint_of(a[None]) is None
+    assert constraint_of(pickle.loads(pickle.dumps(a))) is None
 
 
 # ----- log-probabilities ---------------------------------------------------------------------
@@ -256,12 +269,16 @@ def constrained_batch(module: Any, spaces: Any, tok: Any) -> dict[str, torch.Ten
 
     constraint = Constraint.for_call([convert_to_openai_tool(Router)], "any")
     texts = ["route a", "route b", "route a", "route b", "talk c", "talk d"]
-    obs = np.stack([spaces.encode_prompt(tok(t)["input_ids"]) for t in texts])
-    for row in obs[:4]:
-        declare(row, constraint)
+    from marl_agents.llm.constraints import with_constraint
+    from marl_agents.llm.rl_module import CONSTRAINT_KEY
+
+    rows = [spaces.encode_prompt(tok(t)["input_ids"]) for t in texts]
+    rows = [with_constraint(r, constraint) for r in rows[:4]] + rows[4:]
+    obs = np.stack(rows)
+    keys = torch.from_numpy(constraint_keys(rows))
     torch.manual_seed(0)
     with torch.no_grad():
-        out = module.forward_exploration({Columns.OBS: torch.as_tensor(obs)})
+        out = module.forward_exploration({Columns.OBS: torch.as_tensor(obs), CONSTRAINT_KEY: keys})
     return {Columns.OBS: torch.as_tensor(obs), **out}
 
 

@@ -185,7 +185,19 @@ def _env_runner_kwargs(
         "batch_mode": "complete_episodes" if whole else "truncate_episodes",
         "num_cpus_per_env_runner": 1,
         "num_gpus_per_env_runner": cfg.resources.num_gpus_per_env_runner,
+        **_llm_env_to_module(specs),
     }
+
+
+def _llm_env_to_module(specs: Mapping[str, Any]) -> dict[str, Any]:
+    """LLM pools: RLlib's own env runner adds each call's constraint to the forward batch
+    (:mod:`marl_agents.llm.constraint_connector`; the batched sampler adds it itself)."""
+    from marl_agents.llm.constraint_connector import constraint_keys_connector
+    from marl_agents.llm.rl_module import CausalLMModule
+
+    llm = any(isinstance(s.module_class, type) and issubclass(s.module_class, CausalLMModule)
+              for s in specs.values())  # fmt: skip
+    return {"env_to_module_connector": constraint_keys_connector} if llm else {}
 
 
 def learner_class(cfg: ExperimentConfig) -> type | None:

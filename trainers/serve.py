@@ -189,7 +189,7 @@ def module_policy(policy: Any, greedy: bool) -> Any:
                 return policy.act({agent: observation}, explore=not greedy)[agent]
         rows = np.asarray(observation)[None]
         temperature = 0.0 if greedy else module.temperature
-        params = module.sampling_params(1, temperature, None, module.row_constraints(rows))
+        params = module.sampling_params(1, temperature, None, module.row_constraints([observation]))
         [gen] = batchers[pool].generate(module.prompts(rows), params)
         return module.spaces.encode_action(gen.token_ids)
 

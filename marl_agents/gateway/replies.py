@@ -47,8 +47,10 @@ def answer(
         request's chat dicts, prefill).
 
     Raises:
-        GatewayError: a prompt over ``max_prompt_tokens`` (400 ``context_length_exceeded``) or
-            a ``response_format`` that cannot be followed (400).
+        GatewayError: a prompt over ``max_prompt_tokens`` (400 ``context_length_exceeded``), or
+            a ``response_format`` / forced tool that cannot be followed or cannot close within
+            the agent's ``max_new_tokens`` even at its shortest (400, naming the agent, the
+            schema, its shortest length and the ``max_new_tokens`` to set).
     """
     from marl_agents.llm.chat_model import to_chat_dicts
     from marl_agents.llm.constraints import ConstraintError
@@ -78,7 +80,9 @@ def answer(
             "messages" if request.prompt_ids is None else "prompt",
             "context_length_exceeded",
         )
-    kwargs: dict[str, Any] = {"agent": agent}  # named: the fast path answers it (``in_env_run``)
+    # named: the fast path answers it (``in_env_run``); a structured reply cut at the budget
+    # comes back as OpenAI's ``finish_reason: "length"`` (no ``<tool>`` markup), not an error
+    kwargs: dict[str, Any] = {"agent": agent, "return_cut_replies": True}
     if request.tools:
         kwargs["tools"] = request.tools
         if request.tool_choice is not None:
@@ -93,8 +97,9 @@ def answer(
         # the model's own call, without LangChain's run machinery around it (callback
         # managers, the model's serialisation for tracers): the same reply, a third of the cost
         message = model._generate(list(messages), **kwargs).generations[0].message
-    except ConstraintError as exc:
-        raise GatewayError(str(exc), 400, param="response_format") from exc
+    except ConstraintError as exc:  # a schema it cannot follow, or cannot close in the budget
+        param = "response_format" if request.response_format is not None else "tool_choice"
+        raise GatewayError(str(exc), 400, param=param) from exc
     step = model.recorder.steps()[-1]
     gen = step.generation
     return Reply(message, list(gen.prompt_ids), list(gen.token_ids)), step

@@ -50,19 +50,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from marl_agents.llm.closing import MARGIN, Closer, Scan
 from scenarios.toolcalls import CLOSE, OPEN
 from topologies.errors import MarlError
 
 __all__ = [
+    "CallObservation",
     "Constraint",
     "ConstraintError",
+    "ReplyBudgetError",
     "RowMatchers",
-    "declare",
-    "declared",
+    "check_reply_budget",
+    "constraint_key",
+    "constraint_keys",
+    "constraint_of",
+    "describe",
+    "keyed_constraint",
     "mask_logits",
     "mask_words",
     "replay_masks",
+    "shortest_reply_tokens",
     "unpack_mask",
+    "with_constraint",
 ]
 
 #: ``tool_choice`` values that force one call
@@ -71,6 +80,10 @@ _FORCED = ("any", "required")
 
 class ConstraintError(MarlError, ValueError):
     """A constraint that cannot be compiled or applied; the message names it and the fix."""
+
+
+class ReplyBudgetError(ConstraintError):
+    """A constrained reply that cannot close within ``max_new_tokens`` even at its shortest."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,41 +283,75 @@ class RowMatchers:
         # a replay of another engine's tokens records the grammar's masks alone
         self.utf8 = compiler.utf8(self.words) if strict_utf8 else None
         self._last: list[int | None] = [None] * len(constraints)
+        self.closers: list[Any] = []
+        self.scans: list[Any] = []
+        self._vocab = compiler.decoded_vocab
         xgr = _xgrammar()
         for c in constraints:
             if c is None:
                 self.matchers.append(None)
+                self.closers.append(None)
+                self.scans.append(None)
                 continue
-            m = xgr.GrammarMatcher(compiler.compile(c))
+            m = xgr.GrammarMatcher(compiler.compile(c), max_rollback_tokens=-1)
             if c.prefix and not m.accept_string(c.prefix):
                 raise ConstraintError(
                     f"the prefill {c.prefix!r} does not start a reply the declared "
                     f"{c.kind} constraint allows: drop the prefill or set constrain: off"
                 )
             self.matchers.append(m)
+            self.closers.append(compiler.closer(c, self.words))
+            self.scans.append(Scan().advance(c.prefix.encode()))
 
     @property
     def active(self) -> bool:
         """Whether any row is constrained."""
         return any(m is not None for m in self.matchers)
 
-    def next_masks(self, done: Sequence[bool]) -> torch.Tensor:
-        """``[rows, words]`` int32 bitmasks of the next token (``-1`` words: free rows)."""
+    def next_masks(
+        self, done: Sequence[bool], budgets: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """``[rows, words]`` int32 bitmasks of the next token (``-1`` words: free rows).
+
+        ``budgets``: per row, the tokens it may still generate (this one included). Where the
+        budget left comes within :data:`~marl_agents.llm.closing.MARGIN` of what the grammar
+        still needs at its shortest, the row's mask is the closing mask
+        (:meth:`~marl_agents.llm.closing.Closer.closing_mask`): only tokens after which the
+        reply still closes within the budget."""
         out = torch.full((len(self.matchers), self.words), -1, dtype=torch.int32)
         for r, m in enumerate(self.matchers):
             if m is not None and not done[r]:
                 m.fill_next_token_bitmask(out, r)
+                if budgets is not None:
+                    closing = self.closing(r, int(budgets[r]))
+                    if closing is not None:
+                        out[r] = closing
                 if self.utf8 is not None:
                     both = out[r] & self.utf8.allowed(self._last[r])
                     if both.any():  # never leave a row without a token
                         out[r] = both
         return out
 
+    def closing(self, row: int, budget: int) -> torch.Tensor | None:
+        """Row ``row``'s closing mask with ``budget`` tokens left, or ``None`` while the budget
+        is comfortably above the shortest completion (or no token keeps the reply closable:
+        the grammar's own mask stays, and the reply is cut at the budget)."""
+        m, closer, scan = self.matchers[row], self.closers[row], self.scans[row]
+        if m is None or budget < 1:
+            return None
+        need = closer.distance(m, scan, budget + MARGIN)
+        if need is not None and budget > need + MARGIN:
+            return None
+        mask = closer.closing_mask(m, scan, budget)
+        return mask if bool(mask.any()) else None
+
     def accept(self, row: int, token: int) -> None:
         """Advance row ``row``'s matcher over the sampled ``token``."""
         m = self.matchers[row]
         if m is not None and not m.is_terminated() and not m.accept_token(int(token)):
             raise ConstraintError(f"row {row}: token {token} is outside its grammar's mask")
+        if m is not None and 0 <= int(token) < len(self._vocab):
+            self.scans[row] = self.scans[row].advance(self._vocab[int(token)])
         if self.utf8 is not None:
             self._last[row] = self.utf8.last_byte(int(token))
 
@@ -346,7 +393,19 @@ class _Compiler:
         self._cache: dict[Constraint, Any] = {}
         self._lock = threading.Lock()
         self._vocab = (info.decoded_vocab, int(vocab_size))
+        self.decoded_vocab = info.decoded_vocab
+        self._stops = stops
+        self._closers: dict[Constraint, Any] = {}
         self._utf8: Any = None
+
+    def closer(self, c: Constraint, words: int) -> Any:
+        """The :class:`~marl_agents.llm.closing.Closer` of ``c``'s grammar (one per grammar:
+        its memo serves every row and call)."""
+        key = dataclasses.replace(c, prefix="")
+        with self._lock:
+            if key not in self._closers:
+                self._closers[key] = Closer(self.decoded_vocab, words, self._stops)
+            return self._closers[key]
 
     def utf8(self, words: int) -> Any:
         """The vocabulary's :class:`~marl_agents.llm.utf8_rule.Utf8Rule` (built once)."""
@@ -383,47 +442,161 @@ def _compiler(tokenizer: Any, vocab_size: int, stops: tuple[int, ...]) -> _Compi
         return _COMPILERS[key]
 
 
-# ----- which observation declared what ---------------------------------------------------------
-_DECLARED: OrderedDict[bytes, Constraint] = OrderedDict()
-_DECLARED_LOCK = threading.Lock()
-#: most pending declarations kept per process (oldest dropped first)
-MAX_DECLARED = 4096
+# ----- the call's constraint travels with its observation ------------------------------------
+class CallObservation(np.ndarray):
+    """A chat-model call's observation (its prompt ids) carrying the call's constraint.
+
+    :func:`with_constraint` makes one; the environment hands it on unchanged, and the sampler
+    reads the constraint off the row (:func:`constraint_of`, or :func:`constraint_keys` for a
+    batch column) — so two calls with the same prompt ids and different constraints are two
+    decisions, each under its own grammar, whatever the truncation. A copy (an array of its
+    shape made from it: RLlib's env runner copies observations) carries it too; arrays of
+    another shape (slices, stacks: a batch is not one call's) carry none; pickled, it is a
+    plain array."""
+
+    constraint: Constraint | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        same = obj is not None and getattr(obj, "shape", None) == self.shape
+        self.constraint = getattr(obj, "constraint", None) if same else None
+
+    def __reduce__(self) -> Any:
+        return self.view(np.ndarray).__reduce__()
 
 
-def _key(observation: Any) -> bytes:
-    arr = np.asarray(
-        observation.detach().cpu() if isinstance(observation, torch.Tensor) else observation
-    )
-    return arr.astype(np.int64, copy=False).reshape(-1).tobytes()
+def with_constraint(observation: Any, constraint: Constraint | None) -> np.ndarray:
+    """``observation`` (an id array) as the observation of a call that declares ``constraint``
+    (``None``: a free reply; the array is returned as it is)."""
+    if constraint is None:
+        return observation
+    out = np.asarray(observation).view(CallObservation)
+    out.constraint = constraint
+    return out
 
 
-def declare(observation: Any, constraint: Constraint | None) -> None:
-    """Record that the call observing ``observation`` must follow ``constraint`` (``None``: a
-    free reply, which forgets an earlier call's constraint on the same prompt ids).
+def constraint_of(observation: Any) -> Constraint | None:
+    """The constraint the call observing ``observation`` declared (``None``: a free reply)."""
+    return getattr(observation, "constraint", None)
+
+
+#: most distinct constraints a process keys at once (oldest forgotten first)
+MAX_KEYED = 4096
+_KEYS: OrderedDict[Constraint, int] = OrderedDict()
+_BY_KEY: dict[int, Constraint] = {}
+_KEYS_LOCK = threading.Lock()
+_NEXT_KEY = [1]
+
+
+def constraint_key(constraint: Constraint | None) -> int:
+    """An int standing for ``constraint`` in this process (``0``: none), for a batch column
+    (RLlib's connectors stack ints, not objects); equal constraints share a key."""
+    if constraint is None:
+        return 0
+    with _KEYS_LOCK:
+        key = _KEYS.get(constraint)
+        if key is None:
+            key = _KEYS[constraint] = _NEXT_KEY[0]
+            _BY_KEY[key] = constraint
+            _NEXT_KEY[0] += 1
+            while len(_KEYS) > MAX_KEYED:
+                _, old = _KEYS.popitem(last=False)
+                _BY_KEY.pop(old, None)
+        _KEYS.move_to_end(constraint)
+        return key
+
+
+def keyed_constraint(key: int) -> Constraint | None:
+    """The constraint of a :func:`constraint_key` (``0``: none).
 
     Raises:
-        ConstraintError: an identical observation is pending with a different constraint.
+        ConstraintError: the key was forgotten (more than :data:`MAX_KEYED` distinct
+            constraints keyed since).
     """
-    key = _key(observation)
+    if int(key) == 0:
+        return None
+    with _KEYS_LOCK:
+        found = _BY_KEY.get(int(key))
+    if found is None:
+        raise ConstraintError(
+            f"constraint key {int(key)} is no longer known: more than {MAX_KEYED} distinct "
+            "constraints were declared in this process while its call was pending"
+        )
+    return found
+
+
+def constraint_keys(observations: Sequence[Any]) -> np.ndarray | None:
+    """``[rows]`` int64 keys of the rows' constraints (:func:`constraint_key`), ``None`` when
+    no row carries one."""
+    keys = [constraint_key(constraint_of(o)) for o in observations]
+    return np.asarray(keys, dtype=np.int64) if any(keys) else None
+
+
+# ----- the budget a constraint needs ------------------------------------------------------------
+#: the longest shortest-reply a budget check searches for (beyond: "more than ...")
+SHORTEST_SEARCH_LIMIT = 1024
+
+
+def shortest_reply_tokens(
+    tokenizer: Any,
+    vocab_size: int,
+    constraint: Constraint,
+    stop_ids: Sequence[int],
+    limit: int = SHORTEST_SEARCH_LIMIT,
+) -> int | None:
+    """The fewest tokens of ``tokenizer`` a reply under ``constraint`` needs to close (after
+    its prefill), ``None``: more than ``limit``."""
+    rows = RowMatchers(tokenizer, vocab_size, [constraint], stop_ids, strict_utf8=False)
+    return rows.closers[0].distance(rows.matchers[0], rows.scans[0], limit)
+
+
+def describe(constraint: Constraint) -> str:
+    """A constraint in words, for messages: the forced tool(s) or the JSON schema."""
+    spec = constraint.spec if len(constraint.spec) <= 160 else constraint.spec[:157] + "..."
+    if constraint.kind == "json":
+        return f"JSON reply (schema {spec})"
+    names = [s["name"] for s in json.loads(constraint.spec)]
+    what = "forced call of" if constraint.forced else "optional calls of"
+    return f"{what} tool {' | '.join(names)} (schema {spec})"
+
+
+def check_reply_budget(
+    agent: str,
+    constraint: Constraint | None,
+    tokenizer: Any,
+    vocab_size: int,
+    stop_ids: Sequence[int],
+    max_new_tokens: int,
+) -> None:
+    """Refuse a call whose constraint cannot close within ``max_new_tokens`` even at its
+    shortest (cached per constraint and budget).
+
+    Raises:
+        ReplyBudgetError: naming the agent, the schema, its shortest length in this
+            tokenizer's tokens and the ``max_new_tokens`` to set.
+    """
     if constraint is None:
-        with _DECLARED_LOCK:
-            _DECLARED.pop(key, None)
         return
-    with _DECLARED_LOCK:
-        old = _DECLARED.get(key)
-        if old is not None and old != constraint:
-            raise ConstraintError(
-                "two calls with the same prompt ids declare different constraints (their "
-                "schemas are not in the observed prompt, e.g. cut by max_prompt_tokens): "
-                "raise the agent's max_prompt_tokens or set constrain: off"
-            )
-        _DECLARED[key] = constraint
-        _DECLARED.move_to_end(key)
-        while len(_DECLARED) > MAX_DECLARED:
-            _DECLARED.popitem(last=False)
+    _check_budget(
+        agent, constraint, tokenizer, int(vocab_size), tuple(sorted(stop_ids)), int(max_new_tokens)
+    )
 
 
-def declared(observation: Any) -> Constraint | None:
-    """The constraint declared for ``observation`` (``None``: a free reply)."""
-    with _DECLARED_LOCK:
-        return _DECLARED.get(_key(observation))
+@functools.lru_cache(maxsize=1024)
+def _check_budget(
+    agent: str,
+    constraint: Constraint,
+    tokenizer: Any,
+    vocab_size: int,
+    stop_ids: tuple[int, ...],
+    max_new_tokens: int,
+) -> None:
+    need = shortest_reply_tokens(tokenizer, vocab_size, constraint, stop_ids)
+    if need is not None and need <= max_new_tokens:
+        return
+    length = f"{need} tokens" if need is not None else f"more than {SHORTEST_SEARCH_LIMIT} tokens"
+    setting = f"max_new_tokens >= {need}" if need is not None else "a larger max_new_tokens"
+    raise ReplyBudgetError(
+        f"agent {agent!r}: its {describe(constraint)} needs {length} of this tokenizer at its "
+        f"shortest, but max_new_tokens={max_new_tokens}: set the agent's {setting} "
+        "(or simplify the schema)"
+    )

@@ -17,9 +17,16 @@ rewritten:
   with ``format_ok=False`` (also in ``response_metadata["format_ok"]``), ``format_penalty``
   (if > 0) is paid to the agent at once with ``scenarios.emit_reward``, and the episode goes
   on. Sampling parameters are ignored here: the policy samples. A call with tools or a
-  ``response_format`` declares its constraint for the observation
-  (:func:`marl_agents.llm.constraints.declare`): the module sampling the reply (with
-  ``constrain: auto``) draws only replies that parse (:mod:`marl_agents.llm.constraints`).
+  ``response_format`` declares its constraint, which travels with the observation
+  (:func:`marl_agents.llm.constraints.with_constraint`): the module sampling the reply (with
+  ``constrain: auto``) draws only replies that parse and close within ``max_new_tokens``
+  (:mod:`marl_agents.llm.constraints`, :mod:`marl_agents.llm.closing`). A constraint that
+  cannot close within ``max_new_tokens`` even at its shortest is refused at the call
+  (:class:`~marl_agents.llm.constraints.ReplyBudgetError`, naming the agent, the schema, its
+  shortest length and the budget to set); a structured reply cut at the budget anyway (e.g.
+  sampled by an engine that does not see the budget) raises a ``ConstraintError`` that says so
+  (``reply cut at max_new_tokens=…``), or, for the gateway (``return_cut_replies=True``), is
+  returned with ``finish_reason: "length"`` and no ``<tool>`` markup.
 * **Outside** (plain ``graph.invoke``), the same model generates with its backend, exactly
   as :class:`~marl_agents.llm.chat_model.PolicyChatModel` does.
 
@@ -64,6 +71,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -75,9 +83,16 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from marl_agents.llm.backend import Generation, SamplingParams, stop_ids
 from marl_agents.llm.chat_model import PolicyChatModel, chat_result, parse_step, tool_names
-from marl_agents.llm.constraints import declare, declared
+from marl_agents.llm.constraints import (
+    Constraint,
+    ConstraintError,
+    check_reply_budget,
+    describe,
+    with_constraint,
+)
+from marl_agents.llm.constraints import constraint_of as observed_constraint
 from scenarios.text_space import TextSpaces, encode_prompt
-from scenarios.toolcalls import complete_call
+from scenarios.toolcalls import OPEN, complete_call
 
 #: prefill texts whose ids a model keeps (a prefill function may make many)
 PREFILL_IDS_KEPT = 1024
@@ -191,9 +206,12 @@ class EnvChatModel(PolicyChatModel):
         prefill, head = self.prefill_of(chat)
         prompt += head
         obs = self.spaces.encode_prompt(prompt)
-        # the policy's module finds the call's constraint by its observation
         constraint = self.constraint_of(tools, kwargs, prefix=prefill)
-        declare(obs, constraint)
+        self.check_budget(agent, constraint)
+        # the call's constraint travels with its observation to the sampler (another call with
+        # the same prompt ids and another constraint is another decision)
+        obs = with_constraint(obs, constraint)
+        return_cut = bool(kwargs.pop("return_cut_replies", False))
         gen = self.stopped(
             self.tokenizer, self.generation_of(obs, decide(agent, obs)), stop, tools, constraint
         )
@@ -201,11 +219,54 @@ class EnvChatModel(PolicyChatModel):
         if self.complete_calls and tools:
             text = complete_call(text, tool_names(tools))
         step, content = parse_step(agent, gen, chat, tools, text, prefill)
+        cut = self.cut_reply(constraint, step, text)
+        if cut is not None:  # named in the record (transcripts) and where it surfaces
+            step.format_ok = False
+            step.errors.append(cut)
+            content = content.split(OPEN, 1)[0] if constraint.kind == "tools" else content
         index = self.recorder.add(step) if self.record else None
         self._calls += 1
         if not step.format_ok and self.format_penalty:
             emit_reward(-self.format_penalty, [agent])
+        if cut is not None and not return_cut:
+            raise ConstraintError(cut)
         return chat_result(step, index, content, self._calls)
+
+    def check_budget(self, agent: str, constraint: Constraint | None) -> None:
+        """Refuse a call whose constraint cannot close within the agent's ``max_new_tokens``
+        even at its shortest (:func:`~marl_agents.llm.constraints.check_reply_budget`)."""
+        if constraint is not None:
+            stops = stop_ids(self.tokenizer, self.params)
+            check_reply_budget(
+                agent,
+                constraint,
+                self.tokenizer,
+                self.spaces.vocab_size,
+                sorted(stops),
+                self.spaces.max_new_tokens,
+            )
+
+    def cut_reply(self, constraint: Constraint | None, step: Any, text: str) -> str | None:
+        """Why a structured reply (a forced call or a JSON reply) does not parse, when the
+        budget cut it (``None``: it parses, is free, or was not cut). A free reply, or one with
+        optional calls, cut by the budget stays a free reply."""
+        gen = step.generation
+        if constraint is None or gen.finish_reason != "length":
+            return None
+        if constraint.kind == "tools":
+            if not constraint.forced or (step.format_ok and step.tool_calls):
+                return None
+        else:
+            try:
+                json.loads(text)
+                return None
+            except ValueError:
+                pass
+        return (
+            f"reply cut at max_new_tokens={self.spaces.max_new_tokens} before its "
+            f"{describe(constraint)} closed ({len(gen.token_ids)} tokens: {text[-60:]!r}): "
+            "raise the agent's max_new_tokens"
+        )
 
     def prefill_of(self, chat: list[dict[str, Any]]) -> tuple[str, list[int]]:
         """The text an env-mode reply to ``chat`` starts with (``prefill`` called once), and
@@ -284,7 +345,7 @@ def backend_policy(
         return dataclasses.replace(p, max_new_tokens=min(p.max_new_tokens, spaces.max_new_tokens))
 
     def policy(agent: str, observation: Any) -> np.ndarray:
-        p = dataclasses.replace(params_for(agent), constraint=declared(observation))
+        p = dataclasses.replace(params_for(agent), constraint=observed_constraint(observation))
         [gen] = backend.generate([spaces.decode_prompt(observation)], p)
         return spaces.encode_action(gen.token_ids)
 

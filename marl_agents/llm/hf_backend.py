@@ -168,7 +168,9 @@ class HFBackend:
             logp = torch.log_softmax(logits, dim=-1)
             step_masks = None
             if matchers is not None:  # one masking op for the batch (-1 rows: free)
-                step_masks = matchers.next_masks(done)
+                # budgets left: a row near its max_new_tokens samples a closing mask
+                left = [params[r].max_new_tokens - len(tokens[r]) for r in range(n)]
+                step_masks = matchers.next_masks(done, left)
                 logits = mask_logits(logits, step_masks.to(dev))
             # every row's token in a few batched ops, one host sync (marl_agents.llm.row_sampling)
             toks, samp = draws.draw(logits, step)

@@ -22,13 +22,15 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   :attr:`~CausalLMModule.weights_version` since its last sample; its behaviour logprobs are
   vLLM's, at the same temperature (the learner's TIS correction absorbs kernel differences).
 * **Constrained decoding** (``model_config["constrain"]``, ``"auto"`` by default): a row
-  whose chat-model call declared tools or a response schema
-  (:func:`marl_agents.llm.constraints.declared`, found by the row's observation) is sampled
-  under its grammar's mask, and the module returns every token's bitmask as the extra model
-  output :data:`TOKEN_MASK` (``-1`` words: a free token), so the masks travel with the
-  episode to the learner, which scores each token under the same mask (the temperature
-  rule's twin). On either sampler: the vLLM engine applies the same grammar itself
-  (vLLM's xgrammar structured outputs) and the masks are replayed over its tokens
+  whose chat-model call declared tools or a response schema (carried by the row's
+  observation, :func:`marl_agents.llm.constraints.with_constraint`, into the forward batch's
+  :data:`CONSTRAINT_KEY` column by the sampler) is sampled under its grammar's mask (the
+  closing mask near ``max_new_tokens``, :mod:`marl_agents.llm.closing`), and the module
+  returns every token's bitmask as the extra model output :data:`TOKEN_MASK` (``-1`` words:
+  a free token), so the masks travel with the episode to the learner, which scores each
+  token under the same mask (the temperature rule's twin). On either sampler: the vLLM
+  engine applies the same grammar itself (vLLM's xgrammar structured outputs; without the
+  closing mask: vLLM does not see it) and the masks are replayed over its tokens
   (:mod:`marl_agents.llm.vllm_backend`). ``"off"``: every reply free, no :data:`TOKEN_MASK`
   column.
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
@@ -109,6 +111,11 @@ SAMPLING_SEEDS = "sampling_seeds"
 #: it was sampled under ``[B, max_new_tokens, words]`` int32 (``-1`` words: free); the
 #: learner scores the token under the masked distribution.
 TOKEN_MASK = "token_mask"
+#: optional forward-batch key (``constrain: auto``): per row, the key of the constraint its
+#: call declared ``[B]`` int64 (``0``: free; :func:`marl_agents.llm.constraints.constraint_key`),
+#: read off the row's observation by the sampler (:func:`~marl_agents.llm.constraints.
+#: constraint_keys`): the constraint travels with the call, not with its prompt ids.
+CONSTRAINT_KEY = "constraint_key"
 #: ``model_config["constrain"]`` values
 CONSTRAIN_MODES = ("auto", "off")
 
@@ -408,7 +415,7 @@ class CausalLMModule(TorchRLModule):
         seeds = batch.get(SAMPLING_SEEDS)
         if seeds is not None:
             seeds = np.asarray(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds).tolist()
-        return seeds, self.row_constraints(batch[Columns.OBS])
+        return seeds, self.batch_constraints(batch)
 
     def act_outputs(
         self,
@@ -440,15 +447,28 @@ class CausalLMModule(TorchRLModule):
             out[TOKEN_MASK] = torch.as_tensor(self._token_masks(gens), device=device)
         return out
 
-    def row_constraints(self, obs: torch.Tensor | np.ndarray) -> list[Any] | None:
-        """Per row, the constraint its call declared (``None``: free); ``None`` with
-        ``constrain: off``."""
+    def batch_constraints(self, batch: Mapping[str, Any]) -> list[Any] | None:
+        """Per row of a forward batch, the constraint its call declared (the batch's
+        :data:`CONSTRAINT_KEY` column; ``None`` rows: free, as every row of a batch without
+        the column); ``None`` with ``constrain: off``."""
         if self.constrain == "off":
             return None
-        from marl_agents.llm.constraints import declared
+        from marl_agents.llm.constraints import keyed_constraint
 
-        rows = obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
-        return [declared(r) for r in rows.reshape(len(rows), -1)]
+        keys = batch.get(CONSTRAINT_KEY)
+        if keys is None:
+            return [None] * len(batch[Columns.OBS])
+        keys = keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+        return [keyed_constraint(k) for k in keys.reshape(-1).tolist()]
+
+    def row_constraints(self, observations: Sequence[Any]) -> list[Any] | None:
+        """Per observation (each as the env handed it on), the constraint its call declared
+        (:func:`~marl_agents.llm.constraints.constraint_of`); ``None`` with ``constrain: off``."""
+        if self.constrain == "off":
+            return None
+        from marl_agents.llm.constraints import constraint_of
+
+        return [constraint_of(o) for o in observations]
 
     def _token_masks(self, gens: Sequence[Generation]) -> np.ndarray:
         """``[B, max_new_tokens, words]`` int32: each token's sampling bitmask, ``-1`` free."""

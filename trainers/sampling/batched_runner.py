@@ -82,7 +82,8 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from marl_agents.action_mask import stack_observations, to_tensors
-from marl_agents.llm.rl_module import SAMPLING_SEEDS
+from marl_agents.llm.constraints import constraint_keys
+from marl_agents.llm.rl_module import CONSTRAINT_KEY, SAMPLING_SEEDS
 from marl_agents.llm.shared_batch import batch_key
 from scenarios.env_spec import EnvSpec
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
@@ -673,6 +674,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         dtype = getattr(module.observation_space, "dtype", None) or np.int64
         obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
         batch: dict[str, Any] = {Columns.OBS: obs}
+        keys = constraint_keys(rows.obs)  # each call's constraint, carried by its observation
+        if keys is not None:
+            batch[CONSTRAINT_KEY] = torch.from_numpy(keys)
         if seeds_rows(module):
             rngs = self.sampler_state.rngs
             seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], np.int64)
