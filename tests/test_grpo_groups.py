@@ -181,27 +181,53 @@ def test_all_samplers_sample_the_same_policy() -> None:
         assert abs(np.mean(a) - np.mean(b)) <= 4 * se + 1e-9, (sampler, t, np.mean(a), np.mean(b))
 
 
-def tokens(episode: Any) -> tuple[Any, ...]:
-    """Every agent's sampled tokens in an episode."""
-    return tuple(
-        (agent, np.asarray(episode.agent_episodes[agent].get_actions()).tobytes())
-        for agent in sorted(episode.agent_episodes)
-    )
+def learner_rows(module: Any, episodes: list[Any]) -> list[tuple[Any, ...]]:
+    """The router's rows as the GRPO learner gets them, in batch order: task seed, prompt,
+    sampled tokens, behaviour log-probabilities, reward and advantage."""
+    connector = GRPOAdvantages(grpo=GRPOLoss())
+    mine = list(connector.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+    mine = [sa for sa in mine if sa.module_id == "router"]
+    actions = torch.as_tensor(np.concatenate([np.asarray(sa.get_actions()) for sa in mine]))
+    batch = connector(rl_module=module, batch={"router": {Columns.ACTIONS: actions}},
+                      episodes=episodes)  # fmt: skip
+    adv = iter(batch["router"][ADVANTAGES].numpy().tolist())
+    return [
+        (
+            episode_seed(sa),
+            np.asarray(sa.get_observations()[t]).tobytes(),
+            np.asarray(sa.get_actions()[t]).tobytes(),
+            np.asarray(sa.get_extra_model_outputs(TOKEN_LOGP)[t]),
+            float(np.sum(sa.get_rewards())),
+            next(adv),
+        )
+        for sa in mine
+        for t in range(len(sa))
+    ]
 
 
-def test_rows_do_not_depend_on_the_groups_beside_them(sampled) -> None:
-    """The first group of a runner runs on sub-envs ``0…G-1`` with fresh streams whatever the
-    number of groups in flight: the same tokens (and rewards) at ``k = 1``, 2 and ``B``,
-    although at ``k > 1`` its rows shared each ``generate`` with other tasks' prompts."""
-    first = {}
+def test_the_learner_gets_the_same_rows_at_every_k(sampled) -> None:
+    """Issue #44: ``groups_in_flight`` changes how groups are batched, never what the learner
+    gets. Every group of both iterations (not only a runner's first) holds the same tokens at
+    ``k = 1``, 2 and ``B``, in the same batch order, with the same behaviour log-probabilities,
+    rewards and advantages: each rollout draws from its own stream (group, member), not its
+    sub-env's, and ``sample()`` returns episodes in schedule order. Before, group ``q ≥ 1`` drew
+    from whichever sub-env ran it (a different run at each ``k`` from the same seed) and rows
+    came in finishing order, which is by outcome here (a right route is one step longer)."""
+    rows = {}
     for sampler in ("batched", "batched_k2", "batched_k1"):
-        episodes = sampled[sampler][1][0]
-        seed = episode_seed(episodes[0].agent_episodes["router"])
-        group = [e for e in episodes if episode_seed(e.agent_episodes["router"]) == seed]
-        seeds = [episode_seed(e.agent_episodes["router"]) for e in episodes]
-        first[sampler] = sorted((tokens(e), e.get_return()) for e in group)
-        assert len(first[sampler]) == G and seeds.count(seed) == G
-    assert first["batched"] == first["batched_k1"] == first["batched_k2"]
+        r, iterations = sampled[sampler]
+        rows[sampler] = [learner_rows(r.module, episodes) for episodes in iterations]
+    for sampler in ("batched_k2", "batched_k1"):
+        for got, want in zip(rows[sampler], rows["batched"], strict=True):
+            assert [x[:3] for x in got] == [x[:3] for x in want], sampler
+            np.testing.assert_allclose(
+                np.stack([x[3] for x in got]), np.stack([x[3] for x in want]), atol=1e-5
+            )
+            assert [x[4] for x in got] == [x[4] for x in want], sampler
+            np.testing.assert_allclose([x[5] for x in got], [x[5] for x in want], atol=1e-6)
+    # rows in schedule order: the iteration's groups one after another, each whole
+    seeds = [x[0] for x in rows["batched"][0]]
+    assert seeds == sorted(seeds, key=seeds.index) and len(set(seeds)) == B
 
 
 @pytest.mark.parametrize(("sampler", "k"), [("batched", B), ("batched_k2", 2), ("batched_k1", 1)])

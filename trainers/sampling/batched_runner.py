@@ -35,6 +35,10 @@ outputs (``action_logp``, ``token_logp``,
 slots of ``G``; a slot's sub-envs start one task together and a finished one waits for the
 rest of its group, so a step's ``generate`` covers the decisions of every group in flight
 (:meth:`BatchedEnvRunner._start_group` assigns a sample's groups to slots in a fixed order).
+Each rollout of a group draws from its own stream, keyed by the group's place in the runner's
+schedule and the rollout's place in the group (:func:`rollout_rng`), not by the sub-env that
+runs it, and ``sample()`` returns the episodes in schedule order, not finishing order: the
+learner gets the same rows, in the same order, whatever ``groups_in_flight`` is.
 
 Actions, log-probabilities, distribution inputs, GRU ``state_out`` and ``weights_seq_no`` land
 in the episodes under RLlib's column names, so the two samplers are interchangeable; the same
@@ -160,12 +164,30 @@ class SamplerState:
     groups_wanted: int = 0
     #: whole groups: per slot (``G`` consecutive sub-envs), groups it started in this sample
     slot_runs: list[int] = dataclasses.field(default_factory=list)
+    #: whole groups: episode id → its place in this sample (``q · G + member`` for rollout
+    #: ``member`` of the sample's group ``q``), the order ``sample()`` returns them in
+    rollout: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def env_rngs(seed: int | None, worker_index: int, num_envs: int) -> list[np.random.Generator]:
     """One generator per sub-env, from ``(seed, worker, env)`` alone."""
     base = 0 if seed is None else int(seed)
     return [np.random.default_rng([base, int(worker_index), i]) for i in range(num_envs)]
+
+
+#: the entropy word that keeps a rollout's stream (:func:`rollout_rng`) apart from a sub-env's
+ROLLOUT_STREAM = 0x67726F7570  # "group"
+
+
+def rollout_rng(
+    seed: int | None, worker_index: int, group: int, member: int
+) -> np.random.Generator:
+    """Whole GRPO groups: the generator of rollout ``member`` of the runner's ``group``-th
+    group, from ``(seed, worker, group, member)`` alone, so that a group draws the same numbers
+    whichever slot runs it and however many groups are in flight (``groups_in_flight``): the
+    learner gets the same rows at every ``k``."""
+    base = 0 if seed is None else int(seed)
+    return np.random.default_rng([base, int(worker_index), ROLLOUT_STREAM, int(group), int(member)])
 
 
 @dataclasses.dataclass
@@ -300,6 +322,9 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
             for call in stepper.wait():
                 self._on_done(call, counts, done if num_episodes is None else None)
         counts.log(self)
+        if self._whole_groups:  # schedule order, not finishing order (which varies with k);
+            # a rollout re-run after a hung call (a new episode) goes last
+            done.sort(key=lambda e: state.rollout.get(e.id_, math.inf))
         self._done_episodes_for_metrics.extend(done)
         if num_timesteps is None:
             return done
@@ -352,6 +377,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         state.groups_wanted = (num_episodes or 0) // self._group_size
         slots = self.num_envs // self._group_size
         state.slot_runs = [0] * slots
+        state.rollout.clear()
         state.pending = [None] * self.num_envs  # slots without a group this sample stay idle
         for slot in range(slots):
             self._start_group(slot, seed)
@@ -371,10 +397,14 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         if q >= state.groups_wanted:
             return
         state.slot_runs[slot] += 1
-        options = {GROUP_OPTION: state.groups_done + q}
+        group = state.groups_done + q
+        options = {GROUP_OPTION: group}
         g = self._group_size
-        for i in range(slot * g, (slot + 1) * g):
+        for member, i in enumerate(range(slot * g, (slot + 1) * g)):
+            # the rollout's own stream, not the slot's: the same draws at every k
+            state.rngs[i] = rollout_rng(self.config.seed, self.worker_index or 0, group, member)
             self._reset_env(i, None if seed is None else seed + i, options)
+            state.rollout[self._ongoing_episodes[i].id_] = q * g + member
 
     def _new_episode(self, env_index: int, episodes: list[Any] | None = None) -> None:
         episodes = episodes if episodes is not None else self._ongoing_episodes
