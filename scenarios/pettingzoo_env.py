@@ -12,30 +12,49 @@ Graph: ``START → env`` (the plain node :data:`ENV_NODE` resets the env with th
 ``→`` every live agent in one superstep (each calls ``decide(agent, its own observation)``)
 ``→ env`` (steps the env with the joint action, emits the step's rewards) ``→`` the agents still
 live, or ``END`` once the env has no live agent. So all the env's agents act each step.
+(A turn-based ``AECEnv`` is stepped natively instead: :mod:`scenarios.pz_aec`.)
+
+* **Spaces** (:mod:`scenarios.pz_spaces`): the scenario declares each agent's observations as
+  a flat ``float32`` ``Box`` (``Discrete``/``MultiDiscrete`` one-hot, ``MultiBinary`` bits,
+  ``Dict``/``Tuple`` concatenated, images flattened) or, where the observation or the reset's
+  ``info`` carries an ``action_mask``, as ``Dict(observations=Box, action_mask=Box)``; actions
+  as ``Discrete``/``MultiDiscrete``/``Box`` (``MultiBinary(n)`` as ``MultiDiscrete([2] * n)``),
+  converted back for the env. A space that cannot be trained raises
+  :class:`~scenarios.pz_spaces.UnsupportedSpace` at build (``marl run`` exits 2 before Ray).
+* **Agents**: ``possible_agents`` is the universe; each step routes ``env.agents`` (an agent
+  absent this episode is never asked; one that joins is asked from its first step). An agent
+  that terminates or is truncated while others go on leaves (:func:`scenarios.leave`): its
+  last step reports its own flag with its last reward, and it is never paid or asked again.
 
 * **Seeds**: episode seed ``s`` (``GraphEnv.reset(seed=s)``) resets the env with
   ``reset(seed=env_seed(default_rng(s)))``: the same seed gives the same episode.
 * **Global state**: where the env has ``state()`` (``state_space``, or a ``state()`` that
-  answers after a reset), the env node declares ``env.state()`` with
+  answers after a reset), the env node declares ``env.state()`` (flattened to ``float32``) with
   :func:`~scenarios.emit_state` after every reset and step: ``GraphEnv.state()`` (and
   ``RLlibGraphEnv.state()`` or its ``global_state`` infos) returns it, for centralised critics.
+  A ``state`` that is not a method (rps keeps a dict there) means no global state; a
+  ``state()`` that raises, or a state space without a flat form, too, said once in a warning.
 * **Roles and pools** come from agent names: a trailing ``_<n>`` is stripped (:func:`role_of`:
   ``adversary_0`` → role and pool ``adversary``, ``speaker_0`` → ``speaker``), so agents of one
   kind share parameters by default.
-* **Rewards** are the env's, every step: with ``reward="env"`` (default) each agent receives its
-  own reward (the world node emits the agents' mean as the team stream plus each agent's
-  deviation from it, as :mod:`scenarios.spread` does); with ``reward="team"`` every agent
-  receives the mean. The episode's team return (``Outcome.reward``, metric ``return``) is the
-  sum over steps of the mean reward; ``<agent>/return`` and ``sum_return`` (Σ over agents)
-  are reported too. Credit ``team`` keeps these rewards; credit ``local`` gives each agent its
-  own return (``Outcome.local``): with ``reward="env"`` that is already what it receives, with
-  ``reward="team"`` its own return replaces the team's at the episode's end.
+* **Rewards** are the env's, every step: with ``reward="env"`` (default) each agent receives
+  exactly its own reward (the env node emits the mean over the step's agents as the team
+  stream, which reaches only agents still in the episode, plus each agent's deviation from
+  it, as :mod:`scenarios.spread` does); with ``reward="team"`` every live agent receives the
+  mean. The episode's team return (``Outcome.reward``, metric ``return``) is the sum over
+  steps of the mean reward; ``<agent>/return`` (for the episode's agents) and ``sum_return``
+  (Σ over agents) are reported too. Credit ``team`` keeps these rewards; credit ``local``
+  gives each agent its own return (``Outcome.local``): with ``reward="env"`` that is already
+  what it receives, with ``reward="team"`` its own return replaces the team's at the end.
 * **No exact replay**: a wrapped env's dynamics are not ours to re-run, so ``exact_replay`` is
   False and counterfactual credit (``loo``, ``shapley``) is refused with
   :class:`~scenarios.base.ReplayUnavailable` (by ``GraphEnv.value``) and by the trainer's
   config check.
 * Episodes end when the env has no live agent; they are truncated (time limit, as mpe2's
-  ``max_cycles``) when every agent's last flag was a truncation, else terminated.
+  ``max_cycles``) when every agent's last flag was a truncation, else terminated; each agent's
+  own flag is what RLlib records for it (a truncated agent bootstraps from ``V(s_T)`` in every
+  learner: :mod:`trainers.learners.time_limits`). Without ``max_cycles`` (a factory argument
+  or the env's attribute) an episode may last :data:`DEFAULT_MAX_CYCLES` steps.
 
 Example:
     >>> from scenarios.registry import build
