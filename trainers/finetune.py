@@ -140,13 +140,10 @@ class TrainingConfig:
             ``G`` vector sub-envs sharing one task-seed stream.
         groups_per_iteration: tasks per iteration: ``G · groups`` episodes per iteration.
         groups_in_flight: groups an env runner samples side by side, each step's decisions
-            of all of them in one batched ``generate`` (``None``: the runner's share of an
-            iteration; see :class:`~trainers.configs.grpo.GRPOSettings`), as every GRPO
-            experiment. The example job (``examples/finetune_tiny.yaml``, lr 5e-4, 80
-            iterations) learns on all of seeds 0–9 either way: last rewards 0.45–0.70 with
-            the whole share, 0.41–0.70 one group at a time (2026-11-27). At lr 1e-3 both
-            lost 3 of 10 seeds (format learned, then lost), which an earlier 10-seed count
-            had read as a gap of the whole share alone (issue #29).
+            of all of them in one batched ``generate``; the default is every GRPO
+            experiment's (:attr:`~trainers.configs.grpo.GRPOSettings.groups_in_flight`:
+            ``None``, the runner's share of an iteration). It sets only how fast: the
+            learner gets the same rows at every value (issue #44).
         lr: Adam learning rate.
         num_epochs: passes over each iteration's batch.
         minibatch_size: rows per gradient step (``None``: the whole batch).
@@ -157,7 +154,7 @@ class TrainingConfig:
 
     group_size: int = 8
     groups_per_iteration: int = 8
-    groups_in_flight: int | None = None
+    groups_in_flight: int | None = GRPOSettings.groups_in_flight  # one default: GRPO's
     lr: float = 3e-4
     num_epochs: int = 1
     minibatch_size: int | None = None

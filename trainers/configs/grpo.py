@@ -174,7 +174,10 @@ class GRPOSettings(GRPOLoss):
             all of them in one batched ``generate`` per pool); ``None`` (default): the runner's
             whole share of an iteration, ``ceil(groups_per_iteration / max(1,
             num_env_runners))``; 1: one group at a time (before issue #29). Each group stays
-            whole (its ``G`` sub-envs start one task together and wait for each other).
+            whole (its ``G`` sub-envs start one task together and wait for each other). Only
+            the speed depends on it: each rollout draws from its own random stream and
+            episodes reach the learner in schedule order, so the learner gets the same rows
+            at every value (issue #44; ``marl finetune`` takes this default too).
         minibatch_size: rows per gradient step (``None``: the whole iteration).
         async_sampling: overlap sampling with learning (:class:`AsyncSampling`; off).
     """
