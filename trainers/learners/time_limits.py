@@ -16,7 +16,21 @@ connector pipeline reads the flags (RLlib's pieces and the lean learner's array 
 :class:`BootstrapTimeLimits` does it in a learner's ``_make_batch_if_necessary`` (episodes →
 batch): every PPO learner (:class:`~trainers.learners.value_norm_learner.ValueNormPPOLearner`
 and its subclasses) and the APPO / IMPALA learners (:mod:`trainers.learners.async_learners`,
-whose V-trace gates its bootstrap with the same ``terminateds``).
+whose V-trace gates its bootstrap with the same ``terminateds``). GRPO has no critic.
+
+An agent that terminated while others went on (:func:`scenarios.leave`: a PettingZoo agent
+that is done before the episode is) ends with its own ``terminated`` in that step and is never
+flagged truncated, so it stays terminated here; in the step where the last agents end, RLlib
+again flags them all terminated, and the truncated ones among them are cleared as above
+(``tests/test_pz_agents_leave.py`` pins both for PPO, APPO and IMPALA).
+
+Why here and not where episodes are built: RLlib's own sampler (``episodes.sampler: rllib``)
+records episodes with RLlib's ``MultiAgentEpisode.add_env_step``, and the batched sampler's
+copy (:mod:`trainers.sampling.episode_build`) is held to leave every episode exactly as RLlib's
+does (``tests/test_episode_build.py``); a fix there would cover one sampler and break that
+contract. Every episode of every sampler reaches a learner through
+``_make_batch_if_necessary`` (the trainer never sets ``num_aggregator_actors_per_learner``,
+which would build batches before it), so that is the one place that covers all learners.
 """
 
 from __future__ import annotations
