@@ -1,13 +1,15 @@
 """``evaluate(checkpoint)``: greedy episodes of a trained team, with a rich summary table.
 
 The modules are loaded straight from the checkpoint (no Ray, no env runners) and act greedily
-on the scenario's :class:`~scenarios.graph_env.GraphEnv` on fresh seeds. Reported: success rate,
-team return, the fraction of the oracle's expected return on the same tasks (where the scenario
-has ``oracle_value``), per-agent credit (the run's credit method; ``team`` shows none),
-the scenario's latency metric, the wall time per decision, and failed episodes (node errors,
-wall-clock timeouts, limits) with the tool calls that ran into ``episodes.tool_timeout_s``.
-With ``transcripts=N`` the first ``N`` episodes are also kept as transcripts
-(:mod:`trainers.run.transcripts`) and printed.
+on the scenario's :class:`~scenarios.graph_env.GraphEnv` on fresh seeds (a scenario with a task
+list plays its tasks round-robin, :func:`episode_seeds`, and gets a row per task). Reported:
+success rate (where the scenario defines success), team return (and EPyMARL's convention for
+simple_spread, :mod:`trainers.run.headline`), the fraction of the oracle's expected return on
+the same tasks (where the scenario has ``oracle_value``), per-agent credit (the run's credit
+method; ``team`` shows none), the scenario's latency metric, the wall time per decision, and
+failed episodes (node errors, wall-clock timeouts, limits) with the tool calls that ran into
+``episodes.tool_timeout_s``. With ``transcripts=N`` the first ``N`` episodes are also kept as
+transcripts (:mod:`trainers.run.transcripts`) and printed.
 
 Episodes run with the run's ``episodes`` settings: ``timeout_s``, ``engine``, and the same
 ``tool_latency`` and ``tool_timeout_s`` as training (:mod:`scenarios.tool_latency`), so an
@@ -54,6 +56,9 @@ class EvalResult:
             :meth:`~scenarios.graph_env.GraphEnv.transcript` data (with ``credit``).
         passk: with ``k``: ``"trained"`` (and ``"baseline"``) → :func:`trainers.passk.passk_table`.
         solved: with ``k``: the same keys → task seed → how many of its ``k`` samples succeeded.
+        per_task: for a scenario with a task list, one row per task (in the list's order):
+            ``task`` (a short label), ``episodes``, ``return`` and ``success`` (where the
+            scenario defines it).
     """
 
     episodes: list[dict[str, Any]]
@@ -62,6 +67,7 @@ class EvalResult:
     transcripts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     passk: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     solved: dict[str, dict[int, int]] = dataclasses.field(default_factory=dict)
+    per_task: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class TeamPolicy:
@@ -200,8 +206,10 @@ def evaluate(
         )
     method = credit or cfg.credit.method
     records, kept = [], []
-    for i in range(episodes):
-        records.append(_episode(env, policy, seed + i, method, cfg))
+    scenario = plan.env.build_scenario()
+    for i, (s, task) in enumerate(episode_seeds(scenario, seed, episodes)):
+        records.append(_episode(env, policy, s, method, cfg))
+        records[-1]["task"] = task
         if i < transcripts:
             t = env.transcript()
             if records[-1]["credit"]:
@@ -209,9 +217,65 @@ def evaluate(
             kept.append(t)
     result = _summarise(records, plan.agents)
     result.transcripts = kept
+    _headline(result, cfg, plan, scenario)
     if show:
         _print(result, plan, checkpoint, method)
     return result
+
+
+def episode_seeds(scenario: Any, first: int, episodes: int) -> list[tuple[int, int | None]]:
+    """``(seed, task index)`` of each evaluation episode: for a scenario with a task list
+    (``task_list`` and ``task_index(seed)``, e.g. a chat app given a list of tasks) the tasks
+    round-robin — episode ``i`` plays task ``i mod n``, on the first seed from ``first`` on
+    (not yet used) that draws it — so ``n·m`` episodes play each task ``m`` times; any other
+    scenario gets the seeds ``first … first + episodes − 1`` and no task index."""
+    tasks = getattr(scenario, "task_list", None)
+    index_of = getattr(scenario, "task_index", None)
+    if not tasks or index_of is None:
+        return [(first + i, None) for i in range(episodes)]
+    n = len(tasks)
+    unused: dict[int, list[int]] = {t: [] for t in range(n)}  # seeds drawn, not yet used
+    cursor, out = first, []
+    for i in range(episodes):
+        want = i % n
+        while not unused[want]:
+            unused[index_of(cursor)].append(cursor)
+            cursor += 1
+        out.append((unused[want].pop(0), want))
+    return out
+
+
+def task_label(task: Any, width: int = 60) -> str:
+    """A task as one short line (a chat app's string, or its input dict)."""
+    text = " ".join(str(task).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _headline(result: EvalResult, cfg: ExperimentConfig, plan: Any, scenario: Any) -> None:
+    """Per-scenario headline numbers (:mod:`trainers.run.headline`): no success where the
+    scenario defines none, EPyMARL's team return for simple_spread, per task where the
+    scenario has a task list."""
+    from trainers.run.headline import epymarl_return, reports_epymarl
+
+    records = result.episodes
+    if not plan.has_success:
+        result.summary.pop("success", None)
+    if reports_epymarl(cfg) and all(
+        "sum_return" in r["metrics"] and "steps" in r["metrics"] for r in records
+    ):
+        values = [epymarl_return(r["metrics"], len(plan.agents)) for r in records]
+        result.summary["epymarl_return"] = float(np.mean(values))
+        result.summary["epymarl_return_std"] = float(np.std(values))
+    tasks = getattr(scenario, "task_list", None)
+    if tasks and all(r.get("task") is not None for r in records):
+        for t, task in enumerate(tasks):
+            mine = [r for r in records if r["task"] == t]
+            row: dict[str, Any] = {"task": task_label(task), "episodes": len(mine)}
+            if mine:
+                row["return"] = float(np.mean([r["return"] for r in mine]))
+                if plan.has_success:
+                    row["success"] = float(np.mean([r["success"] for r in mine]))
+            result.per_task.append(row)
 
 
 def evaluate_passk(
@@ -353,8 +417,14 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     table.add_row("episodes", f"{int(s['episodes'])}")
-    table.add_row("success", f"{100 * s['success']:.1f}%")
+    if "success" in s:
+        table.add_row("success", f"{100 * s['success']:.1f}%")
     table.add_row("team return", f"{s['return']:.3f} ± {s['return_std']:.3f}")
+    if "epymarl_return" in s:
+        table.add_row(
+            "team return, EPyMARL's 2·Σ_i R_i − N·T",
+            f"{s['epymarl_return']:.1f} ± {s['epymarl_return_std']:.1f}",
+        )
     if "oracle" in s:
         table.add_row("oracle return", f"{s['oracle']:.3f}")
     if "oracle_fraction" in s:
@@ -367,8 +437,22 @@ def _print(result: EvalResult, plan: Any, checkpoint: str | Path, method: str) -
         table.add_row("failed episodes", f"{int(s['failures'])}")
         table.add_row("tool calls timed out", f"{int(s['tool_timeouts'])}")
     console = Console()
-    console.print(f"checkpoint: {checkpoint}", overflow="fold")
+    console.print(f"checkpoint: {checkpoint}", soft_wrap=True, markup=False, highlight=False)
     console.print(table)
+    if result.per_task:
+        ttable = Table(title="per task (round-robin over the task list)", title_justify="left")
+        ttable.add_column("#", justify="right")
+        ttable.add_column("task")
+        ttable.add_column("episodes", justify="right")
+        ttable.add_column("team return", justify="right")
+        if "success" in s:
+            ttable.add_column("success", justify="right")
+        for i, row in enumerate(result.per_task):
+            cells = [str(i), row["task"], str(row["episodes"]), f"{row.get('return', 0):.3f}"]
+            if "success" in s:
+                cells.append(f"{100 * row.get('success', 0.0):.1f}%")
+            ttable.add_row(*cells)
+        console.print(ttable)
     if result.credit:
         ctable = Table(title=f"per-agent credit ({method})", title_justify="left")
         ctable.add_column("agent", style="bold")

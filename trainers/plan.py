@@ -13,6 +13,7 @@ attributes of :class:`scenarios.base.Scenario` (``has_text_agents``, ``has_oracl
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,12 +29,16 @@ from marl_agents.pools import (
     resolve_pools,
 )
 from scenarios.env_spec import EnvSpec
+from trainers.budgets import check_contexts, system_prompt_warnings
 from trainers.cluster import check_workers_import, joins_cluster
 from trainers.configs.algorithms import GRPOAlgo, PPOAlgo
 from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.runner import RunnerSpec
 from trainers.configs.typed import ConfigError, to_plain
 from trainers.credit.settings import check_credit_for
+from trainers.run.headline import has_success
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -55,6 +60,10 @@ class Plan:
         critic_dims: pool id → width of its centralised critic's input column
             (``algorithm.critic`` ``state``/``state_obs``; :mod:`marl_agents.critics`); empty
             for ``local`` critics.
+        has_success: whether the scenario defines success (:func:`trainers.run.headline.
+            has_success`): rows and tables show a success rate only then.
+        prompt_warnings: token-budget warnings (:mod:`trainers.budgets`): replies past a
+            pool's context, agents whose system prompt truncation cuts (``check_prompts``).
     """
 
     cfg: ExperimentConfig
@@ -67,6 +76,8 @@ class Plan:
     pools: dict[str, AgentPool]
     has_oracle: bool
     critic_dims: dict[str, int] = dataclasses.field(default_factory=dict)
+    has_success: bool = True
+    prompt_warnings: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def agent_to_pool(self) -> dict[str, str]:
@@ -85,7 +96,11 @@ class Plan:
 
 
 def resolve(
-    cfg: ExperimentConfig, *, ray_workers: bool = True, text_defaults: bool = False
+    cfg: ExperimentConfig,
+    *,
+    ray_workers: bool = True,
+    text_defaults: bool = False,
+    check_prompts: bool = False,
 ) -> Plan:
     """Check ``cfg`` against its scenario and resolve pools; nothing of Ray is started.
 
@@ -113,6 +128,12 @@ def resolve(
     ``tokenizer`` defaults to the pools' model (``scenario_kwargs.tokenizer`` overrides it).
     With ``text_defaults`` the config is first completed by :func:`with_text_defaults` from the
     same scenario object (built once); the plan's ``cfg`` is the completed config.
+
+    Token budgets (:mod:`trainers.budgets`): an LLM pool whose prompt budget exceeds its
+    model's context is a ``ConfigError``, one whose prompt plus reply budget does a warning;
+    with ``check_prompts`` (a training run) a chat app plays one trial episode with its default
+    replies here, and each agent whose system prompt a too-long prompt would lose is a warning.
+    Warnings are logged and kept in ``Plan.prompt_warnings``.
     """
     from scenarios.registry import is_reference
 
@@ -156,6 +177,11 @@ def resolve(
     _check_credit_rewards(cfg)
     _check_resources(cfg)
     _check_memory(cfg, pools)
+    prompt_warnings = check_contexts(pools)
+    if check_prompts:
+        prompt_warnings += system_prompt_warnings(scenario, cfg.seed)
+    for line in prompt_warnings:
+        log.warning("%s", line)
     has_oracle = type(scenario).has_oracle
     if has_oracle:
         has_oracle = scenario.oracle_value(np.random.default_rng(0)) is not None
@@ -191,6 +217,8 @@ def resolve(
         pools,
         has_oracle,
         critic_dims,
+        has_success(scenario),
+        prompt_warnings,
     )
 
 

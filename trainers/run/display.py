@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.configs.experiment import ExperimentConfig
-from trainers.run.metrics import ORACLE_FRACTION_KEY, RETURN_KEY
+from trainers.run.metrics import HEADLINE_EXTRA, ORACLE_FRACTION_KEY, RETURN_KEY
 from trainers.run.outcome import TrainResult
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ def row_info(row: Mapping[str, Any]) -> str:
     parts = [f"it {row.get('charts/iteration', 0)}", f"steps {row.get('charts/env_steps', 0)}"]
     if RETURN_KEY in row:
         parts.append(f"return {row[RETURN_KEY]:.3f}")
+    parts += [f"{label} {row[key]:.1f}" for key, label in HEADLINE_EXTRA if key in row]
     if ORACLE_FRACTION_KEY in row:
         parts.append(f"oracle {100 * row[ORACLE_FRACTION_KEY]:.0f}%")
     if "charts/success" in row:
@@ -103,6 +104,29 @@ def row_info(row: Mapping[str, Any]) -> str:
         parts.append(f"tool wait {row['timers/tool_wait_s']:.2f}s")
     if row.get("monitor/alarms"):
         parts.append(f"[red]{row['monitor/alarms']} alarm(s), see log[/red]")
+    return " · ".join(parts)
+
+
+def plain_line(row: Mapping[str, Any], budget: Any = None) -> str:
+    """One iteration as a plain line (for logs and pipes): iteration (of the budget's), env
+    steps, team return, success where the scenario defines it, seconds an iteration.
+
+    >>> plain_line({"charts/iteration": 3, "charts/env_steps": 3200,
+    ...             "charts/team_return": -12.3456, "charts/iteration_s": 2.14})
+    'iteration 3 · env steps 3200 · return -12.346 · 2.1 s/iteration'
+    """
+    it = row.get("charts/iteration", 0)
+    total = getattr(budget, "iterations", None)
+    parts = [f"iteration {it}/{total}" if total else f"iteration {it}"]
+    parts.append(f"env steps {row.get('charts/env_steps', 0)}")
+    if RETURN_KEY in row:
+        parts.append(f"return {row[RETURN_KEY]:.3f}")
+    for key, label in HEADLINE_EXTRA:
+        if key in row:
+            parts.append(f"{label} {row[key]:.1f}")
+    if "charts/success" in row:
+        parts.append(f"success {100 * row['charts/success']:.1f}%")
+    parts.append(f"{row.get('charts/iteration_s', 0.0):.1f} s/iteration")
     return " · ".join(parts)
 
 
@@ -147,6 +171,10 @@ def print_summary(console: Any, result: TrainResult) -> None:
     if RETURN_KEY in final:
         first = next((h[RETURN_KEY] for h in result.history if RETURN_KEY in h), None)
         rows.append(("team return", f"{first:.3f} → {final[RETURN_KEY]:.3f}"))
+    for key, label in HEADLINE_EXTRA:
+        if key in final:
+            start = next(h[key] for h in result.history if key in h)
+            rows.append((label, f"{start:.1f} → {final[key]:.1f}"))
     if "charts/oracle" in final:
         rows.append(("oracle return", f"{final['charts/oracle']:.3f}"))
     if ORACLE_FRACTION_KEY in final:
@@ -172,15 +200,26 @@ def print_summary(console: Any, result: TrainResult) -> None:
                 f"({first['metric']} = {first['value']:.4g}) at iteration {first['iteration']}",
             )
         )
-    rows += [
-        ("best checkpoint", str(result.best_checkpoint)),
-        ("final checkpoint", str(result.final_checkpoint)),
-        ("learning curve", str(result.curve)),
-        ("run dir", str(result.run_dir)),
-    ]
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+    # paths outside the table, each on one line whatever the width: they can be copied
+    best = result.best_checkpoint
+    same = best is not None and best == result.final_checkpoint
+    paths = [
+        ("run dir", result.run_dir),
+        ("final checkpoint", result.final_checkpoint),
+        ("best checkpoint", "the final one" if same else best),
+        ("learning curve", result.curve),
+    ]
+    width = max(len(k) for k, _ in paths)
+    for key, value in paths:
+        console.print(
+            f"{key + ':':<{width + 1}} {value}",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
 
 
 def plot_curve(history: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:

@@ -57,6 +57,7 @@ from trainers.cluster import ensure_ray
 from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.typed import ConfigError
 from trainers.run.display import (
+    plain_line,
     plot_curve,
     print_plan,
     print_summary,
@@ -66,6 +67,7 @@ from trainers.run.display import (
 )
 from trainers.run.episode_log import EpisodeLog
 from trainers.run.export import export_pools, save_hf
+from trainers.run.headline import finish_row
 from trainers.run.metrics import flatten_result
 from trainers.run.outcome import (
     RunFailed,
@@ -144,7 +146,8 @@ def train(
 
     cfg, ckpt, run_dir = _resume_target(cfg, resume, run_dir)
     quiet_ray_logs()
-    plan = resolve(cfg, text_defaults=True)  # a chat app trains as it is: LLM pools, GRPO
+    # a chat app trains as it is (LLM pools, GRPO); its prompts' budget is tried first
+    plan = resolve(cfg, text_defaults=True, check_prompts=True)
     cfg = plan.cfg
     algo_config = to_algorithm_config(cfg, plan)
     exports = export_pools(cfg, plan)  # every config error is raised by now
@@ -252,28 +255,58 @@ class _Session:
         self.wb = wandb_init(self.cfg, self.run, resumed=self.resumed)
 
     def loop(self, console: Any) -> None:
-        """Train until the budget (counted from the first iteration) is spent."""
+        """Train until the budget (counted from the first iteration) is spent.
+
+        On a terminal a progress bar; when stdout is not one (a file, a pipe, a job log) one
+        plain line per iteration, flushed (:func:`plain_line`). After a new run's first
+        iteration, where its time went and the knobs that set it when it was slow
+        (:func:`trainers.run.cost.cost_lines`)."""
         history = self.history
         budget = _Budget(self.cfg, float(history[-1]["charts/time_s"]) if history else 0.0)
+        plain = console is not None and not console.is_terminal
         with (
-            progress_bar(console, "train") as advance,
+            progress_bar(None if plain else console, "train") as advance,
             open(self.run / "metrics.jsonl", "a") as metrics_file,
             interrupt_between_iterations() as interrupted,
         ):
             iteration = int(self.algo.iteration)
+            first = iteration == 0
             env_steps = int(history[-1]["charts/env_steps"]) if history else 0
             advance(budget.fraction(iteration, env_steps), history[-1] if history else {})
             while not budget.done(iteration, env_steps) and self.stopped is None:
                 row = self.step(metrics_file)
                 iteration, env_steps = row["charts/iteration"], row["charts/env_steps"]
                 advance(budget.fraction(iteration, env_steps), row)
-                interrupted()  # a first Ctrl-C stops here, after a whole iteration
+                if plain:
+                    print(plain_line(row, self.cfg.budget), flush=True)
+                if first:
+                    self.show_cost(console, row)
+                    first = False
+                interrupted()  # a first Ctrl-C or SIGTERM stops here, after a whole iteration
+
+    def show_cost(self, console: Any, row: dict[str, Any]) -> None:
+        """Where the first iteration's time went; warnings naming the knobs when it was slow
+        (to the log when the run shows nothing)."""
+        from trainers.run.cost import cost_lines
+
+        lines = cost_lines(row, self.cfg, self.plan)
+        if console is None:
+            for line in lines[1:]:
+                log.warning("%s", line.removeprefix("warning: "))
+            return
+        for line in lines:
+            if console.is_terminal:
+                style = "yellow" if line.startswith("warning:") else "dim"
+                console.print(line, style=style, highlight=False, markup=False)
+            else:
+                print(line, flush=True)
 
     def step(self, metrics_file: Any) -> dict[str, Any]:
         """One iteration: train, record its metrics and episodes, check, checkpoint."""
         self.in_iteration = True
         result = self.algo.train()
         row = flatten_result(result, self.plan.agent_to_pool, set(self.plan.frozen))
+        finish_row(row, self.cfg, self.plan)  # success where defined, EPyMARL's return
         from trainers.signals.phase_timers import iteration_timers
 
         runners = self.cfg.resources.num_env_runners

@@ -160,29 +160,34 @@ def append_row(file: Any, row: Mapping[str, Any]) -> None:
 
 @contextlib.contextmanager
 def interrupt_between_iterations() -> Iterator[Callable[[], None]]:
-    """Defer Ctrl-C to the end of the running iteration; yields ``check()``, which raises
-    ``KeyboardInterrupt`` once one arrived. A second Ctrl-C interrupts at once (no checkpoint of
-    that iteration then). Only in the main thread (Tune trials run in others)."""
+    """Defer Ctrl-C (SIGINT) and SIGTERM to the end of the running iteration; yields
+    ``check()``, which raises ``KeyboardInterrupt`` once one arrived, so a run stopped by a
+    job scheduler or a timeout saves a checkpoint as one stopped with Ctrl-C does. A second
+    signal interrupts at once (no checkpoint of that iteration then). Only in the main thread
+    (Tune trials run in others)."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return
-    arrived: list[bool] = []
+    arrived: list[str] = []
 
     def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if arrived:
-            raise KeyboardInterrupt("interrupted twice: stopped mid-iteration")
-        arrived.append(True)
+            raise KeyboardInterrupt(f"{name} twice: stopped mid-iteration")
+        arrived.append(name)
         log.warning(
-            "interrupted: stopping after this iteration with a checkpoint (Ctrl-C again to stop "
-            "now; the run then continues from its last checkpoint)"
+            "%s: stopping after this iteration with a checkpoint (send it again, or Ctrl-C, "
+            "to stop now; the run then continues from its last checkpoint)",
+            "interrupted" if signum == signal.SIGINT else f"{name} received",
         )
 
     def check() -> None:
         if arrived:
-            raise KeyboardInterrupt("interrupted between iterations")
+            raise KeyboardInterrupt(f"{arrived[0]}: stopped between iterations")
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield check
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -157,6 +157,10 @@ def rewrite_history(path: Path, history: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(h) + "\n" for h in history))
 
 
+#: iterations whose mean team return scores a checkpoint (best and final alike)
+SMOOTHING = 3
+
+
 class Checkpoints:
     """Periodic checkpoints: keeps the latest and the best (by smoothed team return)."""
 
@@ -167,7 +171,9 @@ class Checkpoints:
         self.latest: Path | None = None
 
     @staticmethod
-    def smoothed(history: list[dict[str, Any]], k: int = 3) -> float | None:
+    def smoothed(history: list[dict[str, Any]], k: int | None = None) -> float | None:
+        """The mean team return of the last ``k`` iterations (:data:`SMOOTHING`)."""
+        k = SMOOTHING if k is None else k
         values = [h[RETURN_KEY] for h in history[-k:] if RETURN_KEY in h]
         return sum(values) / len(values) if values else None
 
@@ -198,12 +204,15 @@ class Checkpoints:
         return path
 
     def final(self, algo: Any, history: list[dict[str, Any]]) -> Path:
+        """The final checkpoint; it is also the best unless a periodic one scored higher, by
+        the same measure (:meth:`smoothed`), so ``best_return`` and ``final_return`` of
+        ``summary.json`` are equal whenever both name this checkpoint."""
         path = save_checkpoint(algo, self.run / "checkpoint")
         value = self.smoothed(history)
-        if value is not None and (self.best_value is None or value >= self.best_value):
+        if self.best_path is None or (
+            value is not None and (self.best_value is None or value >= self.best_value)
+        ):
             self.best_path, self.best_value = path, value
-        if self.best_path is None:
-            self.best_path = path
         return path
 
 
@@ -218,7 +227,11 @@ def write_summary(run: Path, result: TrainResult) -> None:
         "oracle_fraction": final.get(ORACLE_FRACTION_KEY),
         "final_checkpoint": str(result.final_checkpoint) if result.final_checkpoint else None,
         "best_checkpoint": str(result.best_checkpoint) if result.best_checkpoint else None,
+        # both checkpoints' returns by the same measure: the mean team return of the last
+        # SMOOTHING iterations up to each (team_return above is the last iteration's alone)
         "best_return": result.best_return,
+        "final_return": Checkpoints.smoothed(result.history) if result.final_checkpoint else None,
+        "return_smoothing": SMOOTHING,
         "curve": str(result.curve) if result.curve else None,
         "errors": result.errors,
         "models": {pool: str(path) for pool, path in result.models.items()},
