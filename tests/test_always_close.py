@@ -202,3 +202,22 @@ def test_a_structured_reply_cut_at_the_budget_names_the_cause(tiny):
     assert chat.cut_reply(None, step("free text"), "free text") is None  # free stays free
     optional = Constraint.for_call([convert_to_openai_tool(Router)], "auto")
     assert chat.cut_reply(optional, step(cut), cut) is None  # optional calls: a free reply
+
+
+def test_a_budget_below_the_shortest_reply_is_refused_before_ray_starts(tmp_path):
+    """The plan's trial episode (default replies, no Ray) meets the supervisor's
+    ``with_structured_output(Router)`` call: a ``max_new_tokens`` under its shortest reply is a
+    ``ConfigError`` naming the agent, the schema, its length and the setting."""
+    from configs import supervisor_tutorial_config
+
+    from trainers.configs.typed import ConfigError
+    from trainers.plan import resolve
+
+    llm = {"type": "llm", "path": "tiny"}
+    cfg = supervisor_tutorial_config(
+        tmp_path, llm, {**llm, "tiny_seed": 1}, scenario_kwargs={"max_new_tokens": 16}
+    )
+    with pytest.raises(ConfigError, match=r"agent 'supervisor': its forced call of tool Router"):
+        resolve(cfg, check_prompts=True)
+    with pytest.raises(ConfigError, match=r"max_new_tokens=16: set the agent's max_new_tokens >= "):
+        resolve(cfg, check_prompts=True)

@@ -95,12 +95,15 @@ def system_prompt_warnings(scenario: Any, seed: int = 0) -> list[str]:
     if not isinstance(scenario, ChatAppScenario):
         return []
     from marl_agents.llm import prompt_fit
+    from marl_agents.llm.constraints import ReplyBudgetError
     from scenarios.decisions import run_inline
 
     before = dict(prompt_fit.CUTS)
     prompt_fit.CUTS.clear()
     try:
         run_inline(scenario, lambda agent, obs: scenario.default_action(agent), seed)
+    except ReplyBudgetError as exc:  # a schema whose shortest reply exceeds max_new_tokens
+        raise ConfigError(str(exc)) from exc
     except Exception as exc:  # an app may not run on its default replies
         # the prompts made before the error are checked; training warns of later cuts as they
         # happen (prompt_fit) and reports the app's own errors
