@@ -19,7 +19,8 @@ skeleton of the accepted text (:class:`Scan`: open brackets, the last key and it
 each, whether a string or an escape is open — the parser state alone does not show how deep a
 recursive rule is nested). Inside a free string every continuing token reaches the same key,
 so the frontier stays small. Distances found are memoised per key (exact for the states on a
-shortest path; a search that finds none within its limit caches nothing).
+shortest path; a search that finds none within its limit caches nothing), closing masks per
+key and budget.
 
 xgrammar assumptions (0.2.x):
 
@@ -123,6 +124,7 @@ class Closer:
         self.words = words
         self.stops = sorted(int(s) for s in stop_ids)
         self.dist: dict[tuple[Any, ...], int] = {}
+        self.masks: dict[tuple[tuple[Any, ...], int], torch.Tensor] = {}
 
     def key(self, matcher: Any, scan: Scan) -> tuple[Any, ...]:
         return (parser_state(matcher), scan.key)
@@ -153,10 +155,13 @@ class Closer:
             matcher.rollback(1)
         return out
 
-    def distance(self, matcher: Any, scan: Scan, limit: int) -> int | None:
+    def distance(
+        self, matcher: Any, scan: Scan, limit: int, key: tuple[Any, ...] | None = None
+    ) -> int | None:
         """The fewest tokens that complete the grammar from ``matcher``'s state (``None``: more
-        than ``limit``, or the search ran past :data:`SEARCH_MAX` states)."""
-        root = self.key(matcher, scan)
+        than ``limit``, or the search ran past :data:`SEARCH_MAX` states); ``key``: the state's
+        :meth:`key` if known."""
+        root = key if key is not None else self.key(matcher, scan)
         if matcher.is_completed():
             return 0
         if root in self.dist:
@@ -193,10 +198,18 @@ class Closer:
             key = parent[key]
         return best
 
-    def closing_mask(self, matcher: Any, scan: Scan, budget: int) -> torch.Tensor:
+    def closing_mask(
+        self, matcher: Any, scan: Scan, budget: int, key: tuple[Any, ...] | None = None
+    ) -> torch.Tensor:
         """``[words]`` int32: the grammar-allowed tokens after which the rest still fits in
         ``budget - 1`` tokens, and the stop ids where the grammar is complete (all zeros: no
-        token keeps the reply closable)."""
+        token keeps the reply closable); memoised by state and budget."""
+        memo = (key if key is not None else self.key(matcher, scan), int(budget))
+        found = self.masks.get(memo)
+        if found is not None:
+            return found
+        if len(self.masks) > MEMO_MAX:
+            self.masks.clear()
         allowed = np.zeros(self.words * 32, dtype=np.uint8)
         if matcher.is_completed():
             allowed[self.stops] = 1
@@ -208,7 +221,8 @@ class Closer:
             if fits[key]:
                 allowed[t] = 1
         packed = np.packbits(allowed, bitorder="little").view(np.int32)
-        return torch.from_numpy(packed.copy())
+        mask = self.masks[memo] = torch.from_numpy(packed.copy())
+        return mask
 
 
 __all__ = ["MARGIN", "Closer", "Scan", "parser_state"]

@@ -339,10 +339,11 @@ class RowMatchers:
         m, closer, scan = self.matchers[row], self.closers[row], self.scans[row]
         if m is None or budget < 1:
             return None
-        need = closer.distance(m, scan, budget + MARGIN)
+        key = closer.key(m, scan)
+        need = closer.distance(m, scan, budget + MARGIN, key)
         if need is not None and budget > need + MARGIN:
             return None
-        mask = closer.closing_mask(m, scan, budget)
+        mask = closer.closing_mask(m, scan, budget, key)
         return mask if bool(mask.any()) else None
 
     def accept(self, row: int, token: int) -> None:
