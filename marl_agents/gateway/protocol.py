@@ -460,12 +460,23 @@ def _openai_calls(message: Any) -> list[dict[str, Any]]:
     ]
 
 
-def finish_reason(message: Any) -> str:
-    """``tool_calls``, ``length`` (the action length was reached) or ``stop``."""
+def finish_reason(message: Any, request: ChatRequest | None = None) -> str:
+    """``tool_calls``, ``length`` (the action length was reached before the reply ended) or
+    ``stop``. A ``response_format`` reply that is a complete JSON value is ``stop`` even where
+    its last token was the budget's last (a constrained reply closed by the budget: nothing was
+    cut, and clients such as the ``openai`` SDK's ``parse`` refuse a ``length`` reply)."""
     if message.tool_calls:
         return "tool_calls"
     meta = message.response_metadata or {}
-    return "length" if meta.get("finish_reason") == "length" else "stop"
+    if meta.get("finish_reason") != "length":
+        return "stop"
+    if request is not None and request.response_format is not None and meta.get("format_ok"):
+        try:
+            json.loads(_content(message))
+        except ValueError:
+            return "length"
+        return "stop"
+    return "length"
 
 
 def usage(reply: Reply) -> dict[str, int]:
@@ -502,7 +513,7 @@ def _response(request: ChatRequest, reply: Reply) -> dict[str, Any]:
                     "index": 0,
                     "text": _content(message),
                     "logprobs": None,
-                    "finish_reason": finish_reason(message),
+                    "finish_reason": finish_reason(message, request),
                 }
             ],
             "usage": usage(reply),
@@ -523,7 +534,7 @@ def _response(request: ChatRequest, reply: Reply) -> dict[str, Any]:
                     "refusal": None,
                 },
                 "logprobs": None,
-                "finish_reason": finish_reason(message),
+                "finish_reason": finish_reason(message, request),
             }
         ],
         "usage": usage(reply),
@@ -538,7 +549,7 @@ def stream_events(request: ChatRequest, reply: Reply) -> bytes:
     full = chat_response(request, reply)
     base = {k: full[k] for k in ("id", "created", "model")}
     chunks: list[dict[str, Any]] = []
-    reason = finish_reason(message)
+    reason = finish_reason(message, request)
     text = _content(message)
     pieces = re.findall(r"\s*\S+|\s+", text)
     if request.kind == "completion":
