@@ -11,10 +11,15 @@ before Ray starts.
 Observations (the same flattening as RLlib's ``FlattenObservations`` connector and gymnasium's
 ``flatten_space``; nothing is scaled):
 
-* ``Box`` of any shape and numeric dtype: flattened to 1-D ``float32`` (images too: an
-  ``H×W×C`` image becomes ``H·W·C`` inputs of the pool's MLP, its pixel values as they are —
-  the documented choice, as RLlib's flatten is; wrap the env to resize or scale first if that
-  is too wide);
+* ``Box`` of any shape and numeric dtype: flattened to 1-D ``float32``, values as they are;
+* images (:func:`is_image`: a ``uint8`` ``Box`` of 0–255 shaped ``H×W`` or ``H×W×C`` with
+  ``C`` in 1, 3, 4): flattened too — the documented choice, as RLlib's flatten is; there is no
+  CNN — with pixels scaled to ``[0, 1]``, and an image of more than :data:`MAX_IMAGE_PIXELS`
+  pixels first average-pooled over ``k×k`` blocks (the smallest integer ``k`` that brings it
+  under, remainder rows and columns dropped; channels kept): pistonball's 457×120×3 becomes
+  152×40×3 = 18,240 inputs instead of 164,520 (a batch of its 20 agents' observations would
+  otherwise take 13 GB a thousand env steps). Wrap the env (e.g. SuperSuit's resize) for
+  another choice;
 * ``Discrete(n, start)``: a one-hot of ``n``; ``MultiDiscrete(nvec)``: the one-hots of its
   components, concatenated; ``MultiBinary``: its bits as ``0.0``/``1.0``;
 * ``Dict`` (in its key order) and ``Tuple``: their parts flattened and concatenated, nested
@@ -63,6 +68,7 @@ from scenarios.base import ScenarioError
 
 __all__ = [
     "MASK_KEY",
+    "MAX_IMAGE_PIXELS",
     "MAX_ONE_HOT",
     "OBS_KEY",
     "ActionConverter",
@@ -74,6 +80,8 @@ __all__ = [
     "flat_space",
     "flattener",
     "has_action_mask",
+    "image_pool",
+    "is_image",
 ]
 
 #: the key of the (flattened) observation in a masked observation
@@ -82,6 +90,8 @@ OBS_KEY = "observations"
 MASK_KEY = "action_mask"
 #: the most values one ``Discrete`` (or one ``MultiDiscrete`` component) may one-hot into
 MAX_ONE_HOT = 65_536
+#: images with more pixels (``H·W``) are average-pooled until they have at most this many
+MAX_IMAGE_PIXELS = 84 * 84
 
 Flatten = Callable[[Any], np.ndarray]
 
@@ -135,6 +145,37 @@ def _one_hot_size(agent: str, what: str, top: gym.Space, n: int) -> int:
     return n
 
 
+def is_image(space: gym.Space) -> bool:
+    """Whether ``space`` is an image (module doc): a ``uint8`` ``Box`` of 0–255 shaped
+    ``H×W`` or ``H×W×C`` (``C`` in 1, 3, 4), both sides at least 8.
+
+    >>> image = gym.spaces.Box(0, 255, (64, 48, 3), np.uint8)
+    >>> is_image(image), is_image(gym.spaces.Box(0, 1, (8, 8)))
+    (True, False)
+    """
+    if not isinstance(space, gym.spaces.Box) or space.dtype != np.uint8:
+        return False
+    shape = space.shape
+    if not (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3, 4))):
+        return False
+    return min(shape[:2]) >= 8 and bool((space.low == 0).all() and (space.high == 255).all())
+
+
+def image_pool(space: gym.spaces.Box) -> int:
+    """The side ``k`` of the blocks an image of ``space`` is average-pooled over (1: none)."""
+    h, w = space.shape[:2]
+    k = 1
+    while (h // k) * (w // k) > MAX_IMAGE_PIXELS:
+        k += 1
+    return k
+
+
+def _image_shape(space: gym.spaces.Box) -> tuple[int, ...]:
+    k = image_pool(space)
+    h, w = space.shape[:2]
+    return (h // k, w // k, *space.shape[2:])
+
+
 def flat_space(agent: str, space: gym.Space, what: str = "observation space") -> gym.spaces.Box:
     """The flat ``float32`` ``Box`` of ``space`` (module doc); :class:`UnsupportedSpace` when
     it has none, naming ``agent`` and ``what`` the space is (``"observation space"``).
@@ -150,6 +191,9 @@ def _bounds(
     agent: str, what: str, space: gym.Space, top: gym.Space
 ) -> tuple[np.ndarray, np.ndarray]:
     """Flat ``float32`` (low, high) of ``space`` (a part of the agent's space ``top``)."""
+    if is_image(space):
+        n = int(np.prod(_image_shape(space)))
+        return np.zeros(n, np.float32), np.ones(n, np.float32)
     if isinstance(space, gym.spaces.Box):
         if not np.issubdtype(space.dtype, np.number) and space.dtype != np.bool_:
             raise _refuse(
@@ -191,6 +235,17 @@ def flattener(agent: str, space: gym.Space, what: str = "observation space") -> 
 
 
 def _flattener(space: gym.Space) -> Flatten:
+    if is_image(space):
+        k = image_pool(space)
+        h, w, *c = _image_shape(space)
+
+        def pixels(x: Any) -> np.ndarray:
+            img = np.asarray(x, np.float32)
+            if k > 1:
+                img = img[: h * k, : w * k].reshape(h, k, w, k, *c).mean(axis=(1, 3))
+            return (img * np.float32(1 / 255)).reshape(-1)
+
+        return pixels
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return lambda x: np.asarray(x, np.float32).reshape(-1)
     if isinstance(space, gym.spaces.Discrete):

@@ -26,7 +26,8 @@ OBS_KINDS: dict[str, gym.Space] = {
     "dict": S.Dict({"pos": S.Box(-1.0, 1.0, (2,)), "tag": S.Discrete(2)}),
     "tuple": S.Tuple((S.Discrete(2), S.Box(0, 1, (2, 2), np.float64))),
     "nested": S.Dict({"a": S.Tuple((S.MultiBinary(2), S.Discrete(2))), "b": S.Box(0, 5, (1,))}),
-    "image": S.Box(0, 255, (6, 6, 3), np.uint8),
+    "small_uint8": S.Box(0, 255, (6, 6, 3), np.uint8),  # too small to be an image
+    "image": S.Box(0, 255, (100, 90, 3), np.uint8),  # pooled 2×2 to 50×45×3, scaled
     "int_box": S.Box(-5, 5, (2,), np.int32),
     "mask": S.Dict(
         {"observation": S.Box(0, 1, (3,), np.int8), "action_mask": S.Box(0, 1, (3,), np.int8)}

@@ -25,6 +25,8 @@ from scenarios.pz_spaces import (
     convert_observation_space,
     flat_space,
     has_action_mask,
+    image_pool,
+    is_image,
 )
 from scenarios.registry import build
 from scenarios.rllib_env import RLlibGraphEnv
@@ -35,7 +37,7 @@ from tests.pz_toys import ACT_KINDS, OBS_KINDS, REFUSED_ACT, REFUSED_OBS, SpaceE
 ROOT = Path(__file__).resolve().parents[1]
 SPACE_ENV = "tests.pz_toys:space_env"
 MASKED = ("mask", "info_mask")
-PLAIN = [k for k in OBS_KINDS if k not in MASKED]
+PLAIN = [k for k in OBS_KINDS if k not in MASKED and not is_image(OBS_KINDS[k])]
 
 
 @pytest.mark.parametrize("kind", PLAIN)
@@ -59,8 +61,25 @@ def test_one_hots_by_hand() -> None:
     assert conv(-1).tolist() == [1.0, 0.0, 0.0] and conv(1).tolist() == [0.0, 0.0, 1.0]
     md = convert_observation_space("a", gym.spaces.MultiDiscrete([2, 3]), gym.spaces.Discrete(2))
     assert md(np.array([1, 2])).tolist() == [0.0, 1.0, 0.0, 0.0, 1.0]
-    image = flat_space("a", gym.spaces.Box(0, 255, (4, 4, 3), np.uint8))
-    assert image.shape == (48,) and image.high.max() == 255.0  # flattened, not scaled
+    small = flat_space("a", gym.spaces.Box(0, 255, (4, 4, 3), np.uint8))
+    assert small.shape == (48,) and small.high.max() == 255.0  # not an image: as it is
+
+
+def test_images_are_pooled_to_at_most_max_image_pixels_and_scaled() -> None:
+    """The documented choice for images (no CNN): block means, pixels in [0, 1]."""
+    space = OBS_KINDS["image"]
+    assert is_image(space) and image_pool(space) == 2
+    conv = convert_observation_space("a", space, gym.spaces.Discrete(2))
+    assert conv.space == gym.spaces.Box(0.0, 1.0, (50 * 45 * 3,), np.float32)
+    x = np.zeros(space.shape, np.uint8)
+    x[0, 0, 1] = 255  # one pixel of a 2×2 block, channel 1
+    x[-2:, -2:, 2] = 255  # a whole block, the last one, channel 2
+    out = conv(x).reshape(50, 45, 3)
+    assert out[0, 0].tolist() == [0.0, 0.25, 0.0] and out[-1, -1].tolist() == [0.0, 0.0, 1.0]
+    assert out.sum() == pytest.approx(1.25)
+    pistonball = gym.spaces.Box(0, 255, (457, 120, 3), np.uint8)
+    assert flat_space("a", pistonball).shape == (152 * 40 * 3,)
+    assert not is_image(OBS_KINDS["small_uint8"]) and not is_image(OBS_KINDS["int_box"])
 
 
 def test_a_mask_in_the_observation_is_the_masked_dict() -> None:
