@@ -20,11 +20,13 @@ import inspect
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from trainers.configs.typed import to_plain
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {
@@ -105,15 +107,8 @@ def yaml_value(value: Any) -> str:
         return "null"
     if isinstance(value, str) and not value:
         return '""'
-    from trainers.configs.typed import to_plain
-
     text = yaml.safe_dump(to_plain(value), default_flow_style=True, width=1000, sort_keys=False)
     return text.strip().removesuffix("...").strip()
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    """The evaluated field types of a config class (they name the nested sections)."""
-    return typing.get_type_hints(cls)
 
 
 def _nested(hint: Any) -> list[tuple[str, type]]:
@@ -123,7 +118,7 @@ def _nested(hint: Any) -> list[tuple[str, type]]:
     args = typing.get_args(hint)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return [("", hint)]
-    if origin in (dict, typing.Mapping) or str(origin).endswith("Mapping'>"):
+    if origin in (dict, Mapping):
         return [(".<id>" + sub, c) for sub, c in _nested(args[-1])] if args else []
     if origin in (list, tuple):
         return [("[]" + sub, c) for sub, c in _nested(args[0])] if args else []
@@ -162,7 +157,7 @@ def config_sections(cls: type, path: str) -> Iterator[tuple[str, type, str | Non
             return
         seen.add((where, klass))
         yield where, klass, kind
-        hints = _hints(klass)
+        hints = typing.get_type_hints(klass)  # evaluated: they name the nested sections
         for field in dataclasses.fields(klass):
             for suffix, sub in _nested(hints.get(field.name)):
                 child = f"{where}.{field.name}{suffix}".lstrip(".")
