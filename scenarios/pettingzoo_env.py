@@ -84,6 +84,7 @@ from scenarios.pz_spaces import (
     convert_observation_space,
     flat_space,
     flattener,
+    is_image,
 )
 from topologies import END, START, Topology
 from topologies.generators import merge_routes
@@ -435,10 +436,11 @@ def _state_space(env: Any, *, reset: bool = True) -> gym.spaces.Box | None:
 
 
 def _flat_state(env: Any) -> np.ndarray:
-    """``env.state()`` as a flat ``float32`` vector (a non-``Box`` ``state_space``: flattened
-    as :mod:`scenarios.pz_spaces` flattens observations)."""
+    """``env.state()`` as the flat ``float32`` vector of :func:`_state_space`'s space: as
+    :mod:`scenarios.pz_spaces` flattens observations where its ``state_space`` is not a plain
+    ``Box`` (an image state is pooled and scaled too), else the value as it is, flattened."""
     space = getattr(env, "state_space", None)
-    if isinstance(space, gym.Space) and not isinstance(space, gym.spaces.Box):
+    if isinstance(space, gym.Space) and (not isinstance(space, gym.spaces.Box) or is_image(space)):
         return flattener("", space, "global state space")(env.state())
     return np.asarray(env.state(), np.float32).reshape(-1)
 
