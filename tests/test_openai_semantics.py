@@ -301,14 +301,20 @@ def test_marl_serve_truncates_by_default_and_says_so(served, tiny):
 
 
 # ----- errors name the limit that fired ---------------------------------------------------------
-def test_an_app_timeout_names_appscenarios_timeout_s_and_the_advice_follows(tmp_path):
+def test_an_app_timeout_names_appscenarios_timeout_s_and_the_advice_follows():
+    """An app that asks once and then hangs: its episode times out naming the AppScenario's
+    ``timeout_s`` (not ``episodes.timeout_s``), and a run whose episodes all end so is told to
+    raise that one (``RunFailed``'s advice)."""
     from marl_agents.gateway.app_scenario import APP_TIMEOUT_LIMIT, AppScenario
+    from marl_agents.llm.env_chat_model import tokens_action
     from scenarios.graph_env import GraphEnv
     from trainers.run.episode_log import timeout_advice
 
     hang = threading.Event()
 
     def app(task: str, llm: Any) -> str:
+        c = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        c.chat.completions.create(model="a", messages=[{"role": "user", "content": task}])
         hang.wait(30)
         return "late"
 
@@ -316,16 +322,12 @@ def test_an_app_timeout_names_appscenarios_timeout_s_and_the_advice_follows(tmp_
     env = GraphEnv(sc)
     try:
         env.reset(seed=0)
-    except Exception as exc:  # no agent acted: the env says why, naming the limit
-        error = str(exc)
-    else:
-        while env.agents:
-            env.step({})
-        error = str(env.error)
+        env.step({"a": tokens_action(sc.spaces, sc.tokenizer, "ok")})
     finally:
         hang.set()
-    assert APP_TIMEOUT_LIMIT in error and "0.5 s" in error, error
-    advice = timeout_advice([{"kind": "timeout", "error": error, "count": 1}])
+    assert env.failure == "timeout", env.error
+    assert APP_TIMEOUT_LIMIT in env.error and "(0.5 s) fired" in env.error, env.error
+    advice = timeout_advice([{"kind": "timeout", "error": env.error, "count": 1}])
     assert "AppScenario(timeout_s=" in advice and "episodes.timeout_s" not in advice
     assert "episodes.timeout_s" in timeout_advice(
         [{"kind": "timeout", "error": "episode wall-clock limit of 5 s reached", "count": 1}]
@@ -371,3 +373,24 @@ def test_a_reply_cut_at_a_stop_string_comes_back_as_its_texts_ids_in_an_episode(
     kept = sampled[:14]  # the sampled ids before "you" (hand-checked in the first test)
     at = next(i for i in range(len(second)) if second[i : i + len(kept)] == kept)
     assert "you" not in tok.decode(second[at : at + len(kept) + 2])
+
+
+def test_a_json_reply_closed_on_the_budgets_last_token_is_a_finished_reply(served):
+    """The tiny model's reply to this schema closes exactly at ``max_new_tokens`` (no room for
+    the end-of-turn id): complete JSON, so ``finish_reason`` is ``stop`` and the ``openai``
+    SDK's ``parse`` returns the object (it refuses a ``length`` reply)."""
+    from pydantic import BaseModel
+
+    class Joke(BaseModel):
+        setup: str
+        punchline: str
+
+    gw, team = served
+    r = sdk(gw, team).chat.completions.parse(
+        model="a",
+        messages=[{"role": "user", "content": "Tell me a joke about cats"}],
+        response_format=Joke,
+    )
+    assert r.usage.completion_tokens == MAX_NEW  # closed on the last token of the budget
+    assert r.choices[0].finish_reason == "stop"
+    assert isinstance(r.choices[0].message.parsed, Joke)
