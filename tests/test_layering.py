@@ -107,7 +107,7 @@ TRAINERS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("trainers.run",),  # the training loop, run directories, display, resume, exports
     ("trainers.rollouts", "trainers.passk", "trainers.evaluate", "trainers.finetune"),
     ("trainers.serve",),  # a trained run's policies behind the gateway (loads as evaluate does)
-    ("trainers.sweep", "trainers.cli_common", "trainers.cli"),
+    ("trainers.sweep", "trainers.cli_common", "trainers.cli", "trainers.docs_reference"),
 )
 #: the one learner module the sampler may import (math shared by sampler and learner)
 SAMPLER_MAY_IMPORT = ("trainers.learners.categorical",)
