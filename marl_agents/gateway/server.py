@@ -11,10 +11,15 @@ response has a ``Content-Length``, streamed replies too). Routes:
 **Safe by default.** :func:`gateway` starts one server per process, lazily, on the loopback
 address ``127.0.0.1`` and a free port: only processes on this machine can reach it. Each
 episode has its own unguessable key, valid while the episode runs; a request without a valid
-key is a 401. Request bodies are bounded (``max_body_bytes``, a 413 before the body is read)
-and so are prompts (the agent's ``max_prompt_tokens``, a 400 ``context_length_exceeded``):
-no request can make the process allocate more. A request names only a model, looked up in
-its episode's agents' names — never a file, a module or a model path.
+key is a 401. Request bodies are bounded (``max_body_bytes``, a 413 before the body is read),
+so is their JSON nesting (a 400 ``json_too_deep`` before decoding) and so are prompts (the
+agent's ``max_prompt_tokens``, a 400 ``context_length_exceeded``; a prompt too long in
+characters to fit is refused, or cut, before it is tokenised:
+:mod:`marl_agents.gateway.prompt_bound`): no request can make the process allocate more, or
+hold the others for long. Each connection is served on its own thread
+(``ThreadingHTTPServer``); a served run renders one request at a time, and a request waiting
+for its decision holds nobody (:mod:`marl_agents.gateway.standalone`). A request names only
+a model, looked up in its episode's agents' names — never a file, a module or a model path.
 
 **Binding elsewhere** is explicit: ``gateway(host="0.0.0.0")`` (or an ``AppScenario`` with
 ``host=``) listens on every interface. That exposes every running episode's agents to anyone

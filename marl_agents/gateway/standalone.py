@@ -12,7 +12,9 @@ reply goes through exactly the rendering and parsing path of an episode's (promp
 calls, constrained decoding for ``tools`` / ``response_format``, ``prefill``). Requests are
 rendered and parsed one at a time (a lock: tokenizers are not thread-safe), but the lock is
 released while a request waits for its policy's decision, so concurrent requests wait
-together and a batching policy (``marl serve``'s: one ``generate`` per pool for the requests
+together (and a prompt is bounded in characters before it is rendered,
+:mod:`marl_agents.gateway.prompt_bound`: no request holds the lock for long) and a batching
+policy (``marl serve``'s: one ``generate`` per pool for the requests
 waiting, :func:`trainers.serve.module_policy`) samples them in one batch.
 
 Assistant turns sent back are re-tokenised (there is no episode to keep their sampled ids).
