@@ -74,10 +74,10 @@ def test_fit_prompt_keeps_the_system_prompt() -> None:
     from marl_agents.llm.prompt_fit import fit_prompt
 
     ids = list(range(20))
-    assert fit_prompt(ids, 20, head=5, tail=3) == ids  # fits: whole
-    assert fit_prompt(ids, 10, head=5, tail=3) == [0, 1, 2, 3, 4, 15, 16, 17, 18, 19]
-    assert fit_prompt(ids, 10, head=0, tail=3) == ids[10:]  # no system message: the newest
-    assert fit_prompt(ids, 10, head=8, tail=3) == ids[10:]  # system + last turn do not fit
+    assert fit_prompt(ids, 20, head=5) == ids  # fits: whole
+    assert fit_prompt(ids, 10, head=5) == [0, 1, 2, 3, 4, 15, 16, 17, 18, 19]
+    assert fit_prompt(ids, 10, head=0) == ids[10:]  # no system message: the newest
+    assert fit_prompt(ids, 10, head=8) == ids[10:]  # over 3/4 of the budget: the newest
 
 
 def _tutorial(**kwargs: object) -> object:
@@ -97,8 +97,9 @@ def test_system_prompt_cut_is_a_warning_naming_agent_and_lengths() -> None:
 
     assert system_prompt_warnings(_tutorial()) == []
     (line,) = system_prompt_warnings(_tutorial(max_prompt_tokens=256))
-    assert line.startswith("agent 'supervisor': its system prompt is 384 tokens"), line
-    assert "max_prompt_tokens=256" in line and "raise max_prompt_tokens to ≥ 415" in line
+    assert line.startswith("agent 'supervisor': its system prompt is 384 tokens, more than 75% "
+                           "of max_prompt_tokens=256, and a prompt 415 tokens"), line  # fmt: skip
+    assert "raise max_prompt_tokens to ≥ 415" in line
 
 
 def test_chat_prompt_keeps_system_message_and_last_turn() -> None:
@@ -115,9 +116,9 @@ def test_chat_prompt_keeps_system_message_and_last_turn() -> None:
         {"role": "user", "content": "Write a sort function."},
     ]
     ids = encode_prompt(tok, chat)
-    kept = fit_chat_prompt(tok, chat, ids, len(ids) - 40, agent="a")
+    kept = fit_chat_prompt(tok, chat, ids, len(ids) - 60, agent="a")
     text = tok.decode(kept)
-    assert len(kept) == len(ids) - 40
+    assert len(kept) == len(ids) - 60
     assert text.startswith("<|im_start|>system\nRoute the task.") and text.endswith(
         "Write a sort function.<|im_end|>\n<|im_start|>assistant\n"
     )
@@ -159,6 +160,10 @@ def test_cost_lines_name_the_knobs_of_a_slow_iteration() -> None:
     assert lines[0].startswith("iteration 1: 505.0 s — learn 425.0 s (84%), forward 40.0 s")
     assert any("algorithm.num_epochs=6" in ln and "GRPO's default: 1" in ln for ln in lines)
     assert any("64 episodes an iteration (algorithm.grpo.group_size=8" in ln for ln in lines)
+    assert not any("max_supersteps" in ln for ln in lines)
+    limited = cost_lines({**row, "charts/limit_rate": 0.33, "charts/episode_len": 32.5}, cfg, plan)
+    assert any(ln.endswith("caps what such an episode costs") and "33% of the episodes" in ln
+               for ln in limited)  # fmt: skip
     fast = {**row, "charts/iteration_s": 5.0, "timers/learn_s": 4.0}
     assert len(cost_lines(fast, cfg, plan)) == 1  # not slow: where the time went, no warning
 

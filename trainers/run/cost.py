@@ -1,6 +1,7 @@
 """What an iteration costs, shown once the first one is done: where its time went (the phase
 timers of :mod:`trainers.signals.phase_timers`) and, when it was slow, the knobs of the config
-that set that cost (prompt length, epochs, episodes an iteration, a large vocabulary).
+that set that cost (prompt length, epochs, episodes an iteration and their step limit, a large
+vocabulary).
 
 :func:`cost_lines` is pure (a metrics row, the experiment, its plan → lines of text), so the
 rules are tested without training; :mod:`trainers.run.loop` prints its lines after the first
@@ -25,6 +26,8 @@ SLOW_ITERATION_S = 30.0
 MAIN_SHARE = 0.4
 #: prompt budgets (tokens) beyond which a slow learner or sampler names ``max_prompt_tokens``
 LONG_PROMPT = 512
+#: a share of episodes cut by the step limit from which ``max_supersteps`` is named
+LIMITED_SHARE = 0.2
 #: vocabularies (token ids) beyond which every scored token's logits are a cost of their own
 LARGE_VOCAB = 100_000
 
@@ -88,6 +91,14 @@ def cost_lines(
                     f"{vocab:,} logits; a smaller model (pools.{pid}.model.path) or shorter "
                     "prompts and replies cost less"
                 )
+    limited = float(row.get("charts/limit_rate", 0.0) or 0.0)
+    if limited >= LIMITED_SHARE:
+        knobs.append(
+            f"{100 * limited:.0f}% of the episodes ran to the step limit (mean "
+            f"{float(row.get('charts/episode_len', 0.0) or 0.0):.0f} env steps an episode): "
+            "the scenario's max_supersteps (scenario_kwargs.max_supersteps, "
+            "ChatAppScenario(max_supersteps=...)) caps what such an episode costs"
+        )
     if sample >= MAIN_SHARE or learn >= MAIN_SHARE:
         if grpo is not None:
             n = grpo.episodes_per_iteration
