@@ -7,8 +7,9 @@ rewritten:
 * **Inside a GraphEnv run** (the graph is executed by :class:`scenarios.graph_env.GraphEnv`, or
   :func:`scenarios.decisions.run_inline`), a call renders the messages (and the bound tools'
   descriptions) with the tokenizer's chat template into prompt token ids, encodes them as the
-  agent's observation (:meth:`TextSpaces.encode_prompt`: right-padded, the *last*
-  ``max_prompt_tokens`` ids kept), and asks ``scenarios.decide(agent, observation)``. The
+  agent's observation (:meth:`TextSpaces.encode_prompt`: right-padded; a longer prompt keeps
+  its system message and its newest tokens, :mod:`marl_agents.llm.prompt_fit`), and asks
+  ``scenarios.decide(agent, observation)``. The
   action is the token ids the learner's policy generated (:meth:`TextSpaces.decode_action`);
   they are cut after the first EOS (a generation stops there), decoded to text, parsed for
   tool calls in the ``<tool>{"name": …, "arguments": {…}}</tool>`` format of
@@ -91,6 +92,7 @@ from marl_agents.llm.constraints import (
     with_constraint,
 )
 from marl_agents.llm.constraints import constraint_of as observed_constraint
+from marl_agents.llm.prompt_fit import fit_chat_prompt
 from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import OPEN, complete_call
 
@@ -205,7 +207,9 @@ class EnvChatModel(PolicyChatModel):
         prompt = list(given) if given is not None else encode_prompt(self.tokenizer, chat)
         prefill, head = self.prefill_of(chat)
         prompt += head
-        obs = self.spaces.encode_prompt(prompt)
+        # too long: the system prompt is kept, the oldest turns go (marl_agents.llm.prompt_fit)
+        limit = self.spaces.max_prompt_tokens
+        obs = self.spaces.encode_prompt(fit_chat_prompt(self.tokenizer, chat, prompt, limit, agent))
         constraint = self.constraint_of(tools, kwargs, prefix=prefill)
         self.check_budget(agent, constraint)
         # the call's constraint travels with its observation to the sampler (another call with
