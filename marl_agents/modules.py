@@ -42,7 +42,9 @@ from ray.rllib.core.distribution.torch.torch_distribution import (
     TorchDiagGaussian,
     TorchMultiCategorical,
 )
-from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.learner.utils import make_target_network
+from ray.rllib.core.rl_module.apis import TargetNetworkAPI, ValueFunctionAPI
+from ray.rllib.core.rl_module.apis.target_network_api import TARGET_NETWORK_ACTION_DIST_INPUTS
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
@@ -142,7 +144,7 @@ def critic_net(cfg: Mapping[str, Any], own: int = 0) -> nn.Module | None:
     return central_critic(input_normed(net, dim, bool(cfg.get("input_norm", False))), width)
 
 
-class MLPModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
+class MLPModule(ActionMasking, TorchRLModule, ValueFunctionAPI, TargetNetworkAPI):
     """An ``mlp`` pool's actor-critic built here: actor MLP → policy head from the agent's own
     observation; values from a separate MLP (with a linear head) over the observation, or, with
     ``critic_dim > 0``, over the learner's critic column (:mod:`marl_agents.critics`).
@@ -150,7 +152,8 @@ class MLPModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
     input goes through a ``LayerNorm`` with its affine, as MAPPO's ``use_feature_normalization``
     does: the actor's over the observation, the critic's over its own input), ``action_mask``
     (a masked ``Dict`` observation's mask applied to the logits; both networks read its
-    observation part only: :mod:`marl_agents.action_mask`)."""
+    observation part only: :mod:`marl_agents.action_mask`). APPO's target network is a copy
+    of the actor and its head (built only where APPO's learner asks for it), masked alike."""
 
     @override
     def setup(self) -> None:
@@ -172,6 +175,24 @@ class MLPModule(ActionMasking, TorchRLModule, ValueFunctionAPI):
         if int(self.model_config.get("critic_dim", 0)) > 0:
             return central_values(self.critic, batch)
         return self.critic(own_observation(batch[Columns.OBS])).squeeze(-1)
+
+    @override
+    def make_target_networks(self) -> None:
+        self._old_actor = make_target_network(self.actor)
+        self._old_pi = make_target_network(self.pi)
+
+    @override
+    def get_target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.actor, self._old_actor), (self.pi, self._old_pi)]
+
+    @override
+    def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
+        logits = self._old_pi(self._old_actor(own_observation(batch[Columns.OBS])))
+        return {TARGET_NETWORK_ACTION_DIST_INPUTS: self._masked(logits, batch)}
+
+    @override
+    def get_non_inference_attributes(self) -> list[str]:
+        return [*super().get_non_inference_attributes(), "_old_actor", "_old_pi"]
 
 
 class CentralCriticMLPModule(MLPModule):

@@ -98,7 +98,9 @@ class AECScenario(PettingZooScenario):
         check_mask: refuse (raise :class:`IllegalActionError`) an action the agent's
             ``action_mask`` forbids before it reaches the env (default). ``False`` lets it
             through to the env, whose own rule then applies (PettingZoo's classic games end
-            the episode with a −1 for the player who moved illegally).
+            the episode with a −1 for the player who moved illegally). Experiments set it
+            from the pools (:attr:`scenarios.env_spec.EnvSpec.check_action_masks`: off where a
+            pool sets ``model.action_mask: false``).
     """
 
     summary = "a turn-based PettingZoo AECEnv, one agent acting per step"
@@ -225,11 +227,11 @@ class AECScenario(PettingZooScenario):
         allowed = np.flatnonzero(np.asarray(mask).reshape(-1) != 0).tolist()
         raise IllegalActionError(
             f"{self.env_ref}: agent {agent!r} chose action {action!r}, which its observation's "
-            f"action_mask forbids (allowed mask entries: {allowed}); the pools' modules mask "
-            "illegal actions "
-            "(model.action_mask, on by default), so a policy that does not mask produced it: "
-            "mask it, or build the scenario with check_mask=False to let the env's own rule "
-            "for illegal moves apply"
+            f"action_mask forbids (allowed mask entries: {allowed}); the mlp/gru/mpnn pools "
+            "mask illegal actions (model.action_mask, on by default), so a policy that does not "
+            "mask produced it (a scripted, LLM or checkpoint policy): make it respect the mask, "
+            "or set model.action_mask: false on a pool (AECScenario(check_mask=False) in "
+            "Python) to let the env's own rule for illegal moves apply"
         )
 
 

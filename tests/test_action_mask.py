@@ -180,3 +180,26 @@ def test_the_pool_flag_reaches_the_env_nodes_check(on: bool) -> None:
         assert "IllegalActionError" in infos["player_2"]["error"]
     else:
         assert rewards["player_2"] == -1.0 and infos["player_2"]["failure"] is None
+
+
+@pytest.mark.slow  # two algorithms built and trained on Ray
+@pytest.mark.parametrize("name", ["APPO", "IMPALA"])
+def test_v_trace_learners_train_on_masked_observations(ray_session: Any, name: str) -> None:
+    """APPO (its target network, a masked copy of the actor: MLPModule's TargetNetworkAPI) and
+    IMPALA train tic-tac-toe's masked pool: finite losses."""
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": TTT,
+            "algorithm": {"name": name, "train_batch_size": 64, "num_epochs": 1},
+            "resources": {"num_envs_per_env_runner": 2},
+            "logging": {"wandb": "disabled", "progress": False},
+        }
+    )
+    algo = to_algorithm_config(cfg).build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        losses = result["learners"]["player"]
+        assert np.isfinite(losses["total_loss"]) and np.isfinite(losses["entropy"])
+    finally:
+        algo.stop()
