@@ -454,8 +454,18 @@ def _rate(x: Any) -> str:
     return "" if x is None else f"{x:,.0f}"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The Markdown page: counts per family and status, then one row per env."""
+def baseline_rows(rev: str, path: Path = RESULTS) -> list[dict[str, Any]]:
+    """The rows committed at git revision ``rev`` (an earlier run to compare with)."""
+    text = subprocess.run(
+        ["git", "show", f"{rev}:{path.relative_to(ROOT)}"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def table(rows: list[dict[str, Any]], before: list[dict[str, Any]] | None = None) -> str:
+    """The Markdown page: counts per family and status, then one row per env (with
+    ``before``: the earlier run's counts and each env's earlier status too)."""
     statuses = ("trains", "refused", "crash", "timeout", "env-error")
     lines = [
         "# PettingZoo's catalogue, trained",
@@ -480,18 +490,26 @@ def table(rows: list[dict[str, Any]]) -> str:
             "Rows from commit(s) " + ", ".join(f"`{c}` ({d})" for c, d in runs) + ".",
             "",
         ]
-    lines += ["| family | " + " | ".join(statuses) + " |", "|---" * (len(statuses) + 1) + "|"]
     fams = list(dict.fromkeys(r["family"] for r in rows))
-    for fam in [*fams, "all"]:
-        sel = [r for r in rows if fam in ("all", r["family"])]
-        counts = [str(sum(r["status"] == s for r in sel)) for s in statuses]
-        name = "**all**" if fam == "all" else fam
-        lines.append(f"| {name} | " + " | ".join(counts) + " |")
+    for title, rs in (("", rows), ("Before (the earlier run)", before or [])):
+        if not rs:
+            continue
+        if title:
+            commits = sorted({str(r.get("commit")) for r in rs})
+            lines += [f"{title}, on `{'`, `'.join(commits)}`:", ""]
+        lines += ["| family | " + " | ".join(statuses) + " |"]
+        lines += ["|---" * (len(statuses) + 1) + "|"]
+        for fam in [*fams, "all"]:
+            sel = [r for r in rs if fam in ("all", r["family"])]
+            counts = [str(sum(r["status"] == s for r in sel)) for s in statuses]
+            name = "**all**" if fam == "all" else fam
+            lines.append(f"| {name} | " + " | ".join(counts) + " |")
+        lines.append("")
+    earlier = {r["env"]: r["status"] for r in before or []}
     lines += [
-        "",
         "| env | API | agents | observation | action | status | reason / error "
-        "| random steps/s | train steps/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| random steps/s | train steps/s |" + (" before |" if before else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if before else ""),
     ]
     for r in rows:
         note = (r.get("error") or "").replace("\n", " ")
@@ -501,6 +519,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {'; '.join(r.get('obs', []))} | {'; '.join(r.get('act', []))} "
             f"| {r['status']} | {note} | {_rate(r.get('env_steps_per_s'))} "
             f"| {_rate(r.get('train_env_steps_per_s'))} |"
+            + (f" {earlier.get(r['env'], '')} |" if before else "")
         )
     return "\n".join(lines) + "\n"
 
@@ -513,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS, help="rows (JSONL)")
     p.add_argument("--table", type=Path, default=TABLE, help="Markdown table")
     p.add_argument("--table-only", action="store_true", help="rebuild the table from the rows")
+    p.add_argument("--baseline", help="a git revision whose committed rows the table compares")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -533,7 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     args.table.parent.mkdir(parents=True, exist_ok=True)
-    args.table.write_text(table(load_rows(args.out)))
+    before = baseline_rows(args.baseline, args.out) if args.baseline else None
+    args.table.write_text(table(load_rows(args.out), before))
     return 0
 
 

@@ -65,6 +65,7 @@ def test_a_tictactoe_run_reports_wins_and_plays_a_random_and_a_frozen_opponent(
         assert r["win"] + r["draw"] + r["loss"] == pytest.approx(1.0), seat
         assert r["episodes"] == 6
     assert vs.summary["win_or_draw"] == pytest.approx(vs.summary["win"] + vs.summary["draw"])
+    assert vs.summary["failed"] == 0.0  # greedy moves respect the mask: no illegal move
     frozen = evaluate_vs(result.run_dir, result.final_checkpoint, episodes=3, show=False)
     assert len(frozen.episodes) == 6
     with pytest.raises(ConfigError, match="episodes must be"):

@@ -47,11 +47,13 @@ class VsResult:
     Attributes:
         opponent: ``"random"`` or the opponent checkpoint's path.
         seats: seat → its agents.
-        rates: seat → ``{"win", "draw", "loss", "return", "episodes"}`` (the checkpoint playing
-            that seat).
-        summary: the mean of ``win``, ``draw``, ``loss`` and ``win_or_draw`` over seats.
-        episodes: one dict per game: ``seat``, ``seed``, ``result`` and ``returns`` (seat →
-            return).
+        rates: seat → ``{"win", "draw", "loss", "return", "failed", "episodes"}`` (the
+            checkpoint playing that seat).
+        summary: the mean of ``win``, ``draw``, ``loss``, ``win_or_draw`` and ``failed`` over
+            seats.
+        episodes: one dict per game: ``seat``, ``seed``, ``result``, ``returns`` (seat →
+            return), ``failure`` and ``error`` (the env's: a node raised, e.g. an illegal
+            action; such a game still counts by its returns, and ``failed`` counts it).
     """
 
     opponent: str
@@ -149,18 +151,24 @@ def evaluate_vs(
             returns = _game(env, policy, other, set(mine), seed + i, opponent_greedy)
             by_seat = {s: sum(returns[a] for a in agents) for s, agents in seats.items()}
             res = result_of(by_seat[seat], [v for s, v in by_seat.items() if s != seat])
-            games.append({"seat": seat, "seed": seed + i, "result": res, "returns": by_seat})
+            games.append(
+                {"seat": seat, "seed": seed + i, "result": res, "returns": by_seat,
+                 "failure": env.failure, "error": env.error}
+            )  # fmt: skip
+    failed = {s: [g["failure"] is not None for g in games if g["seat"] == s] for s in seats}
     rates = {
         seat: {
             **{r: float(np.mean([g["result"] == r for g in games if g["seat"] == seat]))
                for r in RESULTS},
             "return": float(np.mean([g["returns"][seat] for g in games if g["seat"] == seat])),
+            "failed": float(np.mean(failed[seat])),
             "episodes": float(episodes),
         }
         for seat in seats
     }  # fmt: skip
     summary = {r: float(np.mean([x[r] for x in rates.values()])) for r in RESULTS}
     summary["win_or_draw"] = summary["win"] + summary["draw"]
+    summary["failed"] = float(np.mean([g["failure"] is not None for g in games]))
     result = VsResult(str(opponent), seats, rates, summary, games)
     if show:
         _print(result, plan.scenario_id, checkpoint)
@@ -198,7 +206,7 @@ def _print(result: VsResult, scenario: str, checkpoint: str | Path) -> None:
     table = Table(
         title=f"{scenario} · checkpoint (greedy) against {result.opponent}", title_justify="left"
     )
-    for col in ("seat", "agents", "games", "win", "draw", "loss", "mean return"):
+    for col in ("seat", "agents", "games", "win", "draw", "loss", "failed", "mean return"):
         table.add_column(col, justify="left" if col in ("seat", "agents") else "right")
     for seat, r in result.rates.items():
         agents = result.seats[seat]
@@ -206,11 +214,11 @@ def _print(result: VsResult, scenario: str, checkpoint: str | Path) -> None:
             seat,
             ", ".join(agents) if len(agents) <= 3 else f"{len(agents)} agents",
             f"{int(r['episodes'])}",
-            *(f"{100 * r[k]:.1f}%" for k in RESULTS),
+            *(f"{100 * r[k]:.1f}%" for k in (*RESULTS, "failed")),
             f"{r['return']:.3f}",
         )
     s = result.summary
-    table.add_row("mean", "", "", *(f"{100 * s[k]:.1f}%" for k in RESULTS), "")
+    table.add_row("mean", "", "", *(f"{100 * s[k]:.1f}%" for k in (*RESULTS, "failed")), "")
     console = Console()
     console.print(f"checkpoint: {checkpoint}", overflow="fold")
     console.print(table)
