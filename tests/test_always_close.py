@@ -221,3 +221,46 @@ def test_a_budget_below_the_shortest_reply_is_refused_before_ray_starts(tmp_path
         resolve(cfg, check_prompts=True)
     with pytest.raises(ConfigError, match=r"max_new_tokens=16: set the agent's max_new_tokens >= "):
         resolve(cfg, check_prompts=True)
+
+
+def test_a_cut_structured_reply_fails_its_episode_naming_the_cause():
+    """An engine that does not see the budget (or a policy replayed from elsewhere) may still
+    cut a forced call: the episode's error says so (what RunFailed and the transcripts show),
+    not the app's ``'NoneType' object is not subscriptable``; each observation carried its own
+    call's constraint (GoLeft, then GoRight, on the same prompt ids)."""
+    from episodes import play
+
+    from marl_agents.llm.constraints import constraint_of
+    from scenarios.graph_env import GraphEnv
+    from tests.apps.two_tools import app
+
+    sc = app()
+    seen = []
+
+    def cut(agent: str, observation: Any) -> Any:  # a call's first 40 tokens, no EOS
+        seen.append(constraint_of(observation))
+        text = '<tool>{"name": "GoLeft", "arguments": {"steps": 1' + " " * 80
+        return sc.spaces.encode_action(sc.tokenizer(text)["input_ids"][:40])
+
+    env = GraphEnv(sc)
+    play(env, 0, cut)
+    assert env.failure == "error"
+    assert "reply cut at max_new_tokens=40 before its forced call of tool GoLeft" in env.error
+    names = [json.loads(c.spec)[0]["name"] for c in seen]
+    assert names == ["GoLeft"]  # the episode stopped at the cut call
+    full = '<tool>{"name": "GoLeft", "arguments": {"steps": 1}}</tool>'
+    replies = iter([full, full.replace("GoLeft", "GoRight")])
+    seen.clear()
+
+    observed = []
+
+    def whole(agent: str, observation: Any) -> Any:
+        seen.append(constraint_of(observation))
+        observed.append(np.asarray(observation).copy())
+        ids = sc.tokenizer(next(replies))["input_ids"] + [sc.tokenizer.eos_token_id]
+        return sc.spaces.encode_action(ids)
+
+    play(env, 0, whole)
+    assert env.failure is None and env.outcome.success
+    assert [json.loads(c.spec)[0]["name"] for c in seen] == ["GoLeft", "GoRight"]
+    assert np.array_equal(*observed)  # the same prompt ids, two constraints
