@@ -26,15 +26,30 @@ What a constraint allows (the tool-call text of :mod:`scenarios.toolcalls`):
 A ``prefix`` (the chat model's ``prefill``) is text already in the prompt: the grammar is
 advanced over it before the first sampled token.
 
-**Finding a row's constraint.** A chat model in a GraphEnv episode hands the environment a
-token-id observation; the module that samples the reply (in the same process: env runners
-hold both) finds the call's constraint by that observation (:func:`declare` /
-:func:`declared`): a per-process table keyed by the observation's bytes. Identical
-observations declare identical constraints (the schema is rendered into the prompt) — a
-different constraint for an identical, still pending observation raises.
+**A constraint belongs to its call.** A chat model in a GraphEnv episode hands the
+environment a token-id observation; the call's constraint rides on that very array
+(:class:`CallObservation`, made by :func:`with_constraint`; read back by
+:func:`constraint_of`). The sampler that batches the rows — the batched env runner, RLlib's
+env runner through :mod:`marl_agents.llm.constraint_connector`, ``marl serve`` — puts each
+row's :func:`constraint_key` into the forward batch (``CONSTRAINT_KEY``), and the module
+samples each row under its own grammar. Two calls with the same prompt ids (a prompt cut by
+``max_prompt_tokens``, the same messages with another ``tool_choice``) and different
+constraints are two decisions; nothing is keyed by prompt ids. The bound tools are rendered
+into the prompt as before (their descriptions in the system message); ``tool_choice`` and
+``response_format`` are not (the chat templates here have no slot for them): the grammar
+applies them, and the learner scores every token under the mask it was drawn from.
 
-A constrained reply can still be cut by ``max_new_tokens`` before it closes (then it does not
-parse: give the agent a budget its schema fits in).
+**Replies that always close.** :class:`RowMatchers` gets each row's budget left; once it
+comes within :data:`~marl_agents.llm.closing.MARGIN` of the fewest tokens that still complete
+the grammar (:mod:`marl_agents.llm.closing`), the row samples under the closing mask (only
+tokens after which the reply still closes in time; with exactly that many left, only tokens on
+a shortest completion). That mask is the one recorded in ``TOKEN_MASK``. (The vLLM sampler
+applies the grammar alone: vLLM does not see the budget, so a reply it cuts is named as cut
+where it surfaces, ``reply cut at max_new_tokens=…``.) A constraint whose
+shortest reply exceeds ``max_new_tokens`` is refused (:func:`check_reply_budget`:
+:class:`ReplyBudgetError` naming the agent, the schema, its shortest length in this
+tokenizer's tokens and the ``max_new_tokens`` to set), at plan time when the plan's trial
+episode meets the call, else at the call (a 400 through the endpoint).
 """
 
 from __future__ import annotations
