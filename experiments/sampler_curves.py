@@ -20,7 +20,10 @@ both arms see the same load on the machine.
 rate), ``finetune`` (``examples/finetune_tiny.yaml``: text-delegate, mean reward) and
 ``lora`` (two LoRA pools on one tiny base, ``tests/apps/lora_pair.py``), each as its example
 or test writes it; since issue #25 both samplers hand the learner whole groups (the batched
-one side by side, RLlib's one rollout after another).
+one side by side, RLlib's one rollout after another). The batched arm runs GRPO's default
+``groups_in_flight`` (all of a runner's groups at once, ``marl finetune``'s default too);
+since issue #44 the learner gets the same rows at any ``groups_in_flight``, so its curves are
+also those of one group at a time.
 
 Run: ``python -m experiments.sampler_curves`` (``--full`` for a larger budget, ``--smoke``;
 ``--scenarios delegate relay`` runs only those; the LLM workloads run when named:

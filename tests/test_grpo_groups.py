@@ -17,6 +17,13 @@ default all ``B`` of the runner's share), each step's decisions of all ``k·G`` 
 ``generate``. Every check above runs at ``k = B`` (the default), ``k = 2`` (``B = 3`` groups:
 one slot idles in the second round) and ``k = 1`` (one group at a time, as before); the
 ``q``-th group of a runner has the stream's ``q``-th task at every ``k``.
+
+Issue #44: ``groups_in_flight`` changes only the batching, never what the learner gets. Each
+rollout draws from its own stream (its group's place in the runner's schedule, its place in
+the group) and episodes come back in schedule order, so the learner's rows are the same at
+every ``k``, row by row (and, with ``--slow``, a training run's losses and returns). Before,
+a group other than a runner's first drew from whichever sub-env ran it: one seed gave two
+different runs at ``k = 1`` and ``k = B``, which had been read as a learning gap.
 """
 
 from __future__ import annotations
@@ -228,6 +235,51 @@ def test_the_learner_gets_the_same_rows_at_every_k(sampled) -> None:
     # rows in schedule order: the iteration's groups one after another, each whole
     seeds = [x[0] for x in rows["batched"][0]]
     assert seeds == sorted(seeds, key=seeds.index) and len(set(seeds)) == B
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_training_is_the_same_at_every_k(tmp_path) -> None:
+    """Issue #44, end to end: three GRPO iterations (updates between samples) with all ``B``
+    groups in flight and with one at a time log the same losses and returns (to float
+    rounding: the two batch their ``generate`` calls differently)."""
+    from configs import learning_rows
+
+    from trainers.run.loop import train
+
+    rows = {}
+    for variant in ("batched", "batched_k1"):
+        cfg = config(variant).replace(
+            **{
+                "budget.iterations": 3,
+                "logging.wandb": "disabled",
+                "logging.progress": False,
+                "output.dir": str(tmp_path / "runs"),
+                "output.name": variant,
+                "output.checkpoint_every": 0,
+                "output.plot": False,
+            }
+        )
+        rows[variant] = learning_rows(train(cfg).run_dir)
+    assert len(rows["batched"]) == 3
+    for got, want in zip(rows["batched_k1"], rows["batched"], strict=True):
+        assert got.keys() == want.keys()
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+def test_marl_finetune_and_grpo_experiments_share_one_groups_in_flight_default() -> None:
+    """One default (``GRPOSettings.groups_in_flight``): ``marl finetune``'s job resolves to all
+    of a runner's groups in flight, as any GRPO experiment."""
+    from trainers.configs.grpo import GRPOSettings
+    from trainers.finetune import FinetuneJob, TrainingConfig
+    from trainers.plan import groups_in_flight
+
+    assert TrainingConfig().groups_in_flight == GRPOSettings().groups_in_flight
+    experiment = FinetuneJob().to_experiment()
+    grpo = experiment.algorithm.grpo
+    assert grpo.groups_in_flight == GRPOSettings().groups_in_flight
+    assert groups_in_flight(experiment) == grpo.groups_per_iteration  # one runner: all of them
+    assert groups_in_flight(config("batched")) == B
 
 
 @pytest.mark.parametrize(("sampler", "k"), [("batched", B), ("batched_k2", 2), ("batched_k1", 1)])
