@@ -5,9 +5,6 @@ wrapped env under PettingZoo's ``parallel_api_test``, and each space kind throug
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +31,6 @@ from scenarios.testing import check_pettingzoo, random_episode
 from tests.configs import tiny_config
 from tests.pz_toys import ACT_KINDS, OBS_KINDS, REFUSED_ACT, REFUSED_OBS, SpaceEnv
 
-ROOT = Path(__file__).resolve().parents[1]
 SPACE_ENV = "tests.pz_toys:space_env"
 MASKED = ("mask", "info_mask")
 PLAIN = [k for k in OBS_KINDS if k not in MASKED and not is_image(OBS_KINDS[k])]
@@ -152,17 +148,20 @@ def test_huge_discrete_is_refused_with_the_limit() -> None:
 
 
 def test_marl_run_refuses_before_ray_starts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
     config = tmp_path / "c.yaml"
     config.write_text("scenario_kwargs: {obs: sequence}\n")
-    args = [sys.executable, "-P", "-m", "trainers.cli", "run", SPACE_ENV, "--config", str(config)]
-    args += ["--iterations", "1", "--wandb", "disabled", "--output", str(tmp_path / "runs")]
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env["COLUMNS"] = "400"  # one line, unwrapped
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 2, done.stdout + done.stderr
-    text = done.stdout + done.stderr
-    assert "agent 'left_0': observation space Sequence" in text and "Traceback" not in text
+    args = ["run", SPACE_ENV, "--config", str(config), "--iterations", "1"]
+    args += ["--wandb", "disabled", "--output", str(tmp_path / "runs")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())  # one message (rich wraps it to the terminal)
+    assert text.startswith("error: ") and text.count("error: ") == 1
+    assert "agent 'left_0': observation space Sequence(Discrete(3)" in text
+    assert "Traceback" not in text
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
