@@ -47,6 +47,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from langgraph.graph import StateGraph
 
 from scenarios.base import ScenarioError
 from scenarios.decisions import emit_reward, leave
@@ -55,6 +56,7 @@ from scenarios.pettingzoo_env import (
     ENV_NODE,
     REWARDS,
     PettingZooScenario,
+    PZState,
     _probe_reset,
     _state_space,
 )
@@ -86,6 +88,13 @@ def is_turn_based(env: Any) -> bool:
 
 class IllegalActionError(RuntimeError):
     """An action the observation's ``action_mask`` forbids reached the env node."""
+
+
+class AECState(PZState, total=False):
+    """Graph state of one turn-based episode: :class:`~scenarios.pettingzoo_env.PZState` and
+    how each agent that was stepped out ended (``"terminated"`` or ``"truncated"``)."""
+
+    ends: dict[str, str]
 
 
 class AECScenario(PettingZooScenario):
@@ -150,6 +159,9 @@ class AECScenario(PettingZooScenario):
 
     def _make(self) -> Any:
         return self._make_raw()
+
+    def build_graph(self) -> StateGraph:
+        return self.topology.to_langgraph(self._node, AECState)
 
     def initial_state(self, rng: np.random.Generator) -> dict[str, Any]:
         return {**super().initial_state(rng), "obs": {}, "ends": {}}
@@ -235,4 +247,4 @@ class AECScenario(PettingZooScenario):
         )
 
 
-__all__ = ["AECScenario", "IllegalActionError", "is_turn_based", "legal"]
+__all__ = ["AECScenario", "AECState", "IllegalActionError", "is_turn_based", "legal"]

@@ -240,3 +240,39 @@ def test_random_legal_games_replay_in_pettingzoos_own_loop(name: str) -> None:
         assert totals == pytest.approx({a: want[a] if a in acted else 0.0 for a in want})
         metrics = env.env.outcome.metrics  # the episode's metrics report every agent's return
         assert {a: metrics[f"{a}/return"] for a in want} == pytest.approx(want)
+
+
+@pytest.mark.parametrize("engine", ["auto", "langgraph"])
+def test_an_agent_that_leaves_gets_its_own_flag_and_everything_it_earned(engine: str) -> None:
+    """A hand-written turn-based env (which passes PettingZoo's ``api_test``): ``quitter``
+    terminates after two moves, ``stayer`` is truncated after five. RLlib sees the quitter
+    terminated in the step it leaves, with its last reward; the stayer truncated at the end
+    (bootstrapped); each agent's rewards sum to PettingZoo's cumulative rewards."""
+    from pettingzoo.test import api_test
+    from pz_aec_toys import TurnToy
+
+    api_test(TurnToy(), num_cycles=50)
+    raw, want = TurnToy(), {"quitter": 0.0, "stayer": 0.0}
+    raw.reset()
+    for agent in raw.agent_iter():
+        _, reward, term, trunc, _ = raw.last()
+        want[agent] += float(reward)
+        raw.step(None if term or trunc else 1)
+    env = RLlibGraphEnv({"scenario": "tests.pz_aec_toys:turn_toy", "engine": engine})
+    obs, _ = env.reset(seed=0)
+    got, flags, ended = {"quitter": 0.0, "stayer": 0.0}, {}, set()
+    while True:
+        (agent,) = [a for a in obs if a not in ended]
+        obs, rewards, terms, truncs, _ = env.step({agent: 1})
+        for a, r in rewards.items():
+            got[a] += r
+        for a in obs:
+            if terms.get(a) or truncs.get(a):
+                flags[a] = "truncated" if truncs.get(a) else "terminated"
+                ended.add(a)
+        if terms["__all__"] or truncs["__all__"]:
+            break
+    assert got == want == {"quitter": 2.5, "stayer": 6.0}
+    assert flags == {"quitter": "terminated", "stayer": "truncated"}
+    assert env.env.final_state["ends"] == flags
+    assert not env.env.outcome.truncated  # not every agent was
