@@ -119,3 +119,23 @@ def test_a_schema_that_cannot_close_in_the_budget_is_a_400_naming_the_fix(served
     found = re.search(r"needs (\d+) tokens of this tokenizer", text)
     assert found and int(found.group(1)) > 40, text  # its shortest length
     assert f"max_new_tokens=40: set the agent's max_new_tokens >= {found.group(1)}" in text
+
+
+def test_evaluation_samples_each_call_under_its_own_constraint(run_dir):
+    """``marl eval``'s policy (``TeamPolicy``) reads the constraint off the observation too."""
+    from marl_agents.llm.constraints import Constraint, with_constraint
+    from scenarios.toolcalls import parse_tool_calls
+    from trainers.evaluate import load_team
+
+    _, _, policy = load_team(run_dir)
+    module = policy.modules[policy.agent_to_pool["picker"]]
+    ids = module.tokenizer("step once")["input_ids"]
+    obs = module.spaces.encode_prompt(ids)
+    tools = [tool(GoLeft), tool(GoRight)]
+    for name in ("GoRight", "GoLeft"):
+        call = with_constraint(obs, Constraint.for_call(tools, name))
+        action = policy.act({"picker": call})["picker"]
+        ids = module.spaces.decode_action(action)
+        text = module.tokenizer.decode(ids, skip_special_tokens=True)
+        [parsed] = parse_tool_calls(text, ["GoLeft", "GoRight"]).tool_calls
+        assert parsed.name == name

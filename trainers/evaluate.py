@@ -89,6 +89,7 @@ class TeamPolicy:
         from ray.rllib.core.columns import Columns
 
         from marl_agents.action_mask import stack_observations, to_tensors
+        from marl_agents.llm.rl_module import add_constraint_keys
 
         actions = {}
         with torch.no_grad():
@@ -99,6 +100,7 @@ class TeamPolicy:
                 # action (and a sampled one) is always allowed (marl_agents.action_mask)
                 x = to_tensors(stack_observations([obs]), time_axis=stateful)
                 batch: dict[str, Any] = {Columns.OBS: x}
+                add_constraint_keys(batch, [obs])  # an LLM call's constraint rides on its obs
                 if stateful:
                     init = self.state.get(agent)
                     if init is None:

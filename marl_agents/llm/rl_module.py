@@ -120,6 +120,20 @@ CONSTRAINT_KEY = "constraint_key"
 CONSTRAIN_MODES = ("auto", "off")
 
 
+def add_constraint_keys(batch: dict[str, Any], observations: Sequence[Any]) -> dict[str, Any]:
+    """``batch`` with its :data:`CONSTRAINT_KEY` column: each row's constraint key read off
+    its observation as the env handed it on (``observations``, in row order); unchanged when
+    no row carries a constraint. What every sampler of an LLM module does to its forward
+    batch (the batched runner, evaluation; RLlib's runner through
+    :mod:`marl_agents.llm.constraint_connector`)."""
+    from marl_agents.llm.constraints import constraint_keys
+
+    keys = constraint_keys(observations)
+    if keys is not None:
+        batch[CONSTRAINT_KEY] = torch.from_numpy(keys)
+    return batch
+
+
 class SamplingConfigError(MarlError, ValueError):
     """Tokens the learner cannot score under the distribution that sampled them.
 

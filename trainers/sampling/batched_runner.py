@@ -86,8 +86,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from marl_agents.action_mask import stack_observations, to_tensors
-from marl_agents.llm.constraints import constraint_keys
-from marl_agents.llm.rl_module import CONSTRAINT_KEY, SAMPLING_SEEDS
+from marl_agents.llm.rl_module import SAMPLING_SEEDS, add_constraint_keys
 from marl_agents.llm.shared_batch import batch_key
 from scenarios.env_spec import EnvSpec
 from scenarios.in_flight import RESET, CallTimeout, Done, Stepper
@@ -703,10 +702,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         a sampling seed per row from its env's stream."""
         dtype = getattr(module.observation_space, "dtype", None) or np.int64
         obs = torch.from_numpy(np.stack(rows.obs).astype(dtype, copy=False))
-        batch: dict[str, Any] = {Columns.OBS: obs}
-        keys = constraint_keys(rows.obs)  # each call's constraint, carried by its observation
-        if keys is not None:
-            batch[CONSTRAINT_KEY] = torch.from_numpy(keys)
+        # each call's constraint, carried by its observation
+        batch: dict[str, Any] = add_constraint_keys({Columns.OBS: obs}, rows.obs)
         if seeds_rows(module):
             rngs = self.sampler_state.rngs
             seeds = np.array([rngs[i].integers(SEED_BOUND) for i, _ in rows.keys], np.int64)
