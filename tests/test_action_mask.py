@@ -17,7 +17,7 @@ from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
 from marl_agents.action_mask import masked_logits, stack_observations, to_tensors
 from marl_agents.modules import MLPModule, module_spec
-from marl_agents.pools import AgentPool, MLPModel, PoolError
+from marl_agents.pools import AgentPool, GRUModel, MLPModel, PoolError
 from scenarios.pz_spaces import MASK_KEY, OBS_KEY
 from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
@@ -149,8 +149,16 @@ def test_samplers_act_legally_and_the_learner_scores_their_logp(cls: type, sampl
     assert steps >= 8 * 5  # a tic-tac-toe game lasts at least 5 moves
 
 
-def test_greedy_evaluation_respects_the_mask() -> None:
-    m = module()
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_greedy_evaluation_respects_the_mask(kind: str) -> None:
+    if kind == "mlp":
+        m = module()
+    else:  # a recurrent pool: the observation gets its time axis, the state is carried
+        model = GRUModel(gru_size=8)
+        pool = AgentPool("player", ["player_1"], model, SPACE, gym.spaces.Discrete(N), True)
+        m = module_spec(pool, {"scenario": TTT}).build()
+        with torch.no_grad():
+            m.pi.bias.copy_(torch.tensor([9.0] * 4 + [0.0] * 5))
     policy = TeamPolicy({"player": m}, {"player_1": "player"})
     b = batch(200, seed=1)
     mask = b[Columns.OBS][MASK_KEY].numpy()
