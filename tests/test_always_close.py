@@ -264,3 +264,33 @@ def test_a_cut_structured_reply_fails_its_episode_naming_the_cause():
     assert env.failure is None and env.outcome.success
     assert [json.loads(c.spec)[0]["name"] for c in seen] == ["GoLeft", "GoRight"]
     assert np.array_equal(*observed)  # the same prompt ids, two constraints
+
+
+def test_the_endpoint_returns_a_cut_forced_call_as_length_without_markup():
+    """Through the gateway a cut structured reply is OpenAI's ``finish_reason: "length"``
+    with no ``tool_calls`` and no internal ``<tool>`` markup in its content, not an error."""
+    from marl_agents.gateway.protocol import chat_response, parse_chat
+    from marl_agents.gateway.standalone import ServedTeam
+    from tests.apps.two_tools import GoRight, app
+
+    sc = app()
+
+    def cut(agent: str, observation: Any) -> Any:  # a call's first 40 tokens, no EOS
+        text = '<tool>{"name": "GoRight", "arguments": {"steps": 1' + " " * 80
+        return sc.spaces.encode_action(sc.tokenizer(text)["input_ids"][:40])
+
+    team = ServedTeam({"picker": sc.models["picker"]}, cut, truncate_prompts=True)
+    go_right = convert_to_openai_tool(GoRight)
+    request = parse_chat(
+        {
+            "model": "picker",
+            "messages": [{"role": "user", "content": "step once"}],
+            "tools": [go_right],
+            "tool_choice": {"type": "function", "function": {"name": "GoRight"}},
+        }
+    )
+    body = chat_response(request, team.ask(request))
+    [choice] = body["choices"]
+    assert choice["finish_reason"] == "length"
+    assert not choice["message"].get("tool_calls")
+    assert "<tool>" not in (choice["message"]["content"] or "")
