@@ -276,3 +276,28 @@ def test_an_agent_that_leaves_gets_its_own_flag_and_everything_it_earned(engine:
     assert flags == {"quitter": "terminated", "stayer": "truncated"}
     assert env.env.final_state["ends"] == flags
     assert not env.env.outcome.truncated  # not every agent was
+
+
+@pytest.mark.parametrize("sampler", ["batched", "rllib"])
+def test_both_samplers_record_each_agents_own_end(sampler: str) -> None:
+    """The episodes both samplers build from the turn-based toy: the quitter's agent episode
+    ends terminated after its two moves, the stayer's truncated after five (RLlib also flags
+    it terminated; the learners clear that, trainers.learners.time_limits)."""
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    from trainers.algo import to_algorithm_config
+    from trainers.configs.experiment import ExperimentConfig
+    from trainers.sampling.batched_runner import BatchedEnvRunner
+
+    cfg = ExperimentConfig.from_dict(
+        {
+            "scenario": "tests.pz_aec_toys:turn_toy",
+            "resources": {"num_envs_per_env_runner": 2},
+            "episodes": {"sampler": sampler},
+        }
+    )
+    cls = BatchedEnvRunner if sampler == "batched" else MultiAgentEnvRunner
+    for ep in cls(config=to_algorithm_config(cfg)).sample(num_episodes=2, explore=True):
+        quitter, stayer = ep.agent_episodes["quitter"], ep.agent_episodes["stayer"]
+        assert (len(quitter), quitter.is_terminated, quitter.is_truncated) == (2, True, False)
+        assert (len(stayer), stayer.is_truncated) == (5, True)
