@@ -32,9 +32,6 @@ import torch
 from scenarios.pz_spaces import MASK_KEY, OBS_KEY, has_action_mask
 
 __all__ = [
-    "MASK_KEY",
-    "OBS_KEY",
-    "has_action_mask",
     "mask_of",
     "masked_logits",
     "own_observation",

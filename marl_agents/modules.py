@@ -51,13 +51,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 from typing_extensions import override
 
-from marl_agents.action_mask import (
-    has_action_mask,
-    mask_of,
-    masked_logits,
-    own_observation,
-    own_space,
-)
+from marl_agents.action_mask import mask_of, masked_logits, own_observation, own_space
 from marl_agents.critics import central_critic, central_values
 from marl_agents.pools import (
     AgentPool,
@@ -72,6 +66,7 @@ from marl_agents.pools import (
 )
 from marl_agents.scripted import ScriptedModule
 from scenarios.env_spec import EnvSpec
+from scenarios.pz_spaces import has_action_mask
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
