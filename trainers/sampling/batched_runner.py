@@ -376,7 +376,7 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         state.groups_wanted = (num_episodes or 0) // self._group_size
         slots = self.num_envs // self._group_size
         state.slot_runs = [0] * slots
-        state.rollout.clear()
+        state.rollout = {}  # (a sampler state saved before issue #44 has none)
         state.pending = [None] * self.num_envs  # slots without a group this sample stay idle
         for slot in range(slots):
             self._start_group(slot, seed)
