@@ -18,8 +18,10 @@ rewritten:
   with ``format_ok=False`` (also in ``response_metadata["format_ok"]``), ``format_penalty``
   (if > 0) is paid to the agent at once with ``scenarios.emit_reward``, and the episode goes
   on. Sampling parameters are ignored here: the policy samples. A call with tools or a
-  ``response_format`` declares its constraint, which travels with the observation
-  (:func:`marl_agents.llm.constraints.with_constraint`): the module sampling the reply (with
+  ``response_format`` declares its constraint, and a free call its ``stop`` strings, which
+  travel with the observation (:func:`marl_agents.llm.constraints.with_constraint`): the
+  module ends the sampled ids at the stop string as the app's reply is ended (the action the
+  learner trains on is the recorded step's ids); the module sampling the reply (with
   ``constrain: auto``) draws only replies that parse and close within ``max_new_tokens``
   (:mod:`marl_agents.llm.constraints`, :mod:`marl_agents.llm.closing`). A constraint that
   cannot close within ``max_new_tokens`` even at its shortest is refused at the call
@@ -87,12 +89,13 @@ from marl_agents.llm.chat_model import PolicyChatModel, chat_result, parse_step,
 from marl_agents.llm.constraints import (
     Constraint,
     ConstraintError,
+    call_of,
     check_reply_budget,
     describe,
     with_constraint,
 )
-from marl_agents.llm.constraints import constraint_of as observed_constraint
 from marl_agents.llm.prompt_fit import fit_chat_prompt
+from marl_agents.llm.stop_strings import cut_at_stop
 from scenarios.text_space import TextSpaces, encode_prompt
 from scenarios.toolcalls import OPEN, complete_call
 
@@ -212,9 +215,10 @@ class EnvChatModel(PolicyChatModel):
         obs = self.spaces.encode_prompt(fit_chat_prompt(self.tokenizer, chat, prompt, limit, agent))
         constraint = self.constraint_of(tools, kwargs, prefix=prefill)
         self.check_budget(agent, constraint)
-        # the call's constraint travels with its observation to the sampler (another call with
-        # the same prompt ids and another constraint is another decision)
-        obs = with_constraint(obs, constraint)
+        # the call's constraint and stop strings travel with its observation to the sampler
+        # (another call with the same prompt ids and other settings is another decision), which
+        # ends the sampled reply at the stop string as ``stopped`` below ends the app's
+        obs = with_constraint(obs, constraint, self.stops_for(stop, tools, constraint))
         return_cut = bool(kwargs.pop("return_cut_replies", False))
         gen = self.stopped(
             self.tokenizer, self.generation_of(obs, decide(agent, obs)), stop, tools, constraint
@@ -238,8 +242,10 @@ class EnvChatModel(PolicyChatModel):
 
     def check_budget(self, agent: str, constraint: Constraint | None) -> None:
         """Refuse a call whose constraint cannot close within the agent's ``max_new_tokens``
-        even at its shortest (:func:`~marl_agents.llm.constraints.check_reply_budget`)."""
-        if constraint is not None:
+        even at its shortest (:func:`~marl_agents.llm.constraints.check_reply_budget`).
+        With ``complete_calls`` a tool call need not close in the budget: the app completes
+        an unfinished call itself (a prefill opening a handoff, one letter picking the tool)."""
+        if constraint is not None and not (self.complete_calls and constraint.kind == "tools"):
             stops = stop_ids(self.tokenizer, self.params)
             check_reply_budget(
                 agent,
@@ -331,7 +337,8 @@ def backend_policy(
     """A GraphEnv policy ``(agent, observation) → action`` that generates with ``backend``.
 
     The observation's prompt ids go to the backend as ids (no re-tokenisation), with the
-    constraint its call declared, and the generated ids come back as the action: with the
+    constraint its call declared, and the generated ids (ended at its stop strings) come back
+    as the action: with the
     same sampling parameters and seed, an episode stepped with this policy gives the app the
     same replies as running it directly on the backend. Stands in for the learner's policy
     in tests and evaluation.
@@ -349,8 +356,11 @@ def backend_policy(
         return dataclasses.replace(p, max_new_tokens=min(p.max_new_tokens, spaces.max_new_tokens))
 
     def policy(agent: str, observation: Any) -> np.ndarray:
-        p = dataclasses.replace(params_for(agent), constraint=observed_constraint(observation))
+        call = call_of(observation)
+        p = dataclasses.replace(params_for(agent), constraint=call.constraint)
         [gen] = backend.generate([spaces.decode_prompt(observation)], p)
+        # ended at the call's stop strings as the learner's module ends its actions
+        gen = cut_at_stop(backend.tokenizer, gen, call.stop) if call.stop else gen
         return spaces.encode_action(gen.token_ids)
 
     return policy
