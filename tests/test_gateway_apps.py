@@ -480,9 +480,10 @@ def test_the_example_yaml_plans_the_triage_agent_learning_and_the_experts_frozen
 
     root = Path(__file__).resolve().parents[1]
     cfg = ExperimentConfig.from_yaml((root / "examples" / "openai_app.yaml").read_text())
-    plan = resolve(cfg)
+    plan = resolve(cfg, ray_workers=False, text_defaults=True)  # as `marl run` resolves it
     assert plan.agents == ["triage", "math", "research"]
     assert plan.trainable == ["triage"] and plan.frozen == ["experts"]
+    assert plan.cfg.algorithm.name == "GRPO"  # LLM pools: the algorithm by default
     assert cfg.credit.method == "shapley"
 
 
