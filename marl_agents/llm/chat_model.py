@@ -316,14 +316,26 @@ class PolicyChatModel(BaseChatModel):
         return Constraint.for_call(tools, choice, response_format, prefix=prefix)
 
     @staticmethod
-    def stopped(
-        tokenizer: Any, gen: Generation, stop: Sequence[str] | None, tools: Any, constraint: Any
-    ) -> Generation:
-        """``gen`` ended at the call's first stop string (:func:`cut_at_stop`); a reply with
-        tools bound or constrained is left whole (it ends where its grammar ends)."""
+    def stops_for(stop: Sequence[str] | None, tools: Any, constraint: Any) -> tuple[str, ...]:
+        """The stop strings that end a call's reply: the call's ``stop``, none for a reply
+        with tools bound or constrained (it ends where its grammar ends)."""
         if not stop or tools or constraint is not None:
-            return gen
-        return cut_at_stop(tokenizer, gen, stop)
+            return ()
+        return tuple(stop)
+
+    @classmethod
+    def stopped(
+        cls,
+        tokenizer: Any,
+        gen: Generation,
+        stop: Sequence[str] | None,
+        tools: Any,
+        constraint: Any,
+    ) -> Generation:
+        """``gen`` ended at the call's first stop string (:func:`cut_at_stop`, with
+        :meth:`stops_for`'s strings)."""
+        stops = cls.stops_for(stop, tools, constraint)
+        return cut_at_stop(tokenizer, gen, stops) if stops else gen
 
     def _reply(
         self, agent: str, chat: list[dict[str, Any]], tools: list[Any] | None, kwargs: Any

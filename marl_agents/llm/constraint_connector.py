@@ -1,14 +1,14 @@
-"""The call's constraint into RLlib's forward batch (``episodes.sampler: rllib``).
+"""The call's decoding settings into RLlib's forward batch (``episodes.sampler: rllib``).
 
-A chat-model call's observation carries its constraint
+A chat-model call's observation carries its constraint and stop strings
 (:func:`marl_agents.llm.constraints.with_constraint`); RLlib's env-to-module pipeline stacks
-observations into a plain array, which drops it. :class:`AddConstraintKeys`, placed before
+observations into a plain array, which drops them. :class:`AddConstraintKeys`, placed before
 RLlib's default pieces, reads each acting agent's latest observation off its episode (the
 object the env returned: episodes hold observations as given while sampling) and adds its
-:func:`~marl_agents.llm.constraints.constraint_key` as the :data:`~marl_agents.llm.rl_module.
+:func:`~marl_agents.llm.constraints.call_key` as the :data:`~marl_agents.llm.rl_module.
 CONSTRAINT_KEY` column, batched per module like the observations; ``CausalLMModule`` samples
-each row under its own constraint. The batched sampler adds the same column itself
-(``trainers.sampling.batched_runner``).
+each row under its own constraint and ends it at its own stop strings. The batched sampler
+adds the same column itself (``trainers.sampling.batched_runner``).
 
 Example:
     >>> pieces = constraint_keys_connector(None)
@@ -22,12 +22,13 @@ from typing import Any
 
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
-from marl_agents.llm.constraints import constraint_key, constraint_of
+from marl_agents.llm.constraints import call_key, call_of
 from marl_agents.llm.rl_module import CONSTRAINT_KEY
 
 
 class AddConstraintKeys(ConnectorV2):
-    """Env-to-module piece: each acting agent's :data:`CONSTRAINT_KEY` (``0``: free)."""
+    """Env-to-module piece: each acting agent's :data:`CONSTRAINT_KEY` (its call's settings;
+    ``0``: a free call)."""
 
     def __call__(
         self,
@@ -46,7 +47,7 @@ class AddConstraintKeys(ConnectorV2):
             self.add_batch_item(
                 batch,
                 CONSTRAINT_KEY,
-                item_to_add=constraint_key(constraint_of(observation)),
+                item_to_add=call_key(call_of(observation)),
                 single_agent_episode=sa_episode,
             )
         return batch

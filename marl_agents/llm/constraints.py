@@ -27,17 +27,21 @@ A ``prefix`` (the chat model's ``prefill``) is text already in the prompt: the g
 advanced over it before the first sampled token.
 
 **A constraint belongs to its call.** A chat model in a GraphEnv episode hands the
-environment a token-id observation; the call's constraint rides on that very array
-(:class:`CallObservation`, made by :func:`with_constraint`; read back by
+environment a token-id observation; the call's decoding settings (:class:`CallSettings`: its
+constraint and, for a free reply, its ``stop`` strings) ride on that very array
+(:class:`CallObservation`, made by :func:`with_constraint`; read back by :func:`call_of` /
 :func:`constraint_of`). The sampler that batches the rows — the batched env runner, RLlib's
-env runner through :mod:`marl_agents.llm.constraint_connector`, ``marl serve`` — puts each
-row's :func:`constraint_key` into the forward batch (``CONSTRAINT_KEY``), and the module
-samples each row under its own grammar. Two calls with the same prompt ids (a prompt cut by
-``max_prompt_tokens``, the same messages with another ``tool_choice``) and different
-constraints are two decisions; nothing is keyed by prompt ids. The bound tools are rendered
-into the prompt as before (their descriptions in the system message); ``tool_choice`` and
-``response_format`` are not (the chat templates here have no slot for them): the grammar
-applies them, and the learner scores every token under the mask it was drawn from.
+env runner through :mod:`marl_agents.llm.constraint_connector`, ``marl eval`` — puts each
+row's :func:`call_key` into the forward batch (``CONSTRAINT_KEY``), and the module samples
+each row under its own grammar and ends it at its own stop strings (the action, its behaviour
+logprobs and masks are the ids up to and with the token completing the stop string, padded
+as a reply ended by EOS is: :mod:`marl_agents.llm.stop_strings`). Two calls with the same
+prompt ids (a prompt cut by ``max_prompt_tokens``, the same messages with another
+``tool_choice``) and different settings are two decisions; nothing is keyed by prompt ids.
+The bound tools are rendered into the prompt as before (their descriptions in the system
+message); ``tool_choice`` and ``response_format`` are not (the chat templates here have no
+slot for them): the grammar applies them, and the learner scores every token under the mask
+it was drawn from.
 
 **Replies that always close.** :class:`RowMatchers` gets each row's budget left; once it
 comes within :data:`~marl_agents.llm.closing.MARGIN` of the fewest tokens that still complete
@@ -70,16 +74,20 @@ from scenarios.toolcalls import CLOSE, OPEN
 from topologies.errors import MarlError
 
 __all__ = [
+    "FREE",
     "CallObservation",
+    "CallSettings",
     "Constraint",
     "ConstraintError",
     "ReplyBudgetError",
     "RowMatchers",
+    "call_key",
+    "call_of",
     "check_reply_budget",
-    "constraint_key",
     "constraint_keys",
     "constraint_of",
     "describe",
+    "keyed_call",
     "keyed_constraint",
     "mask_logits",
     "mask_words",
@@ -458,92 +466,128 @@ def _compiler(tokenizer: Any, vocab_size: int, stops: tuple[int, ...]) -> _Compi
         return _COMPILERS[key]
 
 
-# ----- the call's constraint travels with its observation ------------------------------------
-class CallObservation(np.ndarray):
-    """A chat-model call's observation (its prompt ids) carrying the call's constraint.
+# ----- the call's decoding settings travel with its observation --------------------------------
+@dataclasses.dataclass(frozen=True)
+class CallSettings:
+    """What a chat-model call asks of its reply's decoding, beyond the prompt (hashable).
 
-    :func:`with_constraint` makes one; the environment hands it on unchanged, and the sampler
-    reads the constraint off the row (:func:`constraint_of`, or :func:`constraint_keys` for a
-    batch column) — so two calls with the same prompt ids and different constraints are two
-    decisions, each under its own grammar, whatever the truncation. A copy (an array of its
-    shape made from it: RLlib's env runner copies observations) carries it too; arrays of
-    another shape (slices, stacks: a batch is not one call's) carry none; pickled, it is a
-    plain array."""
+    Attributes:
+        constraint: what the reply must parse as (``None``: free).
+        stop: the call's stop strings (:mod:`marl_agents.llm.stop_strings`): the sampler ends
+            the reply where one first appears, the ids up to and with the token completing
+            it (only a free reply's: the chat model gives none with a constraint or tools).
+    """
 
     constraint: Constraint | None = None
+    stop: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.constraint is not None or bool(self.stop)
+
+
+#: a call that asks nothing beyond its prompt
+FREE = CallSettings()
+
+
+class CallObservation(np.ndarray):
+    """A chat-model call's observation (its prompt ids) carrying the call's decoding settings
+    (:class:`CallSettings`: its constraint and stop strings).
+
+    :func:`with_constraint` makes one; the environment hands it on unchanged, and the sampler
+    reads the settings off the row (:func:`call_of`, :func:`constraint_of`, or
+    :func:`constraint_keys` for a batch column) — so two calls with the same prompt ids and
+    different constraints or stop strings are two decisions, each decoded as its own call
+    asked, whatever the truncation. A copy (an array of its shape made from it: RLlib's env
+    runner copies observations) carries them too; arrays of another shape (slices, stacks: a
+    batch is not one call's) carry none; pickled, it is a plain array."""
+
+    call: CallSettings = FREE
 
     def __array_finalize__(self, obj: Any) -> None:
         same = obj is not None and getattr(obj, "shape", None) == self.shape
-        self.constraint = getattr(obj, "constraint", None) if same else None
+        self.call = getattr(obj, "call", FREE) if same else FREE
 
     def __reduce__(self) -> Any:
         return self.view(np.ndarray).__reduce__()
 
 
-def with_constraint(observation: Any, constraint: Constraint | None) -> np.ndarray:
+def with_constraint(
+    observation: Any, constraint: Constraint | None, stop: Sequence[str] = ()
+) -> np.ndarray:
     """``observation`` (an id array) as the observation of a call that declares ``constraint``
-    (``None``: a free reply; the array is returned as it is)."""
-    if constraint is None:
+    and ``stop`` strings (neither: a free reply; the array is returned as it is)."""
+    call = CallSettings(constraint, tuple(stop))
+    if not call:
         return observation
     out = np.asarray(observation).view(CallObservation)
-    out.constraint = constraint
+    out.call = call
     return out
+
+
+def call_of(observation: Any) -> CallSettings:
+    """The decoding settings of the call observing ``observation`` (:data:`FREE`: none)."""
+    return getattr(observation, "call", FREE)
 
 
 def constraint_of(observation: Any) -> Constraint | None:
     """The constraint the call observing ``observation`` declared (``None``: a free reply)."""
-    return getattr(observation, "constraint", None)
+    return call_of(observation).constraint
 
 
-#: most distinct constraints a process keys at once (oldest forgotten first)
+#: most distinct call settings a process keys at once (oldest forgotten first)
 MAX_KEYED = 4096
-_KEYS: OrderedDict[Constraint, int] = OrderedDict()
-_BY_KEY: dict[int, Constraint] = {}
+_KEYS: OrderedDict[CallSettings, int] = OrderedDict()
+_BY_KEY: dict[int, CallSettings] = {}
 _KEYS_LOCK = threading.Lock()
 _NEXT_KEY = [1]
 
 
-def constraint_key(constraint: Constraint | None) -> int:
-    """An int standing for ``constraint`` in this process (``0``: none), for a batch column
-    (RLlib's connectors stack ints, not objects); equal constraints share a key."""
-    if constraint is None:
+def call_key(call: CallSettings) -> int:
+    """An int standing for ``call``'s settings in this process (``0``: :data:`FREE`), for a
+    batch column (RLlib's connectors stack ints, not objects); equal settings share a key."""
+    if not call:
         return 0
     with _KEYS_LOCK:
-        key = _KEYS.get(constraint)
+        key = _KEYS.get(call)
         if key is None:
-            key = _KEYS[constraint] = _NEXT_KEY[0]
-            _BY_KEY[key] = constraint
+            key = _KEYS[call] = _NEXT_KEY[0]
+            _BY_KEY[key] = call
             _NEXT_KEY[0] += 1
             while len(_KEYS) > MAX_KEYED:
                 _, old = _KEYS.popitem(last=False)
                 _BY_KEY.pop(old, None)
-        _KEYS.move_to_end(constraint)
+        _KEYS.move_to_end(call)
         return key
 
 
-def keyed_constraint(key: int) -> Constraint | None:
-    """The constraint of a :func:`constraint_key` (``0``: none).
+def keyed_call(key: int) -> CallSettings:
+    """The call settings of a :func:`call_key` (``0``: :data:`FREE`).
 
     Raises:
         ConstraintError: the key was forgotten (more than :data:`MAX_KEYED` distinct
-            constraints keyed since).
+            settings keyed since).
     """
     if int(key) == 0:
-        return None
+        return FREE
     with _KEYS_LOCK:
         found = _BY_KEY.get(int(key))
     if found is None:
         raise ConstraintError(
-            f"constraint key {int(key)} is no longer known: more than {MAX_KEYED} distinct "
-            "constraints were declared in this process while its call was pending"
+            f"call key {int(key)} is no longer known: more than {MAX_KEYED} distinct "
+            "constraints / stop strings were declared in this process while its call was pending"
         )
     return found
 
 
+def keyed_constraint(key: int) -> Constraint | None:
+    """The constraint of the call settings keyed ``key`` (:func:`keyed_call`)."""
+    return keyed_call(key).constraint
+
+
 def constraint_keys(observations: Sequence[Any]) -> np.ndarray | None:
-    """``[rows]`` int64 keys of the rows' constraints (:func:`constraint_key`), ``None`` when
-    no row carries one."""
-    keys = [constraint_key(constraint_of(o)) for o in observations]
+    """``[rows]`` int64 keys of the rows' call settings (:func:`call_key`: constraint and stop
+    strings), ``None`` when no row carries any."""
+    keys = [call_key(call_of(o)) for o in observations]
     return np.asarray(keys, dtype=np.int64) if any(keys) else None
 
 

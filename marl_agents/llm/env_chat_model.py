@@ -338,10 +338,9 @@ def backend_policy(
 
     The observation's prompt ids go to the backend as ids (no re-tokenisation), with the
     constraint its call declared, and the generated ids (ended at its stop strings) come back
-    as the action: with the
-    same sampling parameters and seed, an episode stepped with this policy gives the app the
-    same replies as running it directly on the backend. Stands in for the learner's policy
-    in tests and evaluation.
+    as the action: with the same sampling parameters and seed, an episode stepped with this
+    policy gives the app the same replies as running it directly on the backend. Stands in for
+    the learner's policy in tests and evaluation.
 
     Args:
         backend: an :class:`~marl_agents.llm.backend.LLMBackend`.

@@ -33,6 +33,16 @@ the action the generated token ids, both right-padded with ``pad_id = vocab_size
   closing mask: vLLM does not see it) and the masks are replayed over its tokens
   (:mod:`marl_agents.llm.vllm_backend`). ``"off"``: every reply free, no :data:`TOKEN_MASK`
   column.
+* **Stop strings**: a free reply whose call gave ``stop`` strings (carried with the
+  constraint: :class:`~marl_agents.llm.constraints.CallSettings`, in the same
+  :data:`CONSTRAINT_KEY` column) ends where one first appears, on either sampler: the module
+  cuts each row's generation with :func:`~marl_agents.llm.stop_strings.cut_at_stop` (the ids
+  up to and with the token completing the stop string; the rule the chat model applies to
+  what the app receives) before it makes its outputs, so ``Columns.ACTIONS``, the behaviour
+  logprobs and :data:`TOKEN_MASK` hold exactly the ids the recorded step holds, padded past
+  them as a reply ended by EOS is (the learner's loss mask is ``actions != pad_id``). The
+  tokens sampled after the stop string are dropped (generation is not stopped early:
+  :mod:`marl_agents.llm.stop_strings` says why).
 * **Inference** (``forward_inference``, evaluation): the same with greedy decoding unless
   ``model_config["inference_temperature"]`` says otherwise.
 * **Training** (``forward_train``): one teacher-forced pass over ``prompt + completion`` with
@@ -111,20 +121,21 @@ SAMPLING_SEEDS = "sampling_seeds"
 #: it was sampled under ``[B, max_new_tokens, words]`` int32 (``-1`` words: free); the
 #: learner scores the token under the masked distribution.
 TOKEN_MASK = "token_mask"
-#: optional forward-batch key (``constrain: auto``): per row, the key of the constraint its
-#: call declared ``[B]`` int64 (``0``: free; :func:`marl_agents.llm.constraints.constraint_key`),
-#: read off the row's observation by the sampler (:func:`~marl_agents.llm.constraints.
-#: constraint_keys`): the constraint travels with the call, not with its prompt ids.
+#: optional forward-batch key: per row, the key of the decoding settings its call declared
+#: (its constraint and stop strings) ``[B]`` int64 (``0``: free;
+#: :func:`marl_agents.llm.constraints.call_key`), read off the row's observation by the
+#: sampler (:func:`~marl_agents.llm.constraints.constraint_keys`): they travel with the call,
+#: not with its prompt ids.
 CONSTRAINT_KEY = "constraint_key"
 #: ``model_config["constrain"]`` values
 CONSTRAIN_MODES = ("auto", "off")
 
 
 def add_constraint_keys(batch: dict[str, Any], observations: Sequence[Any]) -> dict[str, Any]:
-    """``batch`` with its :data:`CONSTRAINT_KEY` column: each row's constraint key read off
-    its observation as the env handed it on (``observations``, in row order); unchanged when
-    no row carries a constraint. What every sampler of an LLM module does to its forward
-    batch (the batched runner, evaluation; RLlib's runner through
+    """``batch`` with its :data:`CONSTRAINT_KEY` column: each row's call key (constraint and
+    stop strings) read off its observation as the env handed it on (``observations``, in row
+    order); unchanged when no row carries any. What every sampler of an LLM module does to its
+    forward batch (the batched runner, evaluation; RLlib's runner through
     :mod:`marl_agents.llm.constraint_connector`)."""
     from marl_agents.llm.constraints import constraint_keys
 
@@ -441,6 +452,7 @@ class CausalLMModule(TorchRLModule):
         """The exploration / inference forward's outputs for ``batch`` sampled as ``gens``."""
         obs = batch[Columns.OBS]
         width = self.spaces.max_new_tokens
+        gens = self.stopped(batch, gens)
         actions = np.stack([self.spaces.encode_action(g.token_ids) for g in gens])
         token_lp = np.zeros((len(gens), width), dtype=np.float32)
         for r, g in enumerate(gens):
@@ -467,13 +479,33 @@ class CausalLMModule(TorchRLModule):
         the column); ``None`` with ``constrain: off``."""
         if self.constrain == "off":
             return None
-        from marl_agents.llm.constraints import keyed_constraint
+        return [c.constraint for c in self.batch_calls(batch)]
+
+    def batch_calls(self, batch: Mapping[str, Any]) -> list[Any]:
+        """Per row of a forward batch, the decoding settings its call declared
+        (:class:`~marl_agents.llm.constraints.CallSettings`, from the batch's
+        :data:`CONSTRAINT_KEY` column; every row free in a batch without the column)."""
+        from marl_agents.llm.constraints import FREE, keyed_call
 
         keys = batch.get(CONSTRAINT_KEY)
         if keys is None:
-            return [None] * len(batch[Columns.OBS])
+            return [FREE] * len(batch[Columns.OBS])
         keys = keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-        return [keyed_constraint(k) for k in keys.reshape(-1).tolist()]
+        return [keyed_call(k) for k in keys.reshape(-1).tolist()]
+
+    def stopped(self, batch: Mapping[str, Any], gens: Sequence[Generation]) -> list[Generation]:
+        """``gens`` (one per row of ``batch``) each ended at its call's first stop string
+        (:func:`~marl_agents.llm.stop_strings.cut_at_stop`; rows whose call gave none: as
+        they are). Whatever the constrain mode: ``stop`` is no constraint."""
+        calls = self.batch_calls(batch)
+        if not any(c.stop for c in calls):
+            return list(gens)
+        from marl_agents.llm.stop_strings import cut_at_stop
+
+        return [
+            cut_at_stop(self.tokenizer, g, c.stop) if c.stop else g
+            for g, c in zip(gens, calls, strict=True)
+        ]
 
     def row_constraints(self, observations: Sequence[Any]) -> list[Any] | None:
         """Per observation (each as the env handed it on), the constraint its call declared

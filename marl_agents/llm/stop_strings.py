@@ -19,6 +19,17 @@ and the text an app receives is what the next turn's prompt holds:
 Only the generated text is searched (a prefill is not), and only a free reply is cut: a
 reply constrained to a tool call or a JSON schema ends where its grammar ends (cutting it
 would break the call; OpenAI does not apply ``stop`` to tool calls either).
+
+**In training** the same rule ends the learner's action: the call's stop strings travel with
+its observation next to its constraint (:class:`~marl_agents.llm.constraints.CallSettings`)
+to the sampler, and ``CausalLMModule`` cuts each row's generation with :func:`cut_at_stop`
+before making its outputs (:meth:`~marl_agents.llm.rl_module.CausalLMModule.stopped`), on
+RLlib's env runner and the batched runner alike, whichever engine sampled (transformers or
+vLLM). The action, its behaviour logprobs and its token masks are the kept ids, padded past
+them as a reply ended by EOS is, so the learner's loss covers exactly the ids the app's reply
+was made of. The engines are not asked to stop early: the transformers loop steps a finished
+row with the batch anyway (as an EOS-ended one), and one rule applied to the ids on every
+engine keeps the recorded step and the learner's action equal.
 """
 
 from __future__ import annotations
