@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from marl_agents.llm.chat_app import ChatAppScenario
+from scenarios.base import Outcome
 
 Step = Annotated[str, Field(max_length=12)]
 OBJECTIVES = ["Who won the 2020 Tour de France?", "What is the capital of Peru?"]
@@ -134,11 +135,20 @@ def build(models: Any) -> Any:
     return workflow
 
 
-def answered_briefly(state: dict[str, Any]) -> float:
-    """Reward an answer, more for fewer executed steps (so GRPO groups differ)."""
+def unreadable(text: str) -> int:
+    """Characters of ``text`` that are neither letters nor spaces."""
+    return sum(not (c.isalpha() or c == " ") for c in text)
+
+
+def answered_briefly(state: dict[str, Any]) -> Outcome:
+    """Reward an answer (success), more for fewer executed steps and a readable answer (a small
+    cost per character that is not a letter or a space: the rewards of a GRPO group differ even
+    when every rollout of a random tiny model answers after one step, with replies closed at
+    the same length)."""
     if not state.get("response"):
-        return 0.0
-    return 1.0 / len(state["past_steps"])
+        return Outcome(reward=0.0, success=False)
+    brief = 1.0 / len(state["past_steps"]) - 1e-3 * unreadable(str(state["response"]))
+    return Outcome(reward=brief, success=True)
 
 
 def scenario(**kwargs: Any) -> ChatAppScenario:
