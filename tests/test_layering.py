@@ -103,11 +103,18 @@ TRAINERS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("trainers.sampling",),  # env runners: no learner code but the shared categorical math
     ("trainers.ppo",),  # RLlib's PPO, its syncs leaving frozen modules out (GRPO builds on it)
     ("trainers.grpo",),  # GRPO loss, learner, connectors, algorithm
-    ("trainers.cluster", "trainers.plan", "trainers.algo"),  # config → Ray and RLlib
+    ("trainers.cluster", "trainers.budgets", "trainers.plan", "trainers.algo"),  # config → Ray
     ("trainers.run",),  # the training loop, run directories, display, resume, exports
     ("trainers.rollouts", "trainers.passk", "trainers.evaluate", "trainers.finetune"),
     ("trainers.serve",),  # a trained run's policies behind the gateway (loads as evaluate does)
-    ("trainers.sweep", "trainers.cli_common", "trainers.cli", "trainers.docs_reference"),
+    # (opponents: marl eval against a random or frozen opponent, a command of its own)
+    (
+        "trainers.sweep",
+        "trainers.cli_common",
+        "trainers.cli",
+        "trainers.docs_reference",
+        "trainers.opponents",
+    ),
 )
 #: the one learner module the sampler may import (math shared by sampler and learner)
 SAMPLER_MAY_IMPORT = ("trainers.learners.categorical",)

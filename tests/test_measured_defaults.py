@@ -202,7 +202,7 @@ def test_eval_breaks_results_down_per_task() -> None:
 
 def test_simple_spread_rows_have_epymarl_return_and_no_success() -> None:
     from trainers.plan import resolve
-    from trainers.run.headline import EPYMARL_KEY, finish_row
+    from trainers.signals.headline import EPYMARL_KEY, finish_row
 
     cfg = ExperimentConfig.from_yaml(EXAMPLES / "spread_mappo.yaml")
     plan = resolve(cfg, ray_workers=False)

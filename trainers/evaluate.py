@@ -4,7 +4,7 @@ The modules are loaded straight from the checkpoint (no Ray, no env runners) and
 on the scenario's :class:`~scenarios.graph_env.GraphEnv` on fresh seeds (a scenario with a task
 list plays its tasks round-robin, :func:`episode_seeds`, and gets a row per task). Reported:
 success rate (where the scenario defines success), team return (and EPyMARL's convention for
-simple_spread, :mod:`trainers.run.headline`), the fraction of the oracle's expected return on
+simple_spread, :mod:`trainers.signals.headline`), the fraction of the oracle's expected return on
 the same tasks (where the scenario has ``oracle_value``), per-agent credit (the run's credit
 method; ``team`` shows none), the scenario's latency metric, the wall time per decision, and
 failed episodes (node errors, wall-clock timeouts, limits) with the tool calls that ran into
@@ -254,10 +254,10 @@ def task_label(task: Any, width: int = 60) -> str:
 
 
 def _headline(result: EvalResult, cfg: ExperimentConfig, plan: Any, scenario: Any) -> None:
-    """Per-scenario headline numbers (:mod:`trainers.run.headline`): no success where the
+    """Per-scenario headline numbers (:mod:`trainers.signals.headline`): no success where the
     scenario defines none, EPyMARL's team return for simple_spread, per task where the
     scenario has a task list."""
-    from trainers.run.headline import epymarl_return, reports_epymarl
+    from trainers.signals.headline import epymarl_return, reports_epymarl
 
     records = result.episodes
     if not plan.has_success:

@@ -36,7 +36,7 @@ from trainers.configs.experiment import ExperimentConfig
 from trainers.configs.runner import RunnerSpec
 from trainers.configs.typed import ConfigError, to_plain
 from trainers.credit.settings import check_credit_for
-from trainers.run.headline import has_success
+from trainers.signals.headline import has_success
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Plan:
         critic_dims: pool id → width of its centralised critic's input column
             (``algorithm.critic`` ``state``/``state_obs``; :mod:`marl_agents.critics`); empty
             for ``local`` critics.
-        has_success: whether the scenario defines success (:func:`trainers.run.headline.
+        has_success: whether the scenario defines success (:func:`trainers.signals.headline.
             has_success`): rows and tables show a success rate only then.
         prompt_warnings: token-budget warnings (:mod:`trainers.budgets`): replies past a
             pool's context, agents whose system prompt truncation cuts (``check_prompts``).

@@ -67,7 +67,6 @@ from trainers.run.display import (
 )
 from trainers.run.episode_log import EpisodeLog
 from trainers.run.export import export_pools, save_hf
-from trainers.run.headline import finish_row
 from trainers.run.metrics import flatten_result
 from trainers.run.outcome import (
     RunFailed,
@@ -90,6 +89,7 @@ from trainers.run.rundir import (
     write_summary,
 )
 from trainers.signals.curriculum import Curriculum
+from trainers.signals.headline import finish_row
 from trainers.signals.monitors import Alarm, Monitors, strongest
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 #: the headline metric: mean verified team return per episode in an iteration.
 RETURN_KEY = "charts/team_return"
 ORACLE_FRACTION_KEY = "charts/oracle_fraction"
-#: per-scenario headline numbers shown next to the team return (:mod:`trainers.run.headline`),
+#: per-scenario headline numbers shown next to the team return (:mod:`trainers.signals.headline`),
 #: as (row key, label)
 HEADLINE_EXTRA = (("charts/epymarl_return", "EPyMARL return"),)
 LOSS_KEYS = (
