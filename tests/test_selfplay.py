@@ -70,6 +70,14 @@ def test_a_tictactoe_run_reports_wins_and_plays_a_random_and_a_frozen_opponent(
     assert len(frozen.episodes) == 6
     with pytest.raises(ConfigError, match="episodes must be"):
         evaluate_vs(result.run_dir, "random", episodes=0, show=False)
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    cli = CliRunner().invoke(app, ["eval", str(result.run_dir), "--opponent", "random",
+                                   "--episodes", "2"])  # fmt: skip
+    assert cli.exit_code == 0, cli.output
+    assert "player_1" in cli.output and "win" in cli.output.lower()
 
 
 @pytest.mark.parametrize("train_seats", [None, ["player_1"]])

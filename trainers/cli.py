@@ -185,9 +185,18 @@ def eval_command(
             help="With --k, compare with: init (the run's starting point), a checkpoint, none."
         ),
     ] = "init",
+    opponent: Annotated[
+        str | None,
+        typer.Option(
+            help="Games of two or more seats: play the checkpoint greedily in each seat against "
+            "'random' (uniformly random legal moves) or a frozen run/checkpoint; win/draw/loss "
+            "per seat."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a checkpoint greedily: success, return, fraction of oracle, credit, latency;
-    with --k, pass@k of the trained team and its starting point side by side."""
+    with --k, pass@k of the trained team and its starting point side by side; with
+    --opponent, win/draw/loss rates of each seat against a random or frozen opponent."""
     from trainers.evaluate import EVAL_SEED, evaluate
     from trainers.run.process import quiet_ray_logs
 
@@ -195,11 +204,18 @@ def eval_command(
     import ray.rllib  # noqa: F401  (its import sets its loggers' levels: quiet them after it)
 
     quiet_ray_logs()  # RLlib's warnings as modules load, as `marl run` keeps them out
+    first = EVAL_SEED if seed is None else seed
+    if opponent is not None:
+        from trainers.opponents import evaluate_vs
+
+        with config_errors():
+            evaluate_vs(checkpoint, opponent, episodes, seed=first)
+        return
     with config_errors():
         evaluate(
             checkpoint,
             episodes,
-            seed=EVAL_SEED if seed is None else seed,
+            seed=first,
             credit=credit,
             transcripts=transcripts,
             k=k,
