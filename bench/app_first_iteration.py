@@ -1,6 +1,7 @@
 """Import-to-first-trained-iteration time of user apps, each in a fresh process.
 
-For every app pattern in ``tests/apps/chat_team.py`` (and the README's example), a new Python
+For every app pattern in ``tests/apps/chat_team.py`` (and the chat-app example of
+docs/tutorials/langgraph-app.md), a new Python
 process imports marl-orchestra, resolves the experiment (importing the app by reference),
 starts Ray, builds the GRPO algorithm and trains one iteration; the wall time from process
 start to the end of that iteration is printed next to the iteration alone.

@@ -228,8 +228,9 @@ GPU learner, 0.5 GPU each, TRL in one process), one NVIDIA H200, 2026-11-27, G=8
 k=1 in the first call, where k=all and TRL ran out of the call's time.) One ``generate`` of all
 64 rows instead of 8 of 8 made our update 2.7× faster, as expected where a decoding step costs
 latency rather than compute, but the goal (≥ 1.5× TRL) is far off: ours is 2.9× slower. The
-phases were not recorded in that run (this script prints them now, ``timers/…``); see the
-README's GPU paragraph for what we measured of the weight sync since.
+phases were not recorded in that run (this script prints them now, ``timers/…``); see
+docs/how-to/gpu.md for the GPU measurements and docs/internals.md ("LLM pools and GRPO") for
+what we measured of the weight sync since.
 
 TRL is a bench-only dependency, kept out of the shared venv: the bench makes its own venv
 ``.venv-trl`` (gitignored) on first use, which sees the shared venv's packages (a ``.pth``

@@ -50,7 +50,8 @@ PUBLISHED = (
 )
 #: scenario → its default topology (named in the config, so the record says it)
 SMALL: dict[str, str] = {"delegate": "star:3", "relay": "star:3", "spread": "mesh:3"}
-#: LLM pools (GRPO, issue #25): the README's chat-app example, the fine-tuning example
+#: LLM pools (GRPO, issue #25): the chat-app example (examples/supervisor_app.yaml, in
+#: docs/tutorials/langgraph-app.md), the fine-tuning example
 #: (text-delegate) and the LoRA pair; each as its example or test writes it (team credit for
 #: the supervisor: its Shapley credit gives the identical curve, the frozen workers' is 0)
 LLM: tuple[str, ...] = ("supervisor", "finetune", "lora")
