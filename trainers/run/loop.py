@@ -270,7 +270,7 @@ class _Session:
             interrupt_between_iterations() as interrupted,
         ):
             iteration = int(self.algo.iteration)
-            first = iteration == 0
+            first = not history  # a new run (a resumed one has its rows already)
             env_steps = int(history[-1]["charts/env_steps"]) if history else 0
             advance(budget.fraction(iteration, env_steps), history[-1] if history else {})
             while not budget.done(iteration, env_steps) and self.stopped is None:
