@@ -61,6 +61,7 @@ from scenarios.pettingzoo_env import (
     _state_space,
 )
 from scenarios.pz_spaces import MASK_KEY, convert_action_space, convert_observation_space
+from topologies.errors import MarlError
 
 
 def legal(mask: Any, action: Any, space: gym.Space) -> bool:
@@ -86,7 +87,7 @@ def is_turn_based(env: Any) -> bool:
     return (getattr(env, "metadata", None) or {}).get("is_parallelizable") is not True
 
 
-class IllegalActionError(RuntimeError):
+class IllegalActionError(MarlError, RuntimeError):
     """An action the observation's ``action_mask`` forbids reached the env node."""
 
 
