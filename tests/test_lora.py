@@ -371,6 +371,9 @@ def test_grpo_trains_only_the_trained_adapter_and_never_the_base(
     data = app_data(tmp_path, **pools)
     data.update(sharing="explicit", train=["orchestrator", "math"])
     data["algorithm"]["grpo"]["kl_coef"] = 0.05  # the KL reference: a frozen adapter snapshot
+    # groups of 4: with groups of 2, this seed's episodes (each rollout drawing from its own
+    # stream since issue #44) never had two pools' rows waiting at one step
+    data["algorithm"]["grpo"]["group_size"] = 4
     algo = to_algorithm_config(ExperimentConfig.from_dict(data)).build_algo()
     try:
         shared = {algo.get_module(p).model.shared for p in pools}
