@@ -226,6 +226,7 @@ def test_cli_plain_lines_and_sigterm_checkpoint(tmp_path: Path) -> None:
     """``marl run`` into a pipe prints one plain line per iteration (flushed); SIGTERM after
     the first stops it after an iteration with a checkpoint; best and final agree."""
     import os
+    import threading
 
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)
@@ -245,7 +246,15 @@ def test_cli_plain_lines_and_sigterm_checkpoint(tmp_path: Path) -> None:
         if line.startswith("iteration 1/200 · env steps "):
             break
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=300)
+    # read the rest from the same buffered pipe: communicate(timeout=...) reads the raw fd and
+    # would lose what readline() already buffered (the cost line right after iteration 1's)
+    watchdog = threading.Timer(300, proc.kill)  # a run that ignores SIGTERM fails, not hangs
+    watchdog.start()
+    try:
+        rest = proc.stdout.read()
+    finally:
+        watchdog.cancel()
+    proc.wait(timeout=30)
     out = "".join(lines) + rest
     assert proc.returncode == 130, out[-3000:]
     plain = [ln for ln in out.splitlines() if ln.startswith("iteration ") and "/200 · " in ln]
