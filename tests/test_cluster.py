@@ -524,7 +524,12 @@ def test_an_app_trains_on_the_cluster_through_its_env_runners_gateways(
     for r in rows:  # the router learnt (in the driver), the frozen worker did not
         assert any(k.startswith("losses/router/") for k in r), sorted(r)
         assert not any(k.startswith("losses/worker/") for k in r), sorted(r)
-    where = [json.loads(x) for x in log.read_text().splitlines()]
+    runs = [json.loads(x) for x in log.read_text().splitlines()]
+    # before Ray starts, the plan plays one trial episode in the driver (trainers.budgets: the
+    # prompt budgets a chat app's calls need); every training episode runs in a Ray actor
+    trial = [w for w in runs if w["actor"] is None]
+    assert len(trial) <= 1, runs
+    where = [w for w in runs if w["actor"] is not None]
     assert len(where) == 8, where  # one app run per episode
     assert driver.pid not in {w["pid"] for w in where}
     assert all(w["actor"] and w["node"] for w in where), where  # inside Ray actors
