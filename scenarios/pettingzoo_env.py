@@ -220,21 +220,21 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
             raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")
         self.env_ref, self.env_kwargs, self.reward = env, dict(env_kwargs or {}), reward
         self._factory = load(env)
-        ref = as_parallel(made if made is not None else self._make_raw())
+        ref = self._probe_env(made if made is not None else self._make_raw())
         agents = list(ref.possible_agents)
         if ENV_NODE in agents:
             raise ScenarioError(
                 f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
             )
         # the probe's reset: the infos say which agents get their action mask there
-        _, infos = _probe_reset(ref, env)
+        infos = self._probe_infos(ref)
         self._acts = {a: convert_action_space(a, ref.action_space(a)) for a in agents}
         self._observe = {
             a: convert_observation_space(
                 a,
                 ref.observation_space(a),
                 ref.action_space(a),
-                info_mask=MASK_KEY in ((infos or {}).get(a) or {}),
+                info_mask=MASK_KEY in (infos.get(a) or {}),
             )
             for a in agents
         }
@@ -242,9 +242,22 @@ class PettingZooScenario(DeclaredSpaces, Scenario):
         self.state_space = _state_space(ref, reset=False)
         cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
         cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
-        self.max_supersteps = 2 * cycles + 4
+        # two supersteps a step (env node, agents), each agent acting once a cycle
+        self.max_supersteps = 2 * cycles * self._decisions_a_step(agents) + 4
         self.topology = self._topology(agents)
         ref.close()
+
+    def _probe_env(self, made: Any) -> Any:
+        """The env the spaces are probed on: ``made`` as a ``ParallelEnv``."""
+        return as_parallel(made)
+
+    def _probe_infos(self, ref: Any) -> dict[str, Any]:
+        """The infos of the probe env's reset (:func:`_probe_reset`)."""
+        return _probe_reset(ref, self.env_ref)[1] or {}
+
+    def _decisions_a_step(self, agents: list[str]) -> int:
+        """Env-node runs an env step takes apart (1: every live agent acts in one)."""
+        return 1
 
     def _make_raw(self) -> Any:
         made = self._factory(**self.env_kwargs)

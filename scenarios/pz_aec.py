@@ -49,18 +49,14 @@ import gymnasium as gym
 import numpy as np
 from langgraph.graph import StateGraph
 
-from scenarios.base import ScenarioError
 from scenarios.decisions import emit_reward, leave
 from scenarios.pettingzoo_env import (
-    DEFAULT_MAX_CYCLES,
     ENV_NODE,
-    REWARDS,
     PettingZooScenario,
     PZState,
     _probe_reset,
-    _state_space,
 )
-from scenarios.pz_spaces import MASK_KEY, convert_action_space, convert_observation_space
+from scenarios.pz_spaces import MASK_KEY
 from topologies.errors import MarlError
 
 
@@ -124,39 +120,18 @@ class AECScenario(PettingZooScenario):
         made: Any = None,
         check_mask: bool = True,
     ) -> None:
-        from scenarios.registry import load
-
-        if reward not in REWARDS:
-            raise ScenarioError(f"reward={reward!r}: use one of {', '.join(REWARDS)}")
-        self.env_ref, self.env_kwargs, self.reward = env, dict(env_kwargs or {}), reward
         self.check_mask = check_mask
-        self._factory = load(env)
-        ref = made if made is not None else self._make_raw()
-        agents = list(ref.possible_agents)
-        if ENV_NODE in agents:
-            raise ScenarioError(
-                f"{env}: an agent is named {ENV_NODE!r}, the node that steps the env: rename it"
-            )
-        _probe_reset(ref, env)  # the infos tell which agents get their action mask there
-        infos = getattr(ref, "infos", None) or {}
-        self._acts = {a: convert_action_space(a, ref.action_space(a)) for a in agents}
-        self._observe = {
-            a: convert_observation_space(
-                a,
-                ref.observation_space(a),
-                ref.action_space(a),
-                info_mask=MASK_KEY in (infos.get(a) or {}),
-            )
-            for a in agents
-        }
-        self.agent_spaces = {a: (self._observe[a].space, self._acts[a].space) for a in agents}
-        self.state_space = _state_space(ref, reset=False)
-        cycles = self.env_kwargs.get("max_cycles", getattr(ref.unwrapped, "max_cycles", None))
-        cycles = cycles if isinstance(cycles, int) and cycles > 0 else DEFAULT_MAX_CYCLES
-        # two supersteps per decision (env node, agent node); every agent acts once a cycle
-        self.max_supersteps = 2 * cycles * max(len(agents), 1) + 4
-        self.topology = self._topology(agents)
-        ref.close()
+        super().__init__(env, env_kwargs, reward=reward, made=made)
+
+    def _probe_env(self, made: Any) -> Any:
+        return made  # stepped natively, not through aec_to_parallel
+
+    def _probe_infos(self, ref: Any) -> dict[str, Any]:
+        _probe_reset(ref, self.env_ref)  # an AEC reset returns nothing: the env keeps its infos
+        return getattr(ref, "infos", None) or {}
+
+    def _decisions_a_step(self, agents: list[str]) -> int:
+        return max(len(agents), 1)  # one agent acts a step
 
     def _make(self) -> Any:
         return self._make_raw()
