@@ -187,8 +187,9 @@ def env_chat_model_params() -> dict[str, Any]:
     }
 
 
-@contract()
-class TestEnvChatModelIntegration(ChatModelIntegrationTests):
+class EnvChatModelSpec:
+    """What both standard suites are told about ``EnvChatModel`` (mixed in before each)."""
+
     @property
     def chat_model_class(self) -> type:
         from marl_agents.llm.env_chat_model import EnvChatModel
@@ -203,6 +204,9 @@ class TestEnvChatModelIntegration(ChatModelIntegrationTests):
     def has_tool_choice(self) -> bool:
         return True
 
+
+@contract()
+class TestEnvChatModelIntegration(EnvChatModelSpec, ChatModelIntegrationTests):
     @property
     def supports_json_mode(self) -> bool:
         return True
@@ -213,17 +217,5 @@ class TestEnvChatModelIntegration(ChatModelIntegrationTests):
 
 
 @contract()
-class TestEnvChatModelUnit(ChatModelUnitTests):
-    @property
-    def chat_model_class(self) -> type:
-        from marl_agents.llm.env_chat_model import EnvChatModel
-
-        return EnvChatModel
-
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return env_chat_model_params()
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
+class TestEnvChatModelUnit(EnvChatModelSpec, ChatModelUnitTests):
+    pass
