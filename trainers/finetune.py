@@ -152,12 +152,13 @@ class TrainingConfig:
             (:class:`~trainers.configs.grpo.AsyncSampling`; off; needs ``num_env_runners ≥ 1``).
     """
 
-    group_size: int = 8
-    groups_per_iteration: int = 8
-    groups_in_flight: int | None = GRPOSettings.groups_in_flight  # one default: GRPO's
-    lr: float = 3e-4
-    num_epochs: int = 1
-    minibatch_size: int | None = None
+    # one place holds the measured GRPO settings: every default but grad_clip is GRPO's
+    group_size: int = GRPOSettings.group_size
+    groups_per_iteration: int = GRPOSettings.groups_per_iteration
+    groups_in_flight: int | None = GRPOSettings.groups_in_flight
+    lr: float = GRPOAlgo.lr
+    num_epochs: int = GRPOAlgo.num_epochs
+    minibatch_size: int | None = GRPOSettings.minibatch_size
     grad_clip: float | None = 1.0
     async_sampling: AsyncSampling = dataclasses.field(default_factory=AsyncSampling)
 
