@@ -21,10 +21,11 @@ exits 1 naming every file that differs from what the experiments build (as
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import importlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,21 @@ BUDGET = "default"
 RUN_FIELDS = ("seed", "logging", "output")
 #: kept in every file even at their default, so a reader sees the task and the budget.
 ALWAYS = ("scenario", "budget")
+#: iterations of the quick check in each header: the second one follows an update.
+QUICK = 2
+#: quick checks run: (claim, condition) → (date, team returns of iterations 1 and 2 that
+#: ``marl run <file> --seed 0 --iterations 2`` logged on the 2-core machine).
+CHECKED: dict[tuple[str, str], tuple[str, tuple[float, float]]] = {
+    ("spread_benchmark", "ippo-shared"): ("2026-12-06", (-27.172257273145334, -28.24275143091191)),
+    ("sampler_curves", "finetune-batched"): (
+        "2026-12-06",
+        (-0.07499999999999996, -0.056250000000000036),
+    ),
+    ("orchestrator_only", "orchestrator-star3"): (
+        "2026-12-06",
+        (0.4994358974358974, 0.46191176470588213),
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +113,8 @@ NOT_ONE_RUN: dict[str, str] = {
     "`python -m experiments.fanout_latency`",
     "credit": "part 2, Shapley estimator error against coalition budget (no training), is "
     "`python -m experiments.credit` (its estimators; `experiments/credit_cost.py` for the "
-    "games); `relay` · `local` does not run (relay defines no per-agent reward)",
+    "games)",
     "heterogeneous": "the parameter counts are `python -m experiments.heterogeneous --count-only`",
-    "single_vs_team": "each arm's own oracle is computed by the scenario in every run's metrics",
     "spread_benchmark": "the EPyMARL-convention columns and the uniform random baseline are "
     "computed by `python -m experiments.spread_benchmark` (from the runs' `min_dist` and "
     "`collisions`)",
@@ -151,6 +166,8 @@ class Arm:
     condition: Condition
     records: list[dict[str, Any]]
     unsupported: str | None = None
+    #: :func:`changed_since`'s answer, once computed (it builds the scenario).
+    drift: tuple[list[str], list[str], list[str]] | None = None
 
     @property
     def file(self) -> Path:
@@ -230,11 +247,36 @@ def minimal(cfg: Any) -> dict[str, Any]:
             model = {k: v for k, v in diff.pop("model", {}).items() if k != "type"}
             out["pools"][pid] = {**diff, "model": {"type": pool["model"]["type"], **model}}
         out = {k: out[k] for k in full if k in out}
-    back = ExperimentConfig.from_dict(plain(out))
-    if back != cfg.replace(**{k: getattr(ExperimentConfig(), k) for k in RUN_FIELDS}):
-        bad = [k for k in full if getattr(back, k) != getattr(cfg, k)]
+    target = cfg.replace(**{k: getattr(ExperimentConfig(), k) for k in RUN_FIELDS})
+    out = plain(out)
+    back = ExperimentConfig.from_dict(out)
+    if back != target:
+        bad = [k for k in full if getattr(back, k) != getattr(target, k)]
         raise ValueError(f"the minimal YAML does not give the experiment back: fields {bad}")
-    return plain(out)
+    _prune_lists(out, lambda: ExperimentConfig.from_dict(copy.deepcopy(out)) == target)
+    return out
+
+
+#: kept in a list's entries even at their default (what the entry is).
+KINDS = ("name", "kind", "type", "ref")
+
+
+def _prune_lists(node: Any, same: Callable[[], bool]) -> None:
+    """Drop, in place, every field of a mapping inside a list (``rewards.sources``, their
+    ``judges``) whose removal leaves the config the same (``same()``): a list's entries are
+    not compared with defaults field by field, so each removal is tried."""
+    items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for item in list(items):
+        _prune_lists(item, same)
+    if not isinstance(node, list):
+        return
+    for entry in node:
+        if not isinstance(entry, dict):
+            continue
+        for key in [k for k in entry if k not in KINDS or entry[k] is None]:
+            value = entry.pop(key)
+            if not same():
+                entry[key] = value
 
 
 def _diff(full: Any, ref: Any) -> Any:
@@ -256,6 +298,12 @@ def changed_since(arm: Arm) -> tuple[list[str], list[str], list[str]]:
     """How today's config differs from the one seed 0's saved run trained with: fields added
     since (``path = today's value``), fields whose value changed (``path: then → now``) and
     fields of then that no longer exist."""
+    if arm.drift is None:
+        arm.drift = _changed_since(arm)
+    return arm.drift
+
+
+def _changed_since(arm: Arm) -> tuple[list[str], list[str], list[str]]:
     if not arm.records:
         return [], [], []
     from trainers.plan import with_text_defaults
@@ -379,13 +427,16 @@ def header(arm: Arm) -> list[str]:
     out += _comment(f"  wall time a seed: {wall(arm)}")
     added, changed, removed = changed_since(arm)
     first = next((r for r in arm.records if r["seed"] == 0), None)
-    if first and first["history"] and "team_return" in first["history"][0]:
-        then = " (with the settings of then)" if added or changed or removed else ""
+    two = [h["team_return"] for h in (first or {}).get("history", [])[:QUICK] if "team_return" in h]
+    if len(two) == QUICK:
+        then = " with the settings of then" if added or changed or removed else ""
         out += _comment(
-            f"  quick check: seed 0's first iteration logged a team return of "
-            f"{first['history'][0]['team_return']:.6f}{then} (`--iterations 1`; "
-            "charts/team_return in the run's metrics.jsonl)"
+            f"  quick check (seed 0, `--iterations {QUICK}`: one update): iterations 1 and 2 "
+            f"logged team returns {two[0]:.6f} and {two[1]:.6f}{then} (charts/team_return in "
+            "the run's metrics.jsonl)"
         )
+        if (arm.claim, arm.condition.name) in CHECKED:
+            out += _comment(f"  {checked(arm, two)}")
     if added or changed or removed:
         out += _comment(
             "Settings changed since these runs (the numbers are the old settings' until "
@@ -403,6 +454,19 @@ def header(arm: Arm) -> list[str]:
     if arm.claim in NOT_ONE_RUN:
         out += _comment(f"Not from this one run: {NOT_ONE_RUN[arm.claim]}.")
     return out
+
+
+def checked(arm: Arm, record: Sequence[float]) -> str:
+    """What the quick check of :data:`CHECKED` gave against the record's first iterations."""
+    date, got = CHECKED[(arm.claim, arm.condition.name)]
+    same = list(got) == list(record)
+    verdict = (
+        "the record's to the digit"
+        if same
+        else "not the record's (the settings changed since the runs)"
+    )
+    values = " and ".join(f"{v:.6f}" for v in got)
+    return f"checked {date}: a rerun logged {values}, {verdict}"
 
 
 def render(arm: Arm) -> str:
@@ -455,6 +519,12 @@ def readme(all_arms: Sequence[Arm]) -> str:
             f"| {arm.section} | {arm.condition.label} | {first} | {wall(arm)} | {drift} | "
             f"[`{arm.file.name}`]({arm.file.name}) |"
         )
+    out += ["", f"## Quick checks run (`--seed 0 --iterations {QUICK}`)", ""]
+    for arm in all_arms:
+        if (arm.claim, arm.condition.name) in CHECKED:
+            first = next(r for r in arm.records if r["seed"] == 0)
+            record = [h["team_return"] for h in first["history"][:QUICK]]
+            out.append(f"- [`{arm.file.name}`]({arm.file.name}): {checked(arm, record)}.")
     out += ["", "## Not one `marl run` config", ""]
     for arm in all_arms:
         if not arm.records:
