@@ -45,19 +45,76 @@ RUN_FIELDS = ("seed", "logging", "output")
 ALWAYS = ("scenario", "budget")
 #: iterations of the quick check in each header: the second one follows an update.
 QUICK = 2
-#: quick checks run: (claim, condition) → (date, team returns of iterations 1 and 2 that
-#: ``marl run <file> --seed 0 --iterations 2`` logged on the 2-core machine).
-CHECKED: dict[tuple[str, str], tuple[str, tuple[float, float]]] = {
-    ("spread_benchmark", "ippo-shared"): ("2026-12-06", (-27.172257273145334, -28.24275143091191)),
-    ("sampler_curves", "finetune-batched"): (
+#: the settings the PPO records of before 2026-11-27 trained with, beyond today's config:
+#: RLlib's sampler (the batched one became the default later) and no value-target
+#: normalisation (on by default since); checked on two arms, see :data:`CHECKED`.
+OLD_PPO = ("episodes: {sampler: rllib}", "algorithm: {value_norm: false}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A rerun of an arm's file: ``marl run <file> --seed 0 --iterations <len(returns)>``
+    (with ``added`` appended to the YAML, if any) logged these team returns."""
+
+    claim: str
+    condition: str
+    date: str
+    returns: tuple[float, ...]
+    added: tuple[str, ...] = ()
+
+    def text(self, record: Mapping[str, Any]) -> str:
+        """What the rerun gave against the record of seed 0."""
+        want = [h.get("team_return") for h in record["history"][: len(self.returns)]]
+        verdict = (
+            "the record's to the digit"
+            if want == list(self.returns)
+            else "not the record's (the settings changed since the runs)"
+        )
+        with_ = f" with {_code(self.added)} added" if self.added else ""
+        values = ", ".join(f"{v:.6f}" for v in self.returns)
+        n = len(self.returns)
+        return f"checked {self.date}{with_}: iterations 1–{n} logged {values}: {verdict}"
+
+
+#: quick checks run on the 2-core machine.
+CHECKED: tuple[Check, ...] = (
+    Check(
+        "spread_benchmark", "ippo-shared", "2026-12-06", (-27.172257273145334, -28.24275143091191)
+    ),
+    Check(
+        "sampler_curves",
+        "finetune-batched",
         "2026-12-06",
         (-0.07499999999999996, -0.056250000000000036),
     ),
-    ("orchestrator_only", "orchestrator-star3"): (
+    Check(
+        "orchestrator_only",
+        "orchestrator-star3",
         "2026-12-06",
         (0.4994358974358974, 0.46191176470588213),
     ),
-}
+    Check(
+        "orchestrator_only",
+        "orchestrator-star3",
+        "2026-12-06",
+        (
+            0.463201058201058,
+            0.48828282828282826,
+            0.5052839506172838,
+            0.5193961352657006,
+            0.5334625322997416,
+            0.5870503597122304,
+        ),
+        OLD_PPO,
+    ),
+    Check(
+        "credit",
+        "delegate-shapley",
+        "2026-12-06",
+        (-0.16079861111111116, -0.1086458333333334, 0.0067708333333332885, 0.05420138888888882),
+        OLD_PPO,
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +288,10 @@ def minimal(cfg: Any) -> dict[str, Any]:
     out = _diff(full, ref)
     for key in reversed(ALWAYS):
         if key not in out:
-            out = {key: full[key], **out}
+            value = full[key]
+            if isinstance(value, dict):  # its set fields (budget: {iterations: 40})
+                value = {k: v for k, v in value.items() if v is not None}
+            out = {key: value, **out}
     out = {k: out[k] for k in full if k in out}  # the fields' order
     algo = out.pop("algorithm", {})
     name = full["algorithm"]["name"]
@@ -435,8 +495,8 @@ def header(arm: Arm) -> list[str]:
             f"logged team returns {two[0]:.6f} and {two[1]:.6f}{then} (charts/team_return in "
             "the run's metrics.jsonl)"
         )
-        if (arm.claim, arm.condition.name) in CHECKED:
-            out += _comment(f"  {checked(arm, two)}")
+        for check in checks(arm):
+            out += _comment(f"  {check.text(first)}")
     if added or changed or removed:
         out += _comment(
             "Settings changed since these runs (the numbers are the old settings' until "
@@ -456,17 +516,13 @@ def header(arm: Arm) -> list[str]:
     return out
 
 
-def checked(arm: Arm, record: Sequence[float]) -> str:
-    """What the quick check of :data:`CHECKED` gave against the record's first iterations."""
-    date, got = CHECKED[(arm.claim, arm.condition.name)]
-    same = list(got) == list(record)
-    verdict = (
-        "the record's to the digit"
-        if same
-        else "not the record's (the settings changed since the runs)"
-    )
-    values = " and ".join(f"{v:.6f}" for v in got)
-    return f"checked {date}: a rerun logged {values}, {verdict}"
+def _code(snippets: Sequence[str]) -> str:
+    return " and ".join(f"`{s}`" for s in snippets)
+
+
+def checks(arm: Arm) -> list[Check]:
+    """The quick checks run on this arm."""
+    return [c for c in CHECKED if (c.claim, c.condition) == (arm.claim, arm.condition.name)]
 
 
 def render(arm: Arm) -> str:
@@ -519,12 +575,19 @@ def readme(all_arms: Sequence[Arm]) -> str:
             f"| {arm.section} | {arm.condition.label} | {first} | {wall(arm)} | {drift} | "
             f"[`{arm.file.name}`]({arm.file.name}) |"
         )
-    out += ["", f"## Quick checks run (`--seed 0 --iterations {QUICK}`)", ""]
+    out += ["", "## Quick checks run (`marl run <file> --seed 0 --iterations N`)", ""]
     for arm in all_arms:
-        if (arm.claim, arm.condition.name) in CHECKED:
+        for check in checks(arm):
             first = next(r for r in arm.records if r["seed"] == 0)
-            record = [h["team_return"] for h in first["history"][:QUICK]]
-            out.append(f"- [`{arm.file.name}`]({arm.file.name}): {checked(arm, record)}.")
+            out.append(f"- [`{arm.file.name}`]({arm.file.name}): {check.text(first)}.")
+    out += [
+        "",
+        "So the numbers of the files whose settings changed since their runs (before "
+        f"2026-11-27) are today's config with {_code(OLD_PPO)}, as far as these checks go; the "
+        "critics arms (§ 12) also had other MAPPO/IPPO presets (their headers list them). "
+        "Rerunning a claim (`python -m experiments.<claim>`) trains today's settings and "
+        "refreshes the numbers.",
+    ]
     out += ["", "## Not one `marl run` config", ""]
     for arm in all_arms:
         if not arm.records:
@@ -538,9 +601,10 @@ def readme(all_arms: Sequence[Arm]) -> str:
     return "\n".join(out) + "\n"
 
 
-def files(results: Path = RESULTS) -> dict[Path, str]:
-    """Every file of ``examples/results/`` (relative path → text), built in memory."""
-    all_arms = arms(results)
+def files(all_arms: Sequence[Arm] | None = None) -> dict[Path, str]:
+    """Every file of ``examples/results/`` (relative path → text), built in memory from
+    ``all_arms`` (default: :func:`arms`)."""
+    all_arms = arms() if all_arms is None else all_arms
     out = {arm.file: render(arm) for arm in all_arms if arm.records}
     out[(OUT / "README.md").relative_to(ROOT)] = readme(all_arms)
     return out
