@@ -588,11 +588,12 @@ def readme(all_arms: Sequence[Arm]) -> str:
             out.append(f"- [`{arm.file.name}`]({arm.file.name}): {check.text(first)}.")
     out += [
         "",
-        "So the numbers of the files whose settings changed since their runs (before "
-        f"2026-11-27) are today's config with {_code(OLD_PPO)}, as far as these checks go; the "
-        "critics arms (§ 12) also had other MAPPO/IPPO presets (their headers list them). "
-        "Rerunning a claim (`python -m experiments.<claim>`) trains today's settings and "
-        "refreshes the numbers.",
+        "So the records of the PPO arms run before 2026-11-27 are today's config with "
+        f"{_code(OLD_PPO)}, as far as these two checks go (appended to a file, they reproduce "
+        "its record); the critics arms (§ 12) also had other MAPPO/IPPO presets (their headers "
+        "list them). The GRPO arm checked (turn credit) differs from its first iteration on, "
+        "for a reason not traced here. Rerunning a claim (`python -m experiments.<claim>`) "
+        "trains today's settings and refreshes its numbers.",
     ]
     out += ["", "## Not one `marl run` config", ""]
     for arm in all_arms:
