@@ -47,7 +47,7 @@ ALWAYS = ("scenario", "budget")
 QUICK = 2
 #: the settings the PPO records of before 2026-11-27 trained with, beyond today's config:
 #: RLlib's sampler (the batched one became the default later) and no value-target
-#: normalisation (on by default since); checked on two arms, see :data:`CHECKED`.
+#: normalisation (on by default since); checked on three arms, see :data:`CHECKED`.
 OLD_PPO = ("episodes: {sampler: rllib}", "algorithm: {value_norm: false}")
 
 
@@ -112,6 +112,13 @@ CHECKED: tuple[Check, ...] = (
         "delegate-shapley",
         "2026-12-06",
         (-0.16079861111111116, -0.1086458333333334, 0.0067708333333332885, 0.05420138888888882),
+        OLD_PPO,
+    ),
+    Check(
+        "heterogeneous",
+        "heterogeneous",
+        "2026-12-06",
+        (-0.18076388888888895, -0.16062500000000005, -0.12784722222222225, -0.07548611111111117),
         OLD_PPO,
     ),
     Check(
@@ -589,7 +596,7 @@ def readme(all_arms: Sequence[Arm]) -> str:
     out += [
         "",
         "So the records of the PPO arms run before 2026-11-27 are today's config with "
-        f"{_code(OLD_PPO)}, as far as these two checks go (appended to a file, they reproduce "
+        f"{_code(OLD_PPO)}, as far as these three checks go (appended to a file, they reproduce "
         "its record); the critics arms (§ 12) also had other MAPPO/IPPO presets (their headers "
         "list them). The GRPO arm checked (turn credit) differs from its first iteration on, "
         "for a reason not traced here. Rerunning a claim (`python -m experiments.<claim>`) "
