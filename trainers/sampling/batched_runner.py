@@ -19,7 +19,11 @@ learner connectors (GAE, credit, GRPO groups, GRU sequences) are unchanged. Per 
   ``add_env_step`` bookkeeping without its per-step object churn, same result) and turns an
   episode into numpy once, when it ends; per-agent step counts are logged once per
   ``sample()`` call, per-episode RLlib metrics without ``log_dict``'s tree walk and each
-  agent's return summed once (:mod:`trainers.sampling.runner_metrics`).
+  agent's return summed once (:mod:`trainers.sampling.runner_metrics`);
+* at a ``sample()``'s end cuts the running episodes as RLlib's ``cut`` does, without its
+  per-agent constructors (:mod:`trainers.sampling.episode_cut`), and while sampling keeps the
+  garbage collector off the runner's long-lived objects (:mod:`trainers.sampling.gc_pause`):
+  with 100+ agents these were most of the sampler's time.
 
 **LLM pools** (modules with ``acts_with_token_ids``: ``CausalLMModule``) sample their tokens
 themselves: their rows (token-id observations, in the obs space's integer dtype) go into
@@ -95,7 +99,9 @@ from trainers.learners.categorical import categorical_lens
 from trainers.rllib_compat.runner import log_env_steps_sampled, metrics_lock, set_episode_class
 from trainers.sampling.action_rows import categorical_rows, sample_rows
 from trainers.sampling.episode_build import add_env_reset, add_env_step
+from trainers.sampling.episode_cut import cut
 from trainers.sampling.forward import forward, forward_together, seeds_rows, to_numpy
+from trainers.sampling.gc_pause import young_objects_only
 from trainers.sampling.runner_metrics import episode_totals
 
 #: the runner attribute holding the sampler's state across ``sample()`` calls (saved by
@@ -261,7 +267,8 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
                 m.eval()
         OrderedEpisode.deferred_validation = True
         try:
-            return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
+            with young_objects_only():  # collections skip the runner's long-lived objects
+                return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
         finally:
             OrderedEpisode.deferred_validation = False
 
@@ -571,12 +578,11 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
 
     def _cut_ongoing(self) -> list[Any]:
         """The chunks of the episodes still running (RLlib's ``truncate_episodes``); sampling
-        continues in their continuations."""
+        continues in their continuations (:func:`~trainers.sampling.episode_cut.cut`: RLlib's
+        ``cut``, without its per-agent constructors where the episode allows)."""
         out = []
-        continuations = [
-            e.cut(len_lookback_buffer=self.config.episode_lookback_horizon)
-            for e in self._ongoing_episodes
-        ]
+        lookback = self.config.episode_lookback_horizon
+        continuations = [cut(e, lookback) for e in self._ongoing_episodes]
         for e in continuations:
             set_episode_class(e, OrderedEpisode)
         for episode in self._ongoing_episodes:
