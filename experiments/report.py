@@ -217,6 +217,14 @@ def build(
         "pipeline check). A seed whose result file exists is skipped, so an interrupted run "
         "resumes.",
         "",
+        "Every arm also ships as one `marl run` config: `examples/results/<claim>_<arm>.yaml` "
+        "(`marl run examples/results/credit_delegate_shapley.yaml --seed 0`; generated from "
+        "these experiments by `python -m experiments.export_configs`, a test keeps them equal). "
+        "Each file's header names its section, the command, the numbers recorded here and, "
+        "for runs recorded before today's defaults, the settings that changed since: such a "
+        "number is the old settings' until its claim is rerun (the list: `examples/results/README.md`). "
+        "The simple_spread MAPPO headline: `marl run examples/spread_mappo.yaml`.",
+        "",
         overview(rows),
         "",
     ]
