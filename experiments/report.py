@@ -222,7 +222,8 @@ def build(
         "these experiments by `python -m experiments.export_configs`, a test keeps them equal). "
         "Each file's header names its section, the command, the numbers recorded here and, "
         "for runs recorded before today's defaults, the settings that changed since: such a "
-        "number is the old settings' until its claim is rerun (the list: `examples/results/README.md`). "
+        "number is the old settings' until its claim is rerun (the list: "
+        "`examples/results/README.md`). "
         "The simple_spread MAPPO headline: `marl run examples/spread_mappo.yaml`.",
         "",
         overview(rows),
