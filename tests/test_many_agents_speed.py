@@ -14,12 +14,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from test_episode_build import AGENTS, assert_same, assert_same_samples, ob, pair, play, script
 
 from trainers.algo import to_algorithm_config
 from trainers.configs.experiment import ExperimentConfig
+from trainers.rllib_compat.episodes import blank_multi_agent_episode
 from trainers.sampling import batched_runner, episode_cut
 from trainers.sampling.batched_runner import BatchedEnvRunner
 from trainers.sampling.episode_cut import cut
@@ -94,6 +97,27 @@ def test_irregular_episodes_fall_back_to_rllibs_cut(seed: int) -> None:
         play(episode, [step], True)
         if episode.env_t:
             assert_cut_as_rllib(episode, 1 + seed % 2)
+
+
+def test_blank_multi_agent_episode_has_the_constructors_fields() -> None:
+    """The compat primitive the fast cut builds on (RLlib 2.60's private fields)."""
+    fn = pair()[0].agent_to_module_mapping_fn
+    spaces = ({"a": gym.spaces.Discrete(2)}, {"a": gym.spaces.Discrete(3)})
+    modules = {"a": "m_a"}
+    theirs = MultiAgentEpisode(
+        id_="ep",
+        observation_space=spaces[0],
+        action_space=spaces[1],
+        agent_module_ids=modules,
+        agent_to_module_mapping_fn=fn,
+        len_lookback_buffer=2,
+    )
+    ours = blank_multi_agent_episode("ep", fn, modules, 2, *spaces)
+    theirs.env_t = 0  # RLlib: len(rewards) - lookback + env_t_started, -2 without data
+    assert type(ours) is type(theirs)
+    assert_same(ours, theirs)
+    assert ours.agent_to_module_mapping_fn is fn and ours.custom_data == {}
+    assert ours.id_ == theirs.id_ and ours._agent_to_module_mapping is modules
 
 
 def test_a_done_episode_cannot_be_cut() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import defaultdict
 from typing import Any
 
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
@@ -21,6 +22,7 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 __all__ = [
     "REWARDS_SPACE",
     "blank_agent_episode",
+    "blank_multi_agent_episode",
     "del_hanging",
     "hanging_end",
     "hanging_rewards_begin",
@@ -90,6 +92,42 @@ def blank_agent_episode(
     sa._last_added_observation = None
     sa._last_added_infos = None
     return sa
+
+
+def blank_multi_agent_episode(
+    id_: str,
+    mapping_fn: Any,
+    module_ids: dict[Any, Any],
+    len_lookback_buffer: int,
+    observation_space: Any,
+    action_space: Any,
+) -> MultiAgentEpisode:
+    """The ``MultiAgentEpisode`` RLlib's constructor builds from these arguments and no data
+    (``agent_module_ids=module_ids`` kept as the same dict, ``len_lookback_buffer``; ``env_t``
+    and ``env_t_started`` 0), every field as it sets it, without its per-agent work (for
+    :mod:`trainers.sampling.episode_cut`). RLlib 2.60: besides the public fields,
+    ``_agent_to_module_mapping``, ``_len_lookback_buffers``, the four hanging caches,
+    ``_custom_data``, ``_start_time``, ``_last_step_time``."""
+    ep = MultiAgentEpisode.__new__(MultiAgentEpisode)
+    ep.id_ = id_
+    ep.agent_to_module_mapping_fn = mapping_fn
+    ep._agent_to_module_mapping = module_ids
+    ep._len_lookback_buffers = len_lookback_buffer
+    ep.observation_space = observation_space or {}
+    ep.action_space = action_space or {}
+    ep.env_t_started = ep.env_t = 0
+    ep.agent_t_started = defaultdict(int)
+    ep.env_t_to_agent_t = defaultdict(InfiniteLookbackBuffer)
+    ep._hanging_actions_end = {}
+    ep._hanging_extra_model_outputs_end = defaultdict(dict)
+    ep._hanging_rewards_end = defaultdict(float)
+    ep._hanging_rewards_begin = defaultdict(float)
+    ep.is_terminated = ep.is_truncated = False
+    ep.agent_episodes = {}
+    ep._custom_data = {}
+    ep._start_time = None
+    ep._last_step_time = None
+    return ep
 
 
 def last_added(sa: SingleAgentEpisode) -> tuple[Any, Any]:

@@ -22,14 +22,19 @@ an episode already in numpy, a window reaching before the chunk) goes through RL
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
 from typing import Any
 
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
-from trainers.rllib_compat.episodes import REWARDS_SPACE, hanging_end, new_buffer
+from trainers.rllib_compat.episodes import (
+    blank_agent_episode,
+    blank_multi_agent_episode,
+    hanging_end,
+    hanging_rewards_begin,
+    new_buffer,
+)
 
 SKIP = MultiAgentEpisode.SKIP_ENV_TS_TAG
 
@@ -91,13 +96,6 @@ def _plan(episode: MultiAgentEpisode, lb: int) -> tuple[list, list] | None:
     return running, gone
 
 
-def _buffer(data: list, lookback: int, space: Any = None) -> InfiniteLookbackBuffer:
-    """``InfiniteLookbackBuffer(data, lookback=lookback, space=space)``."""
-    b = new_buffer(space, data)
-    b.lookback = min(lookback, len(data))
-    return b
-
-
 def _successor(
     episode: MultiAgentEpisode,
     lb: int,
@@ -105,42 +103,37 @@ def _successor(
     gone: list[Any],
 ) -> MultiAgentEpisode:
     """The continuation RLlib's ``cut`` builds for the plan ``(running, gone)``."""
-    new = MultiAgentEpisode.__new__(MultiAgentEpisode)
-    new.id_ = episode.id_
-    new.agent_to_module_mapping_fn = episode.agent_to_module_mapping_fn
-    new._agent_to_module_mapping = {
-        aid: episode.agent_episodes[aid].module_id for aid in episode.agent_ids
-    }
-    new._len_lookback_buffers = lb
-    new.observation_space = episode.observation_space or {}
-    new.action_space = episode.action_space or {}
-    new.env_t_started = new.env_t = episode.env_t
-    new.agent_t_started = defaultdict(
-        int,
-        {
-            aid: episode.agent_episodes[aid].t
-            for aid in episode.agent_ids
-            if not episode.agent_episodes[aid].is_done
-        },
+    sas = episode.agent_episodes
+    new = blank_multi_agent_episode(
+        episode.id_,
+        episode.agent_to_module_mapping_fn,
+        {aid: sas[aid].module_id for aid in episode.agent_ids},
+        lb,
+        episode.observation_space,
+        episode.action_space,
     )
-    new.env_t_to_agent_t = defaultdict(InfiniteLookbackBuffer)
-    new._hanging_actions_end = {}
-    new._hanging_extra_model_outputs_end = defaultdict(dict)
-    new._hanging_rewards_end = defaultdict(float)
+    new.env_t_started = new.env_t = episode.env_t
+    new.agent_t_started.update(
+        {aid: sas[aid].t for aid in episode.agent_ids if not sas[aid].is_done}
+    )
+    rewards_end = hanging_end(new)[1]
     for aid in gone:  # RLlib adds each absent agent's (missing) window rewards: 0.0
-        new._hanging_rewards_end[aid] += 0.0
-    new._hanging_rewards_begin = episode._hanging_rewards_end.copy()
-    new.is_terminated = episode.is_terminated
-    new.is_truncated = episode.is_terminated  # sic: RLlib's get_truncateds() says so
-    new.agent_episodes = {}
+        rewards_end[aid] += 0.0
+    hanging_rewards_begin(new).update(hanging_end(episode)[1])
+    new.is_terminated = new.is_truncated = episode.is_terminated  # sic: RLlib's cut says so
     for aid, sa, pos in running:
         mapping = new.env_t_to_agent_t[aid] = new_buffer(None, list(range(sa.t - lb, sa.t + 1)))
         mapping.lookback = lb
         new.agent_episodes[aid] = _agent_successor(new, sa, pos, lb)
-    new._custom_data = copy.deepcopy(episode.custom_data)
-    new._start_time = None
-    new._last_step_time = None
+    new.custom_data.update(copy.deepcopy(episode.custom_data))
     return new
+
+
+def _fill(buffer: InfiniteLookbackBuffer, data: list, lookback: int) -> None:
+    """Make ``buffer`` hold ``data`` with a lookback of ``lookback`` (at most all of it), as
+    ``InfiniteLookbackBuffer(data, lookback=lookback)`` would."""
+    buffer.data = data
+    buffer.lookback = min(lookback, len(data))
 
 
 def _agent_successor(
@@ -150,29 +143,19 @@ def _agent_successor(
     ``lb`` actions, rewards and extra model outputs, all lookback (what RLlib's constructors
     build from them)."""
     end = pos + lb
-    out = SingleAgentEpisode.__new__(SingleAgentEpisode)
-    out.id_ = sa.id_
-    out.agent_id = sa.agent_id
-    out.module_id = sa.module_id
-    out.multi_agent_episode_id = new.id_
-    obs_space = new.observation_space.get(sa.agent_id)
-    act_space = new.action_space.get(sa.agent_id)
-    out.observations = _buffer(sa.observations.data[pos : end + 1], lb, obs_space)
-    out._observation_space = obs_space
-    out.infos = _buffer(sa.infos.data[pos : end + 1], lb)
-    out.actions = _buffer(sa.actions.data[pos:end], lb, act_space)
-    out._action_space = act_space
-    # RLlib sums each window reward into a fresh hanging-reward cache (0.0 + r) first
-    out.rewards = _buffer([0.0 + r for r in sa.rewards.data[pos:end]], lb, REWARDS_SPACE)
-    out.is_terminated = False
-    out.is_truncated = False
-    out.extra_model_outputs = (
-        {k: _buffer(b.data[pos:end], lb) for k, b in sa.extra_model_outputs.items()} if lb else {}
+    aid = sa.agent_id
+    out = blank_agent_episode(
+        aid, sa.module_id, new.id_, new.observation_space.get(aid), new.action_space.get(aid)
     )
+    out.id_ = sa.id_
+    _fill(out.observations, sa.observations.data[pos : end + 1], lb)
+    _fill(out.infos, sa.infos.data[pos : end + 1], lb)
+    _fill(out.actions, sa.actions.data[pos:end], lb)
+    # RLlib sums each window reward into a fresh hanging-reward cache (0.0 + r) first
+    _fill(out.rewards, [0.0 + r for r in sa.rewards.data[pos:end]], lb)
+    if lb:
+        for k, b in sa.extra_model_outputs.items():
+            out.extra_model_outputs[k] = buf = new_buffer(None, b.data[pos:end])
+            buf.lookback = min(lb, len(buf.data))
     out.t_started = out.t = sa.t
-    out._custom_data = {}
-    out._start_time = None
-    out._last_step_time = None
-    out._last_added_observation = None
-    out._last_added_infos = None
     return out
