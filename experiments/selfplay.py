@@ -2,8 +2,9 @@
 
 Both seats of the game play one shared pool (the default ``sharing: role``: ``player_0`` and
 ``player_1`` are role ``player``), trained with PPO on PettingZoo's own turn-based AEC env
-(``pettingzoo.classic.<game>:env``, action masks on; :data:`SETTINGS`, ``--batch`` turns an
-iteration, minibatches of a quarter). Every ``--eval-every`` iterations the
+(``pettingzoo.classic.<game>:env``, action masks on; :data:`SETTINGS` and the game's own
+:data:`GAME_SETTINGS`, ``--batch`` turns an iteration, by default the game's :data:`BATCH`,
+minibatches of a quarter). Every ``--eval-every`` iterations the
 latest checkpoint plays ``--eval-episodes`` games per seat greedily against a uniformly random
 legal opponent (:func:`trainers.opponents.evaluate_vs`), and a row goes to
 ``experiments/results/selfplay_<game>.jsonl``: env steps (turns), training wall time (RLlib's
@@ -16,7 +17,8 @@ Targets (issue 43): tic-tac-toe win-or-draw against random ≥ 0.95, connect fou
 Usage::
 
     python -m experiments.selfplay --game tictactoe --seeds 0 1 2 --iterations 80
-    python -m experiments.selfplay --game connect_four --seeds 0 --iterations 60
+    python -m experiments.selfplay --game connect_four --seeds 0 1 2 --iterations 40 \\
+        --eval-every 10 --final-episodes 500
     python -m experiments.selfplay --game tictactoe --report   # table (and --plot) of the rows
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -51,10 +54,32 @@ GAMES = {
 #: → 0.94 (rows tagged in experiments/results/selfplay_tictactoe.jsonl)
 SETTINGS: dict[str, Any] = {"lr": 0.003, "gae_lambda": 1.0, "num_epochs": 10, "entropy_coeff": 0.01}
 
+#: Each game's own changes to the experiment (deep-merged over :data:`SETTINGS`, before ``--set``)
+#: and its turns an iteration (``--batch``'s default). Connect four's, found on seed 0 (rows
+#: tagged in experiments/results/selfplay_connect_four.jsonl; win against random, greedy): with
+#: tic-tac-toe's settings it stayed at 0.83–0.90 from 20k to 400k turns (seed 0; 0.955 and 0.905
+#: on seeds 1 and 2 at 160k), the policy's entropy fell below 1 nat and the self-play games
+#: shrank to 11–17 turns of racing, and the greedy policy missed blocks and even wins against
+#: random moves. A [256, 256] network alone (0.885), lr 1e-3 (0.835), a learning rate falling
+#: to 0 (0.760 at 160k; 0.831 over 320k with the wider net), γ 0.9 (0.885) and entropy 0.03 or
+#: 0.05 (0.900, 0.870) did not lift seed 0; entropy 0.1 with the wider net, lr 1e-3 and 4,000
+#: turns an iteration (the policy keeps ~1.2 nats) did (tag ``big-ent10``, 160k turns, the final
+#: checkpoint over 1,000 games a seat: 0.907, 0.922 and 0.882 on seeds 0, 1, 2: **seed 2 still
+#: misses 0.9**; selfplay_connect_four_final_evals.jsonl). The best found, not a solved recipe.
+GAME_SETTINGS: dict[str, dict[str, Any]] = {
+    "tictactoe": {},
+    "connect_four": {
+        "pools": {"player": {"model": {"hidden": [256, 256]}}},
+        "algorithm": {"lr": 0.001, "entropy_coeff": 0.1},
+    },
+}
+BATCH = {"tictactoe": 2000, "connect_four": 4000}
+
 
 def config(game: str, seed: int, iterations: int, batch: int, every: int, out: Path,
            overrides: dict[str, Any] | None = None) -> Any:  # fmt: skip
-    """The experiment: PPO, one shared pool, ``batch`` env steps (turns) an iteration."""
+    """The experiment: PPO, one shared pool, ``batch`` env steps (turns) an iteration, the
+    game's :data:`GAME_SETTINGS`, then ``overrides``."""
     from trainers.configs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict(
@@ -72,6 +97,7 @@ def config(game: str, seed: int, iterations: int, batch: int, every: int, out: P
                 "logging": {"wandb": "disabled", "progress": False},
                 "output": {"dir": str(out), "checkpoint_every": every, "plot": False},
             },
+            GAME_SETTINGS[game],
             overrides or {},
         )
     )
@@ -104,13 +130,15 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
             node = node.setdefault(p, {})
         node[leaf] = json.loads(value)
     tag = args.tag or "default"
+    batch = args.batch or BATCH[game]
 
     def record(ckpt: Path, metrics: dict[str, Any], episodes: int) -> None:
         row = {
             "game": game, "seed": seed, "tag": tag, "checkpoint": ckpt.name,
             "iteration": metrics["charts/iteration"], "env_steps": metrics["charts/env_steps"],
             "train_time_s": metrics["charts/time_s"], "wall_s": time.perf_counter() - wall0,
-            "batch": args.batch, "overrides": overrides, "eval_episodes": episodes,
+            "batch": batch, "game_settings": GAME_SETTINGS[game], "overrides": overrides,
+            "eval_episodes": episodes,
             **{k.removeprefix("charts/"): v for k, v in metrics.items()
                if k.endswith(("/win", "/draw", "/loss")) and k.startswith("charts/")},
             # the policy's entropy and the self-play games' length (a collapse shows in both)
@@ -141,7 +169,7 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
 
     with tempfile.TemporaryDirectory(prefix=f"selfplay_{game}_") as tmp:
         run_dir = Path(tmp) / "run"
-        cfg = config(game, seed, args.iterations, args.batch, args.eval_every, Path(tmp), overrides)
+        cfg = config(game, seed, args.iterations, batch, args.eval_every, Path(tmp), overrides)
         result = train(cfg, report=report, run_dir=run_dir)
         record(result.final_checkpoint, history[-1], args.final_episodes or args.eval_episodes)
         if args.keep:  # a run directory `marl eval` reads: its config and final checkpoint
@@ -164,6 +192,13 @@ def load(game: str) -> list[dict[str, Any]]:
     )
 
 
+def stderr(row: dict[str, Any], key: str) -> float:
+    """The binomial standard error of a row's rate ``key`` over its games (both seats; rows
+    written before ``eval_episodes`` was recorded played 100 a seat)."""
+    p, games = row[f"vs_random/{key}"], 2 * row.get("eval_episodes", 100)
+    return math.sqrt(p * (1 - p) / games)
+
+
 def report(game: str, plot: bool, tags: Sequence[str] | None = None) -> None:
     """Each run's last evaluation and when it first reached the target; with ``plot`` the
     curves of the runs tagged ``tags`` (default: all)."""
@@ -173,14 +208,14 @@ def report(game: str, plot: bool, tags: Sequence[str] | None = None) -> None:
     for r in rows:
         runs.setdefault((r.get("tag", "default"), r["seed"]), []).append(r)
     print(f"{game}: target {key} ≥ {target} against a uniformly random opponent")
-    print(f"{'tag':<12} {'seed':>4} {'env steps':>10} {'train s':>8} {'last ' + key:>16} "
-          f"{'first ≥ target at':>18}")  # fmt: skip
+    print(f"{'tag':<18} {'seed':>4} {'env steps':>10} {'train s':>8} {'last ' + key:>16} "
+          f"{'± s.e.':>7} {'first ≥ target at':>18}")  # fmt: skip
     for (tag, seed), rs in sorted(runs.items()):
         last = rs[-1]
         hit = next((r for r in rs if r[f"vs_random/{key}"] >= target), None)
         at = f"{hit['env_steps']} steps" if hit else "not reached"
-        print(f"{tag:<12} {seed:>4} {last['env_steps']:>10} {last['train_time_s']:>8.0f} "
-              f"{last[f'vs_random/{key}']:>16.3f} {at:>18}")  # fmt: skip
+        print(f"{tag:<18} {seed:>4} {last['env_steps']:>10} {last['train_time_s']:>8.0f} "
+              f"{last[f'vs_random/{key}']:>16.3f} {stderr(last, key):>7.3f} {at:>18}")  # fmt: skip
     if tags:
         runs = {k: v for k, v in runs.items() if k[0] in tags}
     if plot and runs:
@@ -212,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--game", choices=sorted(GAMES), required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--iterations", type=int, default=50)
-    p.add_argument("--batch", type=int, default=2000, help="env steps (turns) an iteration")
+    p.add_argument("--batch", type=int, help="env steps (turns) an iteration (default: BATCH)")
     p.add_argument("--eval-every", type=int, default=5, help="iterations between evaluations")
     p.add_argument("--eval-episodes", type=int, default=100, help="games per seat")
     p.add_argument(
