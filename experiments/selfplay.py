@@ -66,7 +66,8 @@ SETTINGS: dict[str, Any] = {"lr": 0.003, "gae_lambda": 1.0, "num_epochs": 10, "e
 #: turns an iteration (the policy keeps ~1.2 nats) did (tag ``big-ent10``, 160k turns, the final
 #: checkpoint over 1,000 games a seat: 0.907, 0.922 and 0.882 on seeds 0, 1, 2: **seed 2 still
 #: misses 0.9**; selfplay_connect_four_final_evals.jsonl). With the learning rate falling to 0
-#: over those 160k turns as well (``big-ent10-decay``): 0.877 / 0.906 / 0.877. The best found,
+#: over those 160k turns as well (``big-ent10-decay``): 0.877 / 0.906 / 0.877; with λ 0.95
+#: (``big-ent10-lam95``): 0.905 / 0.894 / 0.904 (1,000 games a seat each). The best found,
 #: not a solved recipe: on every arm the rate swings ±0.04 between checkpoints 20–40k turns apart.
 GAME_SETTINGS: dict[str, dict[str, Any]] = {
     "tictactoe": {},
