@@ -14,6 +14,11 @@ two seats and per seat), and the training's own self-play rates. ``--plot`` draw
 
 Targets (issue 43): tic-tac-toe win-or-draw against random ≥ 0.95, connect four win ≥ 0.9.
 
+``--select`` adds early stopping: the checkpoint with the best of those evaluations (periodic
+and final) is rated again on ``--final-episodes`` new games a seat, from another evaluation
+seed (:data:`HELD_OUT_SEED`), so the rate it reports is not the one that chose it (a row
+marked ``selected``).
+
 Usage::
 
     python -m experiments.selfplay --game tictactoe --seeds 0 1 2 --iterations 80
@@ -106,11 +111,17 @@ def config(game: str, seed: int, iterations: int, batch: int, every: int, out: P
     )
 
 
-def eval_row(ckpt: Path, episodes: int) -> dict[str, Any]:
-    """Greedy against uniformly random legal moves, ``episodes`` games per seat."""
-    from trainers.opponents import evaluate_vs
+#: the seed of the held-out games that rate a checkpoint chosen by ``--select`` (the periodic
+#: evaluations that choose it play from :data:`trainers.opponents.EVAL_SEED`)
+HELD_OUT_SEED = 7_000_000
 
-    r = evaluate_vs(ckpt, "random", episodes, show=False)
+
+def eval_row(ckpt: Path, episodes: int, seed: int | None = None) -> dict[str, Any]:
+    """Greedy against uniformly random legal moves, ``episodes`` games per seat (from the
+    evaluation seed ``seed``; default: :data:`trainers.opponents.EVAL_SEED`)."""
+    from trainers.opponents import EVAL_SEED, evaluate_vs
+
+    r = evaluate_vs(ckpt, "random", episodes, seed=EVAL_SEED if seed is None else seed, show=False)
     row = {f"vs_random/{k}": v for k, v in r.summary.items()}
     for seat, rates in r.rates.items():
         row.update({f"vs_random/{seat}/{k}": rates[k] for k in ("win", "draw", "loss")})
@@ -135,7 +146,7 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
     tag = args.tag or "default"
     batch = args.batch or BATCH[game]
 
-    def record(ckpt: Path, metrics: dict[str, Any], episodes: int) -> None:
+    def record(ckpt: Path, metrics: dict[str, Any], episodes: int, **extra: Any) -> dict[str, Any]:
         row = {
             "game": game, "seed": seed, "tag": tag, "checkpoint": ckpt.name,
             "iteration": metrics["charts/iteration"], "env_steps": metrics["charts/env_steps"],
@@ -147,7 +158,8 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
             # the policy's entropy and the self-play games' length (a collapse shows in both)
             **{k: v for k, v in metrics.items()
                if k.endswith(("/entropy", "/vf_explained_var")) or k == "charts/steps"},
-            **eval_row(ckpt, episodes),
+            **eval_row(ckpt, episodes, extra.get("eval_seed")),
+            **extra,
         }  # fmt: skip
         rows.append(row)
         with open(out_file(game), "a") as f:
@@ -158,6 +170,7 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
             f"loss {row['vs_random/loss']:.3f} ({row['train_time_s']:.0f} s training)",
             flush=True,
         )
+        return row
 
     history: list[dict[str, Any]] = []
 
@@ -175,6 +188,16 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
         cfg = config(game, seed, args.iterations, batch, args.eval_every, Path(tmp), overrides)
         result = train(cfg, report=report, run_dir=run_dir)
         record(result.final_checkpoint, history[-1], args.final_episodes or args.eval_episodes)
+        if args.select:  # early stopping: the best-rated checkpoint, rated again on new games
+            key = GAMES[game][1]
+            best = max(rows, key=lambda r: r[f"vs_random/{key}"])
+            name = best["checkpoint"]
+            path = run_dir / "checkpoints" / name
+            path = path if name.startswith("iter_") else result.final_checkpoint
+            metrics = next(h for h in history if h["charts/iteration"] == best["iteration"])
+            record(path, metrics, args.final_episodes or args.eval_episodes,
+                   selected=f"best of {len(rows)} evaluations by {key}",
+                   eval_seed=HELD_OUT_SEED)  # fmt: skip
         if args.keep:  # a run directory `marl eval` reads: its config and final checkpoint
             kept = Path(args.keep) / f"{game}_{tag}_seed{seed}"
             kept.mkdir(parents=True, exist_ok=True)
@@ -214,11 +237,18 @@ def report(game: str, plot: bool, tags: Sequence[str] | None = None) -> None:
     print(f"{'tag':<18} {'seed':>4} {'env steps':>10} {'train s':>8} {'last ' + key:>16} "
           f"{'± s.e.':>7} {'first ≥ target at':>18}")  # fmt: skip
     for (tag, seed), rs in sorted(runs.items()):
+        chosen = [r for r in rs if r.get("selected")]
+        rs = [r for r in rs if not r.get("selected")]
+        runs[tag, seed] = rs
         last = rs[-1]
         hit = next((r for r in rs if r[f"vs_random/{key}"] >= target), None)
         at = f"{hit['env_steps']} steps" if hit else "not reached"
         print(f"{tag:<18} {seed:>4} {last['env_steps']:>10} {last['train_time_s']:>8.0f} "
               f"{last[f'vs_random/{key}']:>16.3f} {stderr(last, key):>7.3f} {at:>18}")  # fmt: skip
+        for c in chosen:  # --select: the best-rated checkpoint on held-out games
+            print(f"{'  selected':<18} {seed:>4} {c['env_steps']:>10} {c['train_time_s']:>8.0f} "
+                  f"{c[f'vs_random/{key}']:>16.3f} {stderr(c, key):>7.3f} "
+                  f"{'(held-out games)':>18}")  # fmt: skip
     if tags:
         runs = {k: v for k, v in runs.items() if k[0] in tags}
     if plot and runs:
@@ -261,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(default: --eval-episodes; 100 a seat has a standard error of ~0.02 at a rate of 0.9)",
     )  # fmt: skip
     p.add_argument("--keep", help="copy each seed's final checkpoint under this folder")
+    p.add_argument(
+        "--select", action="store_true", help="also rate the checkpoint with the best "
+        "evaluation on --final-episodes new games a seat (early stopping; row 'selected')",
+    )  # fmt: skip
     p.add_argument("--set", action="append", help="PATH=JSON override, e.g. algorithm.lr=0.001")
     p.add_argument("--tag", help="names this arm in the rows")
     p.add_argument("--report", action="store_true", help="print the table of the rows")
