@@ -174,29 +174,38 @@ def run_seed(game: str, seed: int, args: argparse.Namespace, out: Path) -> list[
 
     history: list[dict[str, Any]] = []
 
+    key = GAMES[game][1]
+    best: dict[str, Any] = {}  # --select: the best-rated checkpoint so far, copied (the run
+    # keeps only its latest and its best-by-return checkpoint; in self-play that return is 0)
+
+    def keep_if_best(ckpt: Path, row: dict[str, Any]) -> None:
+        if args.select and row[f"vs_random/{key}"] > best.get("rate", -1.0):
+            shutil.rmtree(chosen, ignore_errors=True)
+            shutil.copytree(ckpt, chosen)
+            best.update(rate=row[f"vs_random/{key}"], row=row)
+
     def report(metrics: dict[str, Any]) -> None:
         history.append(metrics)
         for ckpt in sorted((run_dir / "checkpoints").glob("iter_*")):
             if ckpt.name not in done:
                 done.add(ckpt.name)
                 it = int(ckpt.name.removeprefix("iter_"))
-                record(ckpt, next(h for h in history if h["charts/iteration"] == it),
-                       args.eval_episodes)  # fmt: skip
+                row = record(ckpt, next(h for h in history if h["charts/iteration"] == it),
+                             args.eval_episodes)  # fmt: skip
+                keep_if_best(ckpt, row)
 
     with tempfile.TemporaryDirectory(prefix=f"selfplay_{game}_") as tmp:
         run_dir = Path(tmp) / "run"
+        chosen = run_dir / "checkpoints" / "selected"  # beside the run's, under its config
         cfg = config(game, seed, args.iterations, batch, args.eval_every, Path(tmp), overrides)
         result = train(cfg, report=report, run_dir=run_dir)
-        record(result.final_checkpoint, history[-1], args.final_episodes or args.eval_episodes)
+        final = result.final_checkpoint
+        keep_if_best(final, record(final, history[-1], args.final_episodes or args.eval_episodes))
         if args.select:  # early stopping: the best-rated checkpoint, rated again on new games
-            key = GAMES[game][1]
-            best = max(rows, key=lambda r: r[f"vs_random/{key}"])
-            name = best["checkpoint"]
-            path = run_dir / "checkpoints" / name
-            path = path if name.startswith("iter_") else result.final_checkpoint
-            metrics = next(h for h in history if h["charts/iteration"] == best["iteration"])
-            record(path, metrics, args.final_episodes or args.eval_episodes,
-                   selected=f"best of {len(rows)} evaluations by {key}",
+            it, source = best["row"]["iteration"], best["row"]["checkpoint"]
+            record(chosen, next(h for h in history if h["charts/iteration"] == it),
+                   args.final_episodes or args.eval_episodes,
+                   selected=f"best of {len(rows)} evaluations by {key}: {source}",
                    eval_seed=HELD_OUT_SEED)  # fmt: skip
         if args.keep:  # a run directory `marl eval` reads: its config and final checkpoint
             kept = Path(args.keep) / f"{game}_{tag}_seed{seed}"
