@@ -23,7 +23,7 @@ Usage::
 
     python -m experiments.selfplay --game tictactoe --seeds 0 1 2 --iterations 80
     python -m experiments.selfplay --game connect_four --seeds 0 1 2 --iterations 40 \\
-        --eval-every 10 --final-episodes 500
+        --eval-every 5 --final-episodes 1000 --select
     python -m experiments.selfplay --game tictactoe --report   # table (and --plot) of the rows
 """
 
@@ -70,10 +70,12 @@ SETTINGS: dict[str, Any] = {"lr": 0.003, "gae_lambda": 1.0, "num_epochs": 10, "e
 #: 0.05 (0.900, 0.870) did not lift seed 0; entropy 0.1 with the wider net, lr 1e-3 and 4,000
 #: turns an iteration (the policy keeps ~1.2 nats) did (tag ``big-ent10``, 160k turns, the final
 #: checkpoint over 1,000 games a seat: 0.907, 0.922 and 0.882 on seeds 0, 1, 2: **seed 2 still
-#: misses 0.9**; selfplay_connect_four_final_evals.jsonl). With the learning rate falling to 0
-#: over those 160k turns as well (``big-ent10-decay``): 0.877 / 0.906 / 0.877; with λ 0.95
-#: (``big-ent10-lam95``): 0.905 / 0.894 / 0.904 (1,000 games a seat each). The best found,
-#: not a solved recipe: on every arm the rate swings ±0.04 between checkpoints 20–40k turns apart.
+#: misses 0.9**; selfplay_connect_four_final_evals.jsonl; with ``--select`` its 40k-turn
+#: checkpoint, rated on held-out games, wins 0.917: tag ``big-ent10-select``). With the
+#: learning rate falling to 0 over those 160k turns as well (``big-ent10-decay``): 0.877 /
+#: 0.906 / 0.877; with λ 0.95 (``big-ent10-lam95``): 0.905 / 0.894 / 0.904 (1,000 games a
+#: seat each). The best found, not a solved recipe: on every arm the rate swings ±0.04
+#: between checkpoints 20–40k turns apart.
 GAME_SETTINGS: dict[str, dict[str, Any]] = {
     "tictactoe": {},
     "connect_four": {
