@@ -358,7 +358,8 @@ def test_supervisor_tutorial_episodes_parse_on_every_decision_and_reach_the_veri
     assert any(state["routes"][-1] == "FINISH" for state in states)  # reached the verifier
 
 
-@pytest.mark.parametrize("sampler", ["batched", "rllib"])
+# RLlib's sampler behind --slow (36 s): the batched default stays in the default suite
+@pytest.mark.parametrize("sampler", ["batched", pytest.param("rllib", marks=pytest.mark.slow)])
 def test_supervisor_tutorial_trains_two_iterations(ray_session, tmp_path: Path, sampler: str):
     """Constrained routing replies train on both samplers, with no sampler-learner gap."""
     from trainers.run.loop import train
