@@ -263,7 +263,10 @@ class SteppedRun:
         me = greenlet.getcurrent()
         for glet in [*reversed(self._tasks), self._main]:  # (a lone task is the loop's)
             if glet is not None and glet and not glet.dead:
-                glet.parent = me
+                try:
+                    glet.parent = me
+                except ValueError:  # suspended on another thread (an env thread still hung in
+                    continue  # a call past its timeout): a greenlet is bound to its thread
                 with contextlib.suppress(EpisodeAborted):
                     glet.throw(EpisodeAborted)
         self._tasks = []
