@@ -305,13 +305,11 @@ def minimal(cfg: Any) -> dict[str, Any]:
             if isinstance(value, dict):  # its set fields (budget: {iterations: 40})
                 value = {k: v for k, v in value.items() if v is not None}
             out = {key: value, **out}
-    out = {k: out[k] for k in full if k in out}  # the fields' order
     algo = out.pop("algorithm", {})
     name = full["algorithm"]["name"]
     if algo or name != ExperimentConfig().algorithm.name:
         algo = {k: v for k, v in algo.items() if k != "name"}
         out["algorithm"] = {"name": name, **algo} if algo else name
-        out = {k: out[k] for k in full if k in out}
     if full.get("pools"):  # every pool stays, with its model's type
         kept = out.get("pools", {})
         out["pools"] = {}
@@ -319,7 +317,7 @@ def minimal(cfg: Any) -> dict[str, Any]:
             diff = dict(kept.get(pid, {}))
             model = {k: v for k, v in diff.pop("model", {}).items() if k != "type"}
             out["pools"][pid] = {**diff, "model": {"type": pool["model"]["type"], **model}}
-        out = {k: out[k] for k in full if k in out}
+    out = {k: out[k] for k in full if k in out}  # the fields' order
     target = cfg.replace(**{k: getattr(ExperimentConfig(), k) for k in RUN_FIELDS})
     out = plain(out)
     back = ExperimentConfig.from_dict(out)
@@ -361,7 +359,7 @@ def _diff(full: Any, ref: Any) -> Any:
                 out[key] = value
                 continue
             d = _diff(value, ref[key])
-            if d != {} or (isinstance(value, dict) and value and key not in ref):
+            if d != {}:
                 out[key] = d
         return out
     return {} if full == ref else full
