@@ -33,9 +33,11 @@ values (no one-hot of it would train).
 observation space is a ``Dict`` holding :data:`MASK_KEY` (PettingZoo's classic envs:
 ``{"observation": ..., "action_mask": ...}``), or whose reset/step ``info`` carries
 :data:`MASK_KEY` (``info_mask=True``), gets the observation space
-``Dict({OBS_KEY: Box(flat of the other keys, float32), MASK_KEY: Box(0.0, 1.0, (n,), float32)})``
+``Dict({OBS_KEY: Box(flat of the other keys, float32), MASK_KEY: Box(0, 1, (n,), int8)})``
 with ``n`` the number of actions (:func:`action_count`), and observations
-``{OBS_KEY: flat float32 vector, MASK_KEY: float32 0/1 vector}``; :func:`has_action_mask`
+``{OBS_KEY: flat float32 vector, MASK_KEY: int8 0/1 vector}`` (``int8`` as PettingZoo's own
+masks, so ``action_space.sample(mask=...)`` and PettingZoo's API tests take them; the samplers
+stack them as ``float32``); :func:`has_action_mask`
 tells such a space apart. Without a mask (an ``info`` that carries none this step) every action
 is allowed.
 
@@ -52,7 +54,7 @@ Example:
     (True, (3,))
     >>> out = conv({"observation": [1, 0, 1], "action_mask": [0, 1]})
     >>> out[OBS_KEY].tolist(), out[MASK_KEY].tolist()
-    ([1.0, 0.0, 1.0], [0.0, 1.0])
+    ([1.0, 0.0, 1.0], [0, 1])
 """
 
 from __future__ import annotations
@@ -325,9 +327,9 @@ class ObservationConverter:
             mask = (info or {}).get(MASK_KEY)
             flat = self._flatten(obs)
         if mask is None:  # an info without a mask this step: every action allowed
-            mask_arr = np.ones(self._mask_size, np.float32)
+            mask_arr = np.ones(self._mask_size, np.int8)
         else:
-            mask_arr = (np.asarray(mask).reshape(-1) != 0).astype(np.float32)
+            mask_arr = (np.asarray(mask).reshape(-1) != 0).astype(np.int8)
             if mask_arr.shape != (self._mask_size,):
                 raise ValueError(
                     f"{MASK_KEY} of shape {np.shape(mask)} where the action space has "
@@ -371,9 +373,7 @@ def convert_observation_space(
             )
         rest = gym.spaces.Dict({k: v for k, v in space.spaces.items() if k != MASK_KEY})
     flat = flat_space(agent, rest)
-    converted = gym.spaces.Dict(
-        {OBS_KEY: flat, MASK_KEY: gym.spaces.Box(0.0, 1.0, (n,), np.float32)}
-    )
+    converted = gym.spaces.Dict({OBS_KEY: flat, MASK_KEY: gym.spaces.Box(0, 1, (n,), np.int8)})
     return ObservationConverter(converted, space, True, in_obs, flattener(agent, rest), n)
 
 

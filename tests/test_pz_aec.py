@@ -112,12 +112,6 @@ def test_rllib_checks_the_env_the_trainer_sees() -> None:
     check_rllib(make(TTT))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="scenarios.pz_spaces gives float32 action masks; PettingZoo's parallel_api_test "
-    "samples with gymnasium's Discrete.sample(mask=...), which asserts an int8 mask",
-)
 def test_pettingzoos_parallel_api_test_on_the_env_the_trainer_sees() -> None:
     parallel_api_test(GraphEnv(build(TTT)), num_cycles=200)
 

@@ -83,10 +83,11 @@ def test_a_mask_in_the_observation_is_the_masked_dict() -> None:
     conv = convert_observation_space("p", space, gym.spaces.Discrete(3))
     assert has_action_mask(conv.space) and conv.masked and conv.mask_in_obs
     assert conv.space[OBS_KEY] == gym.spaces.Box(0.0, 1.0, (3,), np.float32)
-    assert conv.space[MASK_KEY] == gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+    assert conv.space[MASK_KEY] == gym.spaces.Box(0, 1, (3,), np.int8)  # PettingZoo's dtype
     out = conv({"observation": np.array([1, 0, 1], np.int8), "action_mask": np.array([0, 1, 1])})
     assert out[OBS_KEY].tolist() == [1.0, 0.0, 1.0] and out[MASK_KEY].tolist() == [0.0, 1.0, 1.0]
-    assert out[MASK_KEY].dtype == np.float32 and conv.space.contains(out)
+    assert out[MASK_KEY].dtype == np.int8 and conv.space.contains(out)
+    assert gym.spaces.Discrete(3).sample(mask=out[MASK_KEY]) in (1, 2)  # PettingZoo's idiom
 
 
 def test_a_mask_in_the_infos_is_the_masked_dict() -> None:
