@@ -45,89 +45,6 @@ RUN_FIELDS = ("seed", "logging", "output")
 ALWAYS = ("scenario", "budget")
 #: iterations of the quick check in each header: the second one follows an update.
 QUICK = 2
-#: the settings the PPO records of before 2026-11-27 trained with, beyond today's config:
-#: RLlib's sampler (the batched one became the default later) and no value-target
-#: normalisation (on by default since); checked on three arms, see :data:`CHECKED`.
-OLD_PPO = ("episodes: {sampler: rllib}", "algorithm: {value_norm: false}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """A rerun of an arm's file: ``marl run <file> --seed 0 --iterations <len(returns)>``
-    (with ``added`` appended to the YAML, if any) logged these team returns."""
-
-    claim: str
-    condition: str
-    date: str
-    returns: tuple[float, ...]
-    added: tuple[str, ...] = ()
-
-    def text(self, record: Mapping[str, Any]) -> str:
-        """What the rerun gave against the record of seed 0."""
-        want = [h.get("team_return") for h in record["history"][: len(self.returns)]]
-        verdict = (
-            "the record's to the digit"
-            if want == list(self.returns)
-            else "not the record's (the settings changed since the runs)"
-        )
-        with_ = f" with {_code(self.added)} added" if self.added else ""
-        values = ", ".join(f"{v:.6f}" for v in self.returns)
-        n = len(self.returns)
-        return f"checked {self.date}{with_}: iterations 1–{n} logged {values}: {verdict}"
-
-
-#: quick checks run on the 2-core machine.
-CHECKED: tuple[Check, ...] = (
-    Check(
-        "spread_benchmark", "ippo-shared", "2026-12-06", (-27.172257273145334, -28.24275143091191)
-    ),
-    Check(
-        "sampler_curves",
-        "finetune-batched",
-        "2026-12-06",
-        (-0.07499999999999996, -0.056250000000000036),
-    ),
-    Check(
-        "orchestrator_only",
-        "orchestrator-star3",
-        "2026-12-06",
-        (0.4994358974358974, 0.46191176470588213),
-    ),
-    Check(
-        "orchestrator_only",
-        "orchestrator-star3",
-        "2026-12-06",
-        (
-            0.463201058201058,
-            0.48828282828282826,
-            0.5052839506172838,
-            0.5193961352657006,
-            0.5334625322997416,
-            0.5870503597122304,
-        ),
-        OLD_PPO,
-    ),
-    Check(
-        "credit",
-        "delegate-shapley",
-        "2026-12-06",
-        (-0.16079861111111116, -0.1086458333333334, 0.0067708333333332885, 0.05420138888888882),
-        OLD_PPO,
-    ),
-    Check(
-        "heterogeneous",
-        "heterogeneous",
-        "2026-12-06",
-        (-0.18076388888888895, -0.16062500000000005, -0.12784722222222225, -0.07548611111111117),
-        OLD_PPO,
-    ),
-    Check(
-        "turn_credit",
-        "step_groups",
-        "2026-12-06",
-        (0.028124999999999997, 0.03125, 0.028124999999999997),
-    ),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -506,8 +423,6 @@ def header(arm: Arm) -> list[str]:
             f"logged team returns {two[0]:.6f} and {two[1]:.6f}{then} (charts/team_return in "
             "the run's metrics.jsonl)"
         )
-        for check in checks(arm):
-            out += _comment(f"  {check.text(first)}")
     if added or changed or removed:
         out += _comment(
             "Settings changed since these runs (the numbers are the old settings' until "
@@ -527,13 +442,14 @@ def header(arm: Arm) -> list[str]:
     return out
 
 
-def _code(snippets: Sequence[str]) -> str:
-    return " and ".join(f"`{s}`" for s in snippets)
-
-
-def checks(arm: Arm) -> list[Check]:
-    """The quick checks run on this arm."""
-    return [c for c in CHECKED if (c.claim, c.condition) == (arm.claim, arm.condition.name)]
+def reproduced(all_arms: Sequence[Arm]) -> list[Arm]:
+    """The arms whose file the slow test reruns against its record (one a section, the one
+    with the shortest recorded wall time a seed): ``tests/test_results_configs.py``."""
+    out = []
+    for section in sorted({arm.section for arm in all_arms if arm.records}):
+        ran = [arm for arm in all_arms if arm.section == section and arm.records]
+        out.append(min(ran, key=lambda arm: min(r["wall_s"] for r in arm.records)))
+    return out
 
 
 def render(arm: Arm) -> str:
@@ -586,19 +502,16 @@ def readme(all_arms: Sequence[Arm]) -> str:
             f"| {arm.section} | {arm.condition.label} | {first} | {wall(arm)} | {drift} | "
             f"[`{arm.file.name}`]({arm.file.name}) |"
         )
-    out += ["", "## Quick checks run (`marl run <file> --seed 0 --iterations N`)", ""]
-    for arm in all_arms:
-        for check in checks(arm):
-            first = next(r for r in arm.records if r["seed"] == 0)
-            out.append(f"- [`{arm.file.name}`]({arm.file.name}): {check.text(first)}.")
+    checked = ", ".join(f"[`{arm.file.name}`]({arm.file.name})" for arm in reproduced(all_arms))
     out += [
         "",
-        "So the records of the PPO arms run before 2026-11-27 are today's config with "
-        f"{_code(OLD_PPO)}, as far as these three checks go (appended to a file, they reproduce "
-        "its record); the critics arms (§ 12) also had other MAPPO/IPPO presets (their headers "
-        "list them). The GRPO arm checked (turn credit) differs from its first iteration on, "
-        "for a reason not traced here. Rerunning a claim (`python -m experiments.<claim>`) "
-        "trains today's settings and refreshes its numbers.",
+        "## Reproduced",
+        "",
+        "Each header's quick check is what `marl run <file> --seed 0 --iterations 2` logs "
+        "(`charts/team_return` of iterations 1 and 2 in the run's `metrics.jsonl`): the first "
+        "two iterations of the recorded run, to the digit, on a machine like the 2-core one. "
+        "`pytest --slow -m slow tests/test_results_configs.py` runs it for one file a section "
+        f"(the cheapest): {checked}.",
     ]
     out += ["", "## Not one `marl run` config", ""]
     for arm in all_arms:

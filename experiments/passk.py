@@ -53,7 +53,9 @@ def conditions(budget: str) -> list[Condition]:
 
 
 def passk_record(ctx: harness.Context, record: Mapping[str, Any]) -> dict[str, Any]:
-    """pass@k of a run's final checkpoint and of its starting point (saved; reused)."""
+    """pass@k of a run's final checkpoint and of its starting point (saved; reused while the
+    run is the same one: its directory, ``k`` and the training record's ``created`` time, so
+    a retrained seed, which writes to the same directory, is measured again)."""
     from trainers.evaluate import evaluate
 
     b = BUDGETS[ctx.budget]
@@ -61,7 +63,11 @@ def passk_record(ctx: harness.Context, record: Mapping[str, Any]) -> dict[str, A
     path = ctx.dir / f"{name}.json"
     if path.exists():
         saved = harness.read_json(path)
-        same = saved.get("run_dir") == record["run_dir"] and saved.get("k") == b["k"]
+        same = (saved.get("run_dir"), saved.get("k"), saved.get("run_created")) == (
+            record["run_dir"],
+            b["k"],
+            record.get("created"),
+        )
         if same and "solved" in saved:
             return saved
     ckpt = Path(record["run_dir"]) / "checkpoint"
@@ -70,6 +76,7 @@ def passk_record(ctx: harness.Context, record: Mapping[str, Any]) -> dict[str, A
         "kind": "passk",
         "seed": record["seed"],
         "run_dir": record["run_dir"],
+        "run_created": record.get("created"),
         "tasks": b["tasks"],
         "k": b["k"],
         "trained": result.passk["trained"],

@@ -220,9 +220,10 @@ def build(
         "Every arm also ships as one `marl run` config: `examples/results/<claim>_<arm>.yaml` "
         "(`marl run examples/results/credit_delegate_shapley.yaml --seed 0`; generated from "
         "these experiments by `python -m experiments.export_configs`, a test keeps them equal). "
-        "Each file's header names its section, the command, the numbers recorded here and, "
-        "for runs recorded before today's defaults, the settings that changed since: such a "
-        "number is the old settings' until its claim is rerun (the list: "
+        "Each file's header names its section, the command, the numbers recorded here and the "
+        "first two iterations' team returns, which `marl run <file> --seed 0 --iterations 2` "
+        "logs to the digit (a slow test reruns one file a section); should a default change "
+        "after a run, the header lists the fields that changed (the list: "
         "`examples/results/README.md`). "
         "The simple_spread MAPPO headline: `marl run examples/spread_mappo.yaml`.",
         "",

@@ -80,3 +80,29 @@ def test_minimal_round_trip_keeps_kinds() -> None:
 def test_readme_links_the_spread_headline_config() -> None:
     text = (ex.OUT / "README.md").read_text()
     assert "(../spread_mappo.yaml)" in text and (ROOT / "examples" / "spread_mappo.yaml").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section", range(1, 13))
+def test_a_shipped_config_reproduces_its_record(tmp_path: Path, section: int) -> None:
+    """What a user types, ``marl run examples/results/<file> --seed 0 --iterations 2``, logs
+    the team returns of the record's first two iterations to the digit (one arm a section, the
+    cheapest): the number in the file's header is what the file trains."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (arm,) = [arm for arm in ex.reproduced(ex.arms()) if arm.section == section]
+    seed0 = next(r for r in arm.records if r["seed"] == 0)
+    want = [row["team_return"] for row in seed0["history"][:2]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONHASHSEED="0", WANDB_MODE="disabled")  # as the marl CLI re-execs itself
+    cmd = [sys.executable, "-m", "trainers.cli", "run", str(arm.file), "--seed", "0"]
+    cmd += ["--iterations", "2", "--output", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    (metrics,) = tmp_path.glob("*/metrics.jsonl")
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    got = [row["charts/team_return"] for row in rows]
+    assert got == want, f"{arm.file}: logged {got}, the record {want}"
