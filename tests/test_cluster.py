@@ -105,8 +105,10 @@ def test_an_address_that_is_not_ray_fails_with_one_line(tmp_path: Path) -> None:
     address = f"127.0.0.1:{server.getsockname()[1]}"
     code = textwrap.dedent(
         f"""
+        import trainers.cluster
         from trainers.cluster import ClusterError, ensure_ray
         from trainers.configs.experiment import ExperimentConfig
+        trainers.cluster.gcs_error.__defaults__ = (1.0,)  # the probe's wait: 3 s, not 15 s
         try:
             ensure_ray(ExperimentConfig(), {address!r})
         except ClusterError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -446,7 +447,8 @@ def test_gcs_probe_reports_an_unreachable_address() -> None:
 
     assert callable(InnerGcsClient.standalone)
     cmd = [sys.executable, "-c", ray_private.GCS_PROBE, "127.0.0.1:9", "500"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": "1"}  # as cluster.gcs_error
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=120)
     assert out.returncode == 1 and len(out.stdout.strip().splitlines()) == 1, out
 
 
