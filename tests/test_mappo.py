@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -285,3 +286,34 @@ def test_cli_runs_spread_with_mappo(tmp_path: Path) -> None:
     saved = ExperimentConfig.from_yaml(run / "config.yaml").algorithm
     assert (saved.name, saved.critic) == ("MAPPO", "state_obs")
     assert (run / "checkpoint").is_dir() or (run / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_state_obs_reads_the_observation_part_of_a_masked_observation() -> None:
+    """A PettingZoo env with action masks and a ``state()`` (observations ``{observations,
+    action_mask}``): the centralised critic's row is the state, the observation part (the
+    width ``obs_dim`` counts, not the mask) and the one-hot id."""
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from scenarios.pz_spaces import MASK_KEY, OBS_KEY
+    from trainers.learners.critic_input import CriticInputs
+
+    obs = [
+        {OBS_KEY: np.array([t, t + 0.5], np.float32), MASK_KEY: np.array([1, 0, 1], np.int8)}
+        for t in range(3)
+    ]
+    infos = [{STATE_INFO: np.full(4, 10.0 + t, np.float32)} for t in range(3)]
+    space = gym.spaces.Dict(
+        {OBS_KEY: gym.spaces.Box(0, 9, (2,)), MASK_KEY: gym.spaces.Box(0, 1, (3,), np.int8)}
+    )
+    ep = SingleAgentEpisode(
+        agent_id="q",
+        observations=obs,
+        infos=infos,
+        actions=[0, 2],
+        rewards=[0.0, 1.0],
+        observation_space=space,
+        len_lookback_buffer=0,
+    ).to_numpy()  # as the learner gets it from a runner (a dict of arrays)
+    rows = CriticInputs(kind="state_obs", agents=["p", "q"]).features(ep, 3)
+    assert rows.shape == (3, 4 + 2 + 2) and rows.dtype == np.float32
+    np.testing.assert_array_equal(rows[1], [11, 11, 11, 11, 1, 1.5, 0, 1])

@@ -35,6 +35,7 @@ from typing_extensions import override
 
 from marl_agents.critics import CRITIC_OBS
 from scenarios.global_state import STATE_INFO
+from scenarios.pz_spaces import OBS_KEY
 
 __all__ = ["AGENTS_KEY", "CRITIC_KEY", "CriticInputs", "install"]
 
@@ -104,7 +105,10 @@ class CriticInputs(ConnectorV2):
             ) from None
         if self.kind == "state":
             return state
-        obs = np.asarray(episode.get_observations(slice(0, n)), np.float32).reshape(n, -1)
+        obs = episode.get_observations(slice(0, n))
+        if isinstance(obs, Mapping):  # a masked observation: the critic reads its own part
+            obs = obs[OBS_KEY]  # (the dimension marl_agents.modules.obs_dim counts)
+        obs = np.asarray(obs, np.float32).reshape(n, -1)
         onehot = np.zeros((n, len(self.agents)), np.float32)
         onehot[:, self.agents[episode.agent_id]] = 1.0
         return np.concatenate([state, obs, onehot], axis=1)
