@@ -35,6 +35,7 @@ __all__ = [
     "mask_of",
     "masked_logits",
     "own_observation",
+    "own_part",
     "own_space",
     "stack_observations",
     "to_tensors",
@@ -47,10 +48,15 @@ def own_space(space: gym.Space) -> gym.Space:
     return space[OBS_KEY] if has_action_mask(space) else space
 
 
+def own_part(obs: Any) -> Any:
+    """The part of an observation (or a batch of them: tensors, arrays) the networks read:
+    :data:`OBS_KEY` of a masked dict, else ``obs`` itself."""
+    return obs[OBS_KEY] if isinstance(obs, Mapping) else obs
+
+
 def own_observation(obs: Any) -> torch.Tensor:
-    """A batch's observation tensor the networks read (:data:`OBS_KEY` of a masked dict),
-    as float."""
-    return (obs[OBS_KEY] if isinstance(obs, Mapping) else obs).float()
+    """A batch's observation tensor the networks read (:func:`own_part`), as float."""
+    return own_part(obs).float()
 
 
 def mask_of(obs: Any) -> torch.Tensor | None:

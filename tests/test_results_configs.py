@@ -84,7 +84,9 @@ def test_readme_links_the_spread_headline_config() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("section", range(1, 13))
-def test_a_shipped_config_reproduces_its_record(tmp_path: Path, section: int) -> None:
+def test_a_shipped_config_reproduces_its_record(
+    every_arm: list[ex.Arm], tmp_path: Path, section: int
+) -> None:
     """What a user types, ``marl run examples/results/<file> --seed 0 --iterations 2``, logs
     the team returns of the record's first two iterations to the digit (one arm a section, the
     cheapest): the number in the file's header is what the file trains."""
@@ -93,7 +95,7 @@ def test_a_shipped_config_reproduces_its_record(tmp_path: Path, section: int) ->
     import subprocess
     import sys
 
-    (arm,) = [arm for arm in ex.reproduced(ex.arms()) if arm.section == section]
+    (arm,) = [arm for arm in ex.reproduced(every_arm) if arm.section == section]
     seed0 = next(r for r in arm.records if r["seed"] == 0)
     want = [row["team_return"] for row in seed0["history"][:2]]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}

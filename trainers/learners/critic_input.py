@@ -33,9 +33,9 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.utils.postprocessing.zero_padding import split_and_zero_pad_n_episodes
 from typing_extensions import override
 
+from marl_agents.action_mask import own_part
 from marl_agents.critics import CRITIC_OBS
 from scenarios.global_state import STATE_INFO
-from scenarios.pz_spaces import OBS_KEY
 
 __all__ = ["AGENTS_KEY", "CRITIC_KEY", "CriticInputs", "install"]
 
@@ -105,10 +105,9 @@ class CriticInputs(ConnectorV2):
             ) from None
         if self.kind == "state":
             return state
-        obs = episode.get_observations(slice(0, n))
-        if isinstance(obs, Mapping):  # a masked observation: the critic reads its own part
-            obs = obs[OBS_KEY]  # (the dimension marl_agents.modules.obs_dim counts)
-        obs = np.asarray(obs, np.float32).reshape(n, -1)
+        # of a masked observation, the part the networks read (the width obs_dim counts)
+        obs = np.asarray(own_part(episode.get_observations(slice(0, n))), np.float32)
+        obs = obs.reshape(n, -1)
         onehot = np.zeros((n, len(self.agents)), np.float32)
         onehot[:, self.agents[episode.agent_id]] = 1.0
         return np.concatenate([state, obs, onehot], axis=1)
